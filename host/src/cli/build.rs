@@ -1,0 +1,158 @@
+//! `tessera build`: a plugin crate to a `wasm32-wasip2` component.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The compilation target of every plugin.
+pub const PLUGIN_TARGET: &str = "wasm32-wasip2";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BuildArgs {
+    /// The plugin crate's directory (holding its Cargo.toml).
+    crate_dir: PathBuf,
+    /// Where to write the component.
+    #[arg(long, default_value = "target/plugins")]
+    out_dir: PathBuf,
+}
+
+/// Why a plugin did not build.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The directory has no Cargo.toml.
+    #[error("{0} is not a crate directory (no Cargo.toml)")]
+    NotACrate(PathBuf),
+    /// The wasm target is missing and rustup could not add it.
+    #[error("the {PLUGIN_TARGET} target is missing: run `rustup target add {PLUGIN_TARGET}`")]
+    TargetMissing,
+    /// cargo failed.
+    #[error("{0}")]
+    Cargo(String),
+    /// Copying the artifact failed.
+    #[error("cannot write the component: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub(crate) fn run(args: BuildArgs) -> ExitCode {
+    match build_plugin(&args.crate_dir, &args.out_dir) {
+        Ok(path) => {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the plugin crate in `crate_dir` in release mode for `wasm32-wasip2` and copies the
+/// component to `out_dir/<crate name>.wasm`, returning that path.
+///
+/// ```no_run
+/// let wasm = tessera_host::cli::build_plugin("plugins/counter".as_ref(), "target/plugins".as_ref()).unwrap();
+/// assert!(wasm.ends_with("counter.wasm"));
+/// ```
+pub fn build_plugin(crate_dir: &Path, out_dir: &Path) -> Result<PathBuf, BuildError> {
+    let manifest = crate_dir.join("Cargo.toml");
+    if !manifest.exists() {
+        return Err(BuildError::NotACrate(crate_dir.to_path_buf()));
+    }
+    ensure_target()?;
+    let metadata = cargo_metadata(&manifest)?;
+    let status = Command::new(cargo())
+        .args([
+            "build",
+            "--release",
+            "--target",
+            PLUGIN_TARGET,
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .status()
+        .map_err(|error| BuildError::Cargo(format!("cannot run cargo: {error}")))?;
+    if !status.success() {
+        return Err(BuildError::Cargo(format!("cargo build failed ({status})")));
+    }
+    let artifact = metadata
+        .target_directory
+        .join(PLUGIN_TARGET)
+        .join("release")
+        .join(format!("{}.wasm", metadata.name.replace('-', "_")));
+    std::fs::create_dir_all(out_dir)?;
+    let destination = out_dir.join(format!("{}.wasm", metadata.name));
+    std::fs::copy(&artifact, &destination)?;
+    Ok(destination)
+}
+
+struct CrateMetadata {
+    name: String,
+    target_directory: PathBuf,
+}
+
+fn cargo_metadata(manifest: &Path) -> Result<CrateMetadata, BuildError> {
+    let output = Command::new(cargo())
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(manifest)
+        .output()
+        .map_err(|error| BuildError::Cargo(format!("cannot run cargo metadata: {error}")))?;
+    if !output.status.success() {
+        return Err(BuildError::Cargo(
+            String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        ));
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|error| BuildError::Cargo(format!("unreadable cargo metadata: {error}")))?;
+    let manifest = manifest.canonicalize()?;
+    let package = json["packages"]
+        .as_array()
+        .and_then(|packages| {
+            packages.iter().find(|package| {
+                package["manifest_path"]
+                    .as_str()
+                    .map(PathBuf::from)
+                    .as_deref()
+                    == Some(&manifest)
+            })
+        })
+        .ok_or_else(|| BuildError::Cargo("the manifest has no [package]".into()))?;
+    Ok(CrateMetadata {
+        name: package["name"].as_str().unwrap_or_default().to_string(),
+        target_directory: PathBuf::from(json["target_directory"].as_str().unwrap_or("target")),
+    })
+}
+
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+fn ensure_target() -> Result<(), BuildError> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|output| {
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .any(|line| line.trim() == PLUGIN_TARGET)
+        })
+        .unwrap_or(false);
+    if installed {
+        return Ok(());
+    }
+    let added = Command::new("rustup")
+        .args(["target", "add", PLUGIN_TARGET])
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false);
+    if added {
+        Ok(())
+    } else {
+        Err(BuildError::TargetMissing)
+    }
+}

@@ -1,0 +1,352 @@
+//! The client commands: each is one HTTP request to a node (see `docs/cli.md`), printed
+//! readably or, with `--json`, as the server's JSON.
+
+use super::client::{Client, ClientArgs, ClientError, Role, segment};
+use super::progress::ProgressReader;
+use serde_json::{Value as Json, json};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use ureq::http::Method;
+
+/// `tessera deploy <wasm> --type T [--remember] [--passivate-idle-ms N]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DeployArgs {
+    /// The component to upload.
+    wasm: PathBuf,
+    /// The entity type to deploy it as.
+    #[arg(long = "type", value_name = "TYPE")]
+    entity_type: String,
+    /// Remember started entities and bring them back after a restart.
+    #[arg(long)]
+    remember: bool,
+    /// Passivate entities idle for this long.
+    #[arg(long, value_name = "MS")]
+    passivate_idle_ms: Option<u64>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Commands with no argument but the connection (`types`, `status`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct PlainArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `tessera rollback T --to V`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RollbackArgs {
+    /// The entity type.
+    entity_type: String,
+    /// The version to make active.
+    #[arg(long)]
+    to: u32,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `tessera tell|ask T/ID JSON`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct MessageArgs {
+    /// The entity: `type/id`.
+    entity: String,
+    /// The message, as JSON (e.g. '{"Add":1}' or '"Get"').
+    message: String,
+    /// Ask only: how long to wait for the reply.
+    #[arg(long, value_name = "MS")]
+    timeout_ms: Option<u64>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `tessera passivate|state T/ID`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EntityArgs {
+    /// The entity: `type/id`.
+    entity: String,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// `tessera tenant ...` (admin token).
+#[derive(Debug, clap::Args)]
+pub(crate) struct TenantArgs {
+    #[command(subcommand)]
+    command: TenantCommand,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum TenantCommand {
+    /// Create a tenant and print its token (shown only once).
+    Create {
+        /// The tenant's name.
+        name: String,
+    },
+    /// List the tenants.
+    List,
+    /// Show one tenant and its quotas.
+    Show {
+        /// The tenant's name.
+        name: String,
+    },
+}
+
+fn finish(result: Result<(), ClientError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => error.report(),
+    }
+}
+
+fn print_json(json: &Json) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(json).unwrap_or_else(|_| json.to_string())
+    );
+}
+
+/// `type/id` → the API path of that entity.
+fn entity_path(entity: &str) -> Result<String, ClientError> {
+    match entity.split_once('/') {
+        Some((entity_type, id)) if !entity_type.is_empty() && !id.is_empty() => Ok(format!(
+            "/v1/entities/{}/{}",
+            segment(entity_type),
+            segment(id)
+        )),
+        _ => Err(ClientError::Usage(format!(
+            "{entity:?} is not an entity: write type/id, e.g. counter/c1"
+        ))),
+    }
+}
+
+fn parse_message(text: &str) -> Result<Json, ClientError> {
+    serde_json::from_str(text).map_err(|error| {
+        ClientError::Usage(format!(
+            "the message is not JSON ({error}); quote strings: '\"Get\"'"
+        ))
+    })
+}
+
+pub(crate) fn deploy(args: DeployArgs) -> ExitCode {
+    finish((|| {
+        let client = Client::new(&args.client, Role::Tenant)?;
+        let file = std::fs::File::open(&args.wasm).map_err(|error| {
+            ClientError::Usage(format!("cannot open {}: {error}", args.wasm.display()))
+        })?;
+        let length = file
+            .metadata()
+            .map_err(|error| ClientError::Usage(error.to_string()))?
+            .len();
+        let mut query = format!("remember={}", args.remember);
+        if let Some(idle) = args.passivate_idle_ms {
+            query.push_str(&format!("&passivate_idle_ms={idle}"));
+        }
+        let path = format!("/v1/types/{}/versions?{query}", segment(&args.entity_type));
+        let mut reader = ProgressReader::new(file, length);
+        let deployed = client.upload(&path, "application/wasm", &mut reader, length)?;
+        if args.client.json {
+            print_json(&deployed);
+        } else {
+            println!(
+                "deployed {} version {} ({} bytes, sha256 {})",
+                args.entity_type, deployed["version"], deployed["size_bytes"], deployed["sha256"]
+                    .as_str()
+                    .unwrap_or("?")
+            );
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn types(args: PlainArgs) -> ExitCode {
+    finish((|| {
+        let types = Client::new(&args.client, Role::Tenant)?.get("/v1/types")?;
+        if args.client.json {
+            print_json(&types);
+            return Ok(());
+        }
+        let list = types["types"].as_array().cloned().unwrap_or_default();
+        if list.is_empty() {
+            println!("no entity types deployed");
+        }
+        for record in list {
+            let versions = record["versions"].as_array().map_or(0, Vec::len);
+            println!(
+                "{:<24} active version {:<4} ({versions} deployed)",
+                record["name"].as_str().unwrap_or("?"),
+                record["active_version"]
+            );
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn rollback(args: RollbackArgs) -> ExitCode {
+    finish((|| {
+        let path = format!("/v1/types/{}/active", segment(&args.entity_type));
+        let record = Client::new(&args.client, Role::Tenant)?.json(
+            Method::PUT,
+            &path,
+            &json!({ "version": args.to }),
+        )?;
+        if args.client.json {
+            print_json(&record);
+        } else {
+            println!(
+                "{}: active version is now {}",
+                args.entity_type, record["active_version"]
+            );
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn tell(args: MessageArgs) -> ExitCode {
+    finish((|| {
+        let path = format!("{}/tell", entity_path(&args.entity)?);
+        let message = parse_message(&args.message)?;
+        let answer = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
+        if args.client.json {
+            print_json(&answer);
+        } else {
+            println!("accepted");
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn ask(args: MessageArgs) -> ExitCode {
+    finish((|| {
+        let mut path = format!("{}/ask", entity_path(&args.entity)?);
+        if let Some(timeout) = args.timeout_ms {
+            path.push_str(&format!("?timeout_ms={timeout}"));
+        }
+        let message = parse_message(&args.message)?;
+        let reply = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
+        if args.client.json {
+            println!("{reply}");
+        } else {
+            print_json(&reply);
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn passivate(args: EntityArgs) -> ExitCode {
+    finish((|| {
+        let path = format!("{}/passivate", entity_path(&args.entity)?);
+        let answer = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &json!(null))?;
+        if args.client.json {
+            print_json(&answer);
+        } else {
+            println!("passivating {}", args.entity);
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn state(args: EntityArgs) -> ExitCode {
+    finish((|| {
+        let path = format!("{}/state", entity_path(&args.entity)?);
+        let state = Client::new(&args.client, Role::Tenant)?.get(&path)?;
+        if args.client.json {
+            print_json(&state);
+            return Ok(());
+        }
+        let entries = state["entries"].as_array().cloned().unwrap_or_default();
+        if entries.is_empty() {
+            println!("{} has no state", args.entity);
+        }
+        for entry in entries {
+            let value = entry.get("value").or_else(|| entry.get("bytes"));
+            println!(
+                "{} = {}",
+                entry["key"].as_str().unwrap_or("?"),
+                value.cloned().unwrap_or(Json::Null)
+            );
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn status(args: PlainArgs) -> ExitCode {
+    finish((|| {
+        let status = Client::new(&args.client, Role::Tenant)?.get("/v1/status")?;
+        if args.client.json {
+            print_json(&status);
+            return Ok(());
+        }
+        let types = status["types"].as_array().cloned().unwrap_or_default();
+        if types.is_empty() {
+            println!("no entity types deployed");
+        }
+        for entry in types {
+            println!(
+                "{:<24} version {:<4} live {:<6} remembered {:<6}{}",
+                entry["entity_type"].as_str().unwrap_or("?"),
+                entry["active_version"],
+                entry["live_entities"],
+                entry["remembered_entities"],
+                if entry["remember"] == json!(true) {
+                    " (remember)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) fn tenant(args: TenantArgs) -> ExitCode {
+    finish((|| {
+        let client = Client::new(&args.client, Role::Admin)?;
+        match args.command {
+            TenantCommand::Create { name } => {
+                let tenant = client.json(Method::POST, "/v1/tenants", &json!({ "name": name }))?;
+                if args.client.json {
+                    println!("{tenant}");
+                } else {
+                    println!("created tenant {name}");
+                    println!(
+                        "token: {} (shown once; keep it)",
+                        tenant["token"].as_str().unwrap_or("?")
+                    );
+                }
+            }
+            TenantCommand::List => {
+                let tenants = client.get("/v1/tenants")?;
+                if args.client.json {
+                    print_json(&tenants);
+                } else {
+                    for tenant in tenants["tenants"].as_array().cloned().unwrap_or_default() {
+                        println!("{}", tenant["name"].as_str().unwrap_or("?"));
+                    }
+                }
+            }
+            TenantCommand::Show { name } => {
+                let tenant = client.get(&format!("/v1/tenants/{}", segment(&name)))?;
+                print_json(&tenant);
+            }
+        }
+        Ok(())
+    })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entities_are_type_slash_id() {
+        assert_eq!(entity_path("counter/c1").unwrap(), "/v1/entities/counter/c1");
+        assert_eq!(
+            entity_path("counter/a/b").unwrap(),
+            "/v1/entities/counter/a%2Fb"
+        );
+        assert!(entity_path("counter").is_err());
+        assert!(entity_path("/c1").is_err());
+    }
+}

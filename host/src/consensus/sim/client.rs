@@ -1,0 +1,168 @@
+//! Simulated clients and the history they record. A client has at most one request
+//! outstanding (as VSR assumes), sends it to the primary it believes in, and after a timeout
+//! resends it to every replica with the same request number. Every invocation and completion
+//! is recorded in a [`History`] for the linearizability checker.
+
+use super::rng::Rng;
+use crate::consensus::message::{ClientId, Message, ReplicaIndex, Reply, Request};
+use crate::consensus::state_machine::{KeyValueOperation, KeyValueResult};
+
+/// Ticks a client waits for a reply before resending to every replica.
+pub const CLIENT_RETRY_TICKS: u64 = 40;
+
+/// Keys the clients use: few, so that operations contend.
+pub const KEY_COUNT: u64 = 3;
+
+/// One operation as the clients saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operation {
+    /// Who issued it.
+    pub client: ClientId,
+    /// The key-value operation.
+    pub operation: KeyValueOperation,
+    /// Position in the global event order when it was invoked.
+    pub invoked: u64,
+    /// Position when its reply arrived and the result, or `None` while pending.
+    pub completed: Option<(u64, Option<u64>)>,
+}
+
+/// Every operation of a run, with a global event order.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// The operations in invocation order.
+    pub operations: Vec<Operation>,
+    events: u64,
+}
+
+impl History {
+    fn next_event(&mut self) -> u64 {
+        self.events += 1;
+        self.events
+    }
+}
+
+#[derive(Debug)]
+struct Outstanding {
+    request: Request,
+    sent_tick: u64,
+    history_index: usize,
+}
+
+/// One simulated client.
+#[derive(Debug)]
+pub struct Client {
+    id: ClientId,
+    request_number: u64,
+    outstanding: Option<Outstanding>,
+    view_guess: u64,
+    replica_count: u8,
+    requests_left: u64,
+    issue_per_mille: u64,
+}
+
+impl Client {
+    /// A client that will issue up to `requests_max` requests, each tick it is idle with
+    /// probability `issue_per_mille / 1000`.
+    pub fn new(id: ClientId, replica_count: u8, requests_max: u64, issue_per_mille: u64) -> Client {
+        Client {
+            id,
+            request_number: 0,
+            outstanding: None,
+            view_guess: 0,
+            replica_count,
+            requests_left: requests_max,
+            issue_per_mille,
+        }
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Whether a request awaits its reply.
+    pub fn is_waiting(&self) -> bool {
+        self.outstanding.is_some()
+    }
+
+    /// Issues a new request (when `may_issue`) or resends a timed-out one; returns what to send.
+    pub fn tick(
+        &mut self,
+        rng: &mut Rng,
+        now_tick: u64,
+        may_issue: bool,
+        history: &mut History,
+    ) -> Vec<(ReplicaIndex, Message)> {
+        if let Some(outstanding) = self.outstanding.as_mut() {
+            if now_tick < outstanding.sent_tick + CLIENT_RETRY_TICKS {
+                return Vec::new();
+            }
+            outstanding.sent_tick = now_tick;
+            let message = Message::Request(outstanding.request.clone());
+            return (0..self.replica_count)
+                .map(|replica| (replica, message.clone()))
+                .collect();
+        }
+        if !may_issue || self.requests_left == 0 || !rng.chance(self.issue_per_mille) {
+            return Vec::new();
+        }
+        self.requests_left -= 1;
+        self.request_number += 1;
+        let key = rng.below(KEY_COUNT);
+        let operation = if rng.chance(500) {
+            KeyValueOperation::Put {
+                key,
+                value: (self.id << 32) | self.request_number,
+            }
+        } else {
+            KeyValueOperation::Get { key }
+        };
+        let invoked = history.next_event();
+        history.operations.push(Operation {
+            client: self.id,
+            operation,
+            invoked,
+            completed: None,
+        });
+        let request = Request {
+            client: self.id,
+            request_number: self.request_number,
+            operation: operation.encode(),
+        };
+        let primary = (self.view_guess % u64::from(self.replica_count)) as ReplicaIndex;
+        let message = Message::Request(request.clone());
+        let history_index = history.operations.len() - 1;
+        self.outstanding = Some(Outstanding {
+            request,
+            sent_tick: now_tick,
+            history_index,
+        });
+        vec![(primary, message)]
+    }
+
+    /// Takes a reply; returns the acknowledged request number if it completed the outstanding
+    /// request (duplicates and stale replies return `None`).
+    pub fn on_reply(
+        &mut self,
+        reply: &Reply,
+        history: &mut History,
+    ) -> Result<Option<u64>, String> {
+        self.view_guess = self.view_guess.max(reply.view);
+        let Some(outstanding) = self.outstanding.as_ref() else {
+            return Ok(None);
+        };
+        if reply.request_number != outstanding.request.request_number {
+            return Ok(None);
+        }
+        let value = match KeyValueResult::decode(&reply.result) {
+            KeyValueResult::Value(value) => value,
+            KeyValueResult::Malformed => {
+                return Err(format!("client {} got a malformed result", self.id));
+            }
+        };
+        let completed = history.next_event();
+        history.operations[outstanding.history_index].completed = Some((completed, value));
+        self.outstanding = None;
+        Ok(Some(reply.request_number))
+    }
+}

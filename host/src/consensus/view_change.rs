@@ -1,0 +1,291 @@
+//! View changes: how the replicas replace a primary they no longer hear from.
+//!
+//! A replica that times out moves to view `v + 1` and sends start-view-change to all. Once a
+//! quorum (itself included) has asked for `v + 1`, each sends do-view-change with its log and
+//! `log_view` (the last view it was normal in) to the new primary. With a quorum of those,
+//! its own among them, the new primary keeps the log with the highest `(log_view, op)`, which
+//! holds every committed op, and sends start-view with it. A replica that sees a newer view
+//! than its own asks that view's primary for the start-view (`RequestStartView`), which is also
+//! how a replica cut off during a view change catches up.
+
+use super::config::LOG_OPS_MAX;
+use super::journal::Journal;
+use super::message::{Entry, Message, OpNumber, ReplicaIndex, Status, ViewNumber, is_chained_log};
+use super::replica::Replica;
+use super::state_machine::StateMachine;
+
+/// A do-view-change vote as held by the new primary.
+#[derive(Clone, Debug)]
+pub(super) struct DoViewChangeVote {
+    log_view: ViewNumber,
+    log: Vec<Entry>,
+    commit: OpNumber,
+}
+
+/// Progress of the view change for the replica's current view.
+#[derive(Clone, Debug)]
+pub(super) struct ViewChangeState {
+    start_view_change_votes: Vec<bool>,
+    do_view_change_votes: Vec<Option<DoViewChangeVote>>,
+    do_view_change_sent: bool,
+    started_tick: u64,
+    request_start_view_allowed_tick: u64,
+}
+
+impl ViewChangeState {
+    pub(super) fn new(replica_count: usize) -> ViewChangeState {
+        ViewChangeState {
+            start_view_change_votes: vec![false; replica_count],
+            do_view_change_votes: vec![None; replica_count],
+            do_view_change_sent: false,
+            started_tick: 0,
+            request_start_view_allowed_tick: 0,
+        }
+    }
+
+    fn reset(&mut self, now_ticks: u64) {
+        self.start_view_change_votes
+            .iter_mut()
+            .for_each(|vote| *vote = false);
+        self.do_view_change_votes
+            .iter_mut()
+            .for_each(|vote| *vote = None);
+        self.do_view_change_sent = false;
+        self.started_tick = now_ticks;
+    }
+}
+
+impl<J: Journal, S: StateMachine> Replica<J, S> {
+    /// Gives up on the current view and asks everyone to move to `view`.
+    pub(super) fn start_view_change(&mut self, view: ViewNumber) {
+        assert!(
+            view > self.view,
+            "a view change always moves to a newer view"
+        );
+        self.enter_view_change(view);
+    }
+
+    /// Enters view-change status for `view` (also from recovery, possibly at the current view).
+    pub(super) fn enter_view_change(&mut self, view: ViewNumber) {
+        assert!(view >= self.view, "the view never goes backwards");
+        assert!(
+            view > self.log_view,
+            "a view change targets a view newer than the log's"
+        );
+        self.view = view;
+        self.status = Status::ViewChange;
+        self.recovery = None;
+        self.clear_primary_state();
+        self.view_change.reset(self.now_ticks);
+        self.resend_tick = self.now_ticks;
+        self.durable_dirty = true;
+        self.counters.view_changes_started += 1;
+        self.view_change.start_view_change_votes[usize::from(self.config.replica)] = true;
+        let replica = self.config.replica;
+        self.broadcast(&Message::StartViewChange { view, replica });
+        self.check_start_view_change_quorum();
+    }
+
+    pub(super) fn on_start_view_change(&mut self, view: ViewNumber, replica: ReplicaIndex) {
+        if !self.is_peer(replica) || self.status == Status::Recovering || view < self.view {
+            return self.ignore();
+        }
+        if view == self.view && self.status == Status::Normal {
+            if self.is_primary() {
+                self.send_start_view(replica);
+            }
+            return;
+        }
+        if view > self.view {
+            self.enter_view_change(view);
+        }
+        self.view_change.start_view_change_votes[usize::from(replica)] = true;
+        self.check_start_view_change_quorum();
+    }
+
+    fn check_start_view_change_quorum(&mut self) {
+        let votes = self
+            .view_change
+            .start_view_change_votes
+            .iter()
+            .filter(|vote| **vote)
+            .count();
+        if self.status != Status::ViewChange
+            || self.view_change.do_view_change_sent
+            || votes < self.config.quorum()
+        {
+            return;
+        }
+        self.view_change.do_view_change_sent = true;
+        self.send_do_view_change();
+    }
+
+    fn send_do_view_change(&mut self) {
+        let primary = self.primary_of(self.view);
+        if primary == self.config.replica {
+            let vote = DoViewChangeVote {
+                log_view: self.log_view,
+                log: self.log.clone(),
+                commit: self.commit.min(self.op()),
+            };
+            self.view_change.do_view_change_votes[usize::from(primary)] = Some(vote);
+            return self.check_do_view_change_quorum();
+        }
+        let message = Message::DoViewChange {
+            view: self.view,
+            replica: self.config.replica,
+            log_view: self.log_view,
+            log: self.log.clone(),
+            commit: self.commit.min(self.op()),
+        };
+        self.send(primary, message);
+    }
+
+    pub(super) fn on_do_view_change(
+        &mut self,
+        view: ViewNumber,
+        replica: ReplicaIndex,
+        log_view: ViewNumber,
+        log: Vec<Entry>,
+        commit: OpNumber,
+    ) {
+        let well_formed = self.is_peer(replica)
+            && log_view < view
+            && log.len() as u64 <= LOG_OPS_MAX
+            && is_chained_log(&log);
+        if !well_formed
+            || self.status == Status::Recovering
+            || view < self.view
+            || self.primary_of(view) != self.config.replica
+        {
+            return self.ignore();
+        }
+        if view > self.view {
+            self.enter_view_change(view);
+        }
+        if self.status == Status::Normal {
+            return self.send_start_view(replica);
+        }
+        let commit = commit.min(log.len() as u64);
+        let index = usize::from(replica);
+        self.view_change.start_view_change_votes[index] = true;
+        self.view_change.do_view_change_votes[index] = Some(DoViewChangeVote {
+            log_view,
+            log,
+            commit,
+        });
+        self.check_start_view_change_quorum();
+        self.check_do_view_change_quorum();
+    }
+
+    fn check_do_view_change_quorum(&mut self) {
+        let votes = &self.view_change.do_view_change_votes;
+        let own_vote = votes[usize::from(self.config.replica)].is_some();
+        let count = votes.iter().flatten().count();
+        if self.status != Status::ViewChange || !own_vote || count < self.config.quorum() {
+            return;
+        }
+        let best = votes
+            .iter()
+            .flatten()
+            .max_by_key(|vote| (vote.log_view, vote.log.len()))
+            .map(|vote| vote.log.clone());
+        let commit_max = votes
+            .iter()
+            .flatten()
+            .map(|vote| vote.commit)
+            .max()
+            .unwrap_or(0);
+        let Some(log) = best else { return };
+        self.install_log(log);
+        self.commit = self.commit.max(commit_max.min(self.op()));
+        assert!(
+            self.commit <= self.op(),
+            "every op known committed survives a view change"
+        );
+        self.become_primary_of_own_view();
+        let message = Message::StartView {
+            view: self.view,
+            log: self.log.clone(),
+            commit: self.commit,
+        };
+        self.broadcast(&message);
+        self.apply_committed();
+    }
+
+    fn send_start_view(&mut self, to: ReplicaIndex) {
+        let message = Message::StartView {
+            view: self.view,
+            log: self.log.clone(),
+            commit: self.commit,
+        };
+        self.send(to, message);
+    }
+
+    pub(super) fn on_start_view(&mut self, view: ViewNumber, log: Vec<Entry>, commit: OpNumber) {
+        let current = view < self.view || (view == self.view && self.status == Status::Normal);
+        let well_formed = log.len() as u64 <= LOG_OPS_MAX && is_chained_log(&log);
+        if current
+            || !well_formed
+            || self.status == Status::Recovering
+            || self.primary_of(view) == self.config.replica
+        {
+            return self.ignore();
+        }
+        self.view = view;
+        self.view_change.reset(self.now_ticks);
+        self.start_view_as_backup(log, commit);
+    }
+
+    /// Installs the log of the current view as a backup (after start-view or recovery).
+    pub(super) fn start_view_as_backup(&mut self, log: Vec<Entry>, commit: OpNumber) {
+        self.install_log(log);
+        assert!(
+            self.commit <= self.op(),
+            "every op known committed is in the view's log"
+        );
+        self.become_backup(commit.min(self.op()));
+    }
+
+    pub(super) fn on_request_start_view(&mut self, view: ViewNumber, replica: ReplicaIndex) {
+        if !self.is_peer(replica)
+            || self.status != Status::Normal
+            || !self.is_primary()
+            || view != self.view
+        {
+            return self.ignore();
+        }
+        self.send_start_view(replica);
+    }
+
+    /// Asks the primary of `view` for its start-view, at most once per resend interval.
+    pub(super) fn request_start_view(&mut self, view: ViewNumber) {
+        let primary = self.primary_of(view);
+        if primary == self.config.replica
+            || self.now_ticks < self.view_change.request_start_view_allowed_tick
+        {
+            return;
+        }
+        self.view_change.request_start_view_allowed_tick =
+            self.now_ticks + self.config.timeouts.resend_interval_ticks;
+        let replica = self.config.replica;
+        self.send(primary, Message::RequestStartView { view, replica });
+    }
+
+    pub(super) fn tick_view_change(&mut self) {
+        let timeouts = self.config.timeouts;
+        let elapsed = self.now_ticks - self.view_change.started_tick;
+        if elapsed >= self.timeout_with_jitter(timeouts.view_change_timeout_ticks) {
+            return self.start_view_change(self.view + 1);
+        }
+        if self.now_ticks < self.resend_tick + timeouts.resend_interval_ticks {
+            return;
+        }
+        self.resend_tick = self.now_ticks;
+        let (view, replica) = (self.view, self.config.replica);
+        self.broadcast(&Message::StartViewChange { view, replica });
+        if self.view_change.do_view_change_sent && self.primary_of(view) != replica {
+            self.send_do_view_change();
+        }
+    }
+}

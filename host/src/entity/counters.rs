@@ -1,0 +1,79 @@
+//! Per-type counters kept with atomics on the message path and read when metrics are
+//! rendered: messages, failures by kind, activations by reason, passivations, commit latency.
+
+use crate::envelope::ErrorKind;
+use crate::runtime::Activation;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Every error kind a message can fail with, in a fixed order for the counters.
+pub const ERROR_KINDS: [ErrorKind; 16] = [
+    ErrorKind::BadMessage,
+    ErrorKind::Rejected,
+    ErrorKind::Failed,
+    ErrorKind::Trap,
+    ErrorKind::Deadline,
+    ErrorKind::MemoryLimit,
+    ErrorKind::ReplyTooLarge,
+    ErrorKind::StateTooLarge,
+    ErrorKind::MailboxFull,
+    ErrorKind::BufferOverflow,
+    ErrorKind::EntityTypeNotRegistered,
+    ErrorKind::Timeout,
+    ErrorKind::QuotaExceeded,
+    ErrorKind::Unavailable,
+    ErrorKind::Instantiation,
+    ErrorKind::Internal,
+];
+
+/// Activation reasons, in the order of [`TypeCounters::activations`].
+pub const ACTIVATION_REASONS: [&str; 3] = ["first_start", "restarted", "upgraded"];
+
+/// Upper bounds (microseconds) of the commit-latency buckets.
+pub const COMMIT_BUCKETS_US: [u64; 10] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
+];
+
+/// Counters of one `(tenant, type)`.
+#[derive(Debug, Default)]
+pub struct TypeCounters {
+    /// Messages handled.
+    pub messages: AtomicU64,
+    /// Failed messages by [`ERROR_KINDS`] index.
+    pub failures: [AtomicU64; ERROR_KINDS.len()],
+    /// Activations by [`ACTIVATION_REASONS`] index.
+    pub activations: [AtomicU64; ACTIVATION_REASONS.len()],
+    /// Passivations.
+    pub passivations: AtomicU64,
+    /// Commits by [`COMMIT_BUCKETS_US`] bucket (cumulative counts are computed when read).
+    pub commit_buckets: [AtomicU64; COMMIT_BUCKETS_US.len() + 1],
+    /// Sum of commit latencies in microseconds.
+    pub commit_micros_sum: AtomicU64,
+}
+
+impl TypeCounters {
+    pub(crate) fn failed(&self, kind: ErrorKind) {
+        if let Some(index) = ERROR_KINDS.iter().position(|known| *known == kind) {
+            self.failures[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn activated(&self, reason: Activation) {
+        let index = match reason {
+            Activation::FirstStart => 0,
+            Activation::Restarted => 1,
+            Activation::Upgraded(_) => 2,
+        };
+        self.activations[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn committed(&self, latency: Duration) {
+        let micros = latency.as_micros() as u64;
+        let bucket = COMMIT_BUCKETS_US
+            .iter()
+            .position(|bound| micros <= *bound)
+            .unwrap_or(COMMIT_BUCKETS_US.len());
+        self.commit_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.commit_micros_sum.fetch_add(micros, Ordering::Relaxed);
+    }
+}

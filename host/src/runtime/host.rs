@@ -1,0 +1,332 @@
+//! The host side of the WIT `host` interface: what a guest may do while it runs, each call
+//! checked against the instance's limits and scoped to the current message.
+
+use super::bindings::tessera::entity::{host, types};
+use super::bindings::{Address, GuestError, LogLevel};
+use super::guest_log::{GUEST_LOG_LINE_BYTES_MAX, LogBudget};
+use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
+use super::router::Router;
+use crate::envelope::{EntityAddress, ErrorKind, MessageError};
+use crate::state::{StateChange, StateStore, WriteSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// A guest action the host refuses so firmly that the message traps. Kept apart from guest
+/// traps so the entity layer can report the exact cause.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostTrap {
+    #[error("the message ran past its CPU deadline of {0} ms")]
+    Deadline(u64),
+    #[error("{0}")]
+    StateTooLarge(String),
+    #[error("state storage failed: {0}")]
+    Storage(String),
+    #[error("{0}")]
+    Misuse(String),
+}
+
+impl HostTrap {
+    pub(crate) fn kind(&self) -> ErrorKind {
+        match self {
+            HostTrap::Deadline(_) => ErrorKind::Deadline,
+            HostTrap::StateTooLarge(_) => ErrorKind::StateTooLarge,
+            HostTrap::Storage(_) => ErrorKind::Internal,
+            HostTrap::Misuse(_) => ErrorKind::Trap,
+        }
+    }
+}
+
+/// A message to self, requested with `schedule`; armed once the message commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledMessage {
+    /// The timer id returned to the guest.
+    pub timer: u64,
+    /// How long after the commit to deliver it.
+    pub delay: Duration,
+    /// The MessagePack payload.
+    pub payload: Vec<u8>,
+}
+
+/// What a message asked the host to do once its state is committed. Discarded if it fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// One-way messages to send, in call order.
+    pub tells: Vec<(EntityAddress, Vec<u8>)>,
+    /// Timers to arm.
+    pub schedules: Vec<ScheduledMessage>,
+    /// Timers to cancel.
+    pub cancels: Vec<u64>,
+    /// Whether the entity asked to be passivated after this message.
+    pub passivate: bool,
+}
+
+/// Everything scoped to the message being handled.
+#[derive(Default)]
+pub(crate) struct MessageScope {
+    pub(crate) writes: Option<WriteSet>,
+    pub(crate) effects: Effects,
+    pub(crate) asks: u32,
+    pub(crate) ticks_used: u64,
+    /// Change of the entity's total state bytes made by this message.
+    pub(crate) state_bytes_delta: i64,
+}
+
+/// The data of one entity's `Store`.
+pub(crate) struct HostState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) address: EntityAddress,
+    pub(crate) state: StateStore,
+    pub(crate) router: Arc<dyn Router>,
+    pub(crate) limits: InstanceLimits,
+    pub(crate) log_budget: Arc<LogBudget>,
+    pub(crate) message: MessageScope,
+    pub(crate) ticks_limit: u64,
+    pub(crate) next_timer: u64,
+    /// Committed state bytes (keys plus values) of this entity, kept up to date per message.
+    pub(crate) entity_state_bytes: u64,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HostState {
+    fn writes(&mut self, call: &str) -> wasmtime::Result<&mut WriteSet> {
+        self.message.writes.as_mut().ok_or_else(|| {
+            HostTrap::Misuse(format!(
+                "`{call}` is only allowed while handling a message, not in activate or deactivate"
+            ))
+            .into()
+        })
+    }
+
+    /// Size (key plus value) `key` occupies now, as this message sees it.
+    fn current_size(&mut self, key: &str) -> wasmtime::Result<i64> {
+        let pending = self
+            .message
+            .writes
+            .as_ref()
+            .and_then(|w| w.pending(key).cloned());
+        let value_len = match pending {
+            Some(StateChange::Put(value)) => Some(value.len()),
+            Some(StateChange::Delete) => None,
+            None => self
+                .state
+                .get(&self.address, key)
+                .map_err(|error| HostTrap::Storage(error.to_string()))?
+                .map(|value| value.len()),
+        };
+        Ok(value_len.map_or(0, |len| (key.len() + len) as i64))
+    }
+
+    /// Records the size change of one key and refuses it past the entity's state quota.
+    fn account(&mut self, key: &str, new_size: i64) -> wasmtime::Result<()> {
+        let old_size = self.current_size(key)?;
+        self.message.state_bytes_delta += new_size - old_size;
+        let total = self.entity_state_bytes as i64 + self.message.state_bytes_delta;
+        let limit = self.limits.entity_state_bytes_max as i64;
+        if total > limit {
+            return Err(HostTrap::StateTooLarge(format!(
+                "the entity would hold {total} state bytes, over its quota of {limit}"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    fn check_key(key: &str) -> wasmtime::Result<()> {
+        if key.len() > STATE_KEY_BYTES_MAX {
+            return Err(HostTrap::StateTooLarge(format!(
+                "state key of {} bytes exceeds the limit of {STATE_KEY_BYTES_MAX}",
+                key.len()
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    fn target(&self, to: Address) -> EntityAddress {
+        EntityAddress::new(self.address.tenant.clone(), to.entity_type, to.id)
+    }
+
+    fn take_effect_slot(&mut self) -> Result<(), GuestError> {
+        let used = self.message.effects.tells.len() + self.message.effects.schedules.len();
+        if used >= self.limits.message_tells_max as usize {
+            return Err(GuestError::Failed(format!(
+                "a message may send at most {} tells and timers",
+                self.limits.message_tells_max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Converts a host-side failure into the WIT error a guest sees.
+pub(crate) fn to_guest_error(error: MessageError) -> GuestError {
+    match error.kind {
+        ErrorKind::BadMessage => GuestError::BadMessage(error.message),
+        ErrorKind::Rejected => GuestError::Rejected(error.message),
+        _ => GuestError::Failed(error.to_string()),
+    }
+}
+
+impl types::Host for HostState {}
+
+impl host::Host for HostState {
+    async fn self_address(&mut self) -> wasmtime::Result<Address> {
+        Ok(Address {
+            entity_type: self.address.entity_type.clone(),
+            id: self.address.id.clone(),
+        })
+    }
+
+    async fn get(&mut self, key: String) -> wasmtime::Result<Option<Vec<u8>>> {
+        if let Some(writes) = &self.message.writes {
+            match writes.pending(&key) {
+                Some(StateChange::Put(value)) => return Ok(Some(value.clone())),
+                Some(StateChange::Delete) => return Ok(None),
+                None => {}
+            }
+        }
+        self.state
+            .get(&self.address, &key)
+            .map_err(|error| HostTrap::Storage(error.to_string()).into())
+    }
+
+    async fn put(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
+        Self::check_key(&key)?;
+        self.writes("put")?;
+        self.account(&key, (key.len() + value.len()) as i64)?;
+        let limit = self.limits.message_write_bytes_max;
+        let writes = self.writes("put")?;
+        writes.put(key, value);
+        if writes.payload_bytes() > limit {
+            return Err(HostTrap::StateTooLarge(format!(
+                "the message wrote {} state bytes, over the limit of {limit}",
+                writes.payload_bytes()
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    async fn delete(&mut self, key: String) -> wasmtime::Result<()> {
+        Self::check_key(&key)?;
+        self.writes("delete")?;
+        self.account(&key, 0)?;
+        self.writes("delete")?.delete(key);
+        Ok(())
+    }
+
+    async fn tell(
+        &mut self,
+        to: Address,
+        payload: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), GuestError>> {
+        self.writes("tell")?;
+        if let Err(error) = self.take_effect_slot() {
+            return Ok(Err(error));
+        }
+        let target = self.target(to);
+        self.message.effects.tells.push((target, payload));
+        Ok(Ok(()))
+    }
+
+    async fn ask(
+        &mut self,
+        to: Address,
+        payload: Vec<u8>,
+        timeout_ms: u32,
+    ) -> wasmtime::Result<Result<Vec<u8>, GuestError>> {
+        self.writes("ask")?;
+        let target = self.target(to);
+        if target == self.address {
+            return Ok(Err(GuestError::Failed(
+                "an entity cannot ask itself: it handles one message at a time".into(),
+            )));
+        }
+        if self.message.asks >= self.limits.message_asks_max {
+            return Ok(Err(GuestError::Failed(format!(
+                "a message may make at most {} asks",
+                self.limits.message_asks_max
+            ))));
+        }
+        self.message.asks += 1;
+        let timeout =
+            Duration::from_millis(u64::from(timeout_ms.min(self.limits.ask_timeout_ms_max)));
+        let reply = self
+            .router
+            .ask(&self.address, target, payload, timeout)
+            .await;
+        Ok(reply.map_err(to_guest_error))
+    }
+
+    async fn schedule(&mut self, delay_ms: u64, payload: Vec<u8>) -> wasmtime::Result<u64> {
+        self.writes("schedule")?;
+        if let Err(error) = self.take_effect_slot() {
+            return Err(HostTrap::Misuse(format!("schedule refused: {error:?}")).into());
+        }
+        self.next_timer += 1;
+        let timer = self.next_timer;
+        self.message.effects.schedules.push(ScheduledMessage {
+            timer,
+            delay: Duration::from_millis(delay_ms),
+            payload,
+        });
+        Ok(timer)
+    }
+
+    async fn cancel(&mut self, timer: u64) -> wasmtime::Result<()> {
+        self.writes("cancel")?;
+        let effects = &mut self.message.effects;
+        effects
+            .schedules
+            .retain(|scheduled| scheduled.timer != timer);
+        if effects.cancels.len() < self.limits.message_tells_max as usize {
+            effects.cancels.push(timer);
+        }
+        Ok(())
+    }
+
+    async fn passivate(&mut self) -> wasmtime::Result<()> {
+        self.message.effects.passivate = true;
+        Ok(())
+    }
+
+    async fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
+        if !self.log_budget.take() {
+            return Ok(());
+        }
+        let mut end = message.len().min(GUEST_LOG_LINE_BYTES_MAX);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = &message[..end];
+        let entity = &self.address;
+        match level {
+            LogLevel::Trace => tracing::trace!(target: "tessera::guest", %entity, "{text}"),
+            LogLevel::Debug => tracing::debug!(target: "tessera::guest", %entity, "{text}"),
+            LogLevel::Info => tracing::info!(target: "tessera::guest", %entity, "{text}"),
+            LogLevel::Warn => tracing::warn!(target: "tessera::guest", %entity, "{text}"),
+            LogLevel::Error => tracing::error!(target: "tessera::guest", %entity, "{text}"),
+        }
+        Ok(())
+    }
+
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis() as u64)
+            .unwrap_or(0);
+        Ok(now)
+    }
+}

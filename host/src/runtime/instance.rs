@@ -1,0 +1,172 @@
+//! One live entity instance: its store, its bindings, and the calls into the guest, each with
+//! fresh per-message limits and every failure classified.
+
+use super::bindings::{Activation, Entity, GuestError};
+use super::host::{HostState, HostTrap, MessageScope};
+use super::plugin::Plugin;
+use crate::envelope::{ErrorKind, MessageError};
+use crate::state::WriteSet;
+use std::sync::Arc;
+use wasmtime::Store;
+
+pub use super::host::{Effects, ScheduledMessage};
+
+/// What a message that succeeded produced: the reply, the writes to commit and the effects to
+/// carry out after the commit.
+#[derive(Debug)]
+pub struct HandleOutcome {
+    /// The reply bytes (MessagePack).
+    pub reply: Vec<u8>,
+    /// The message's state changes.
+    pub writes: WriteSet,
+    /// Tells, timers and passivation requested by the message.
+    pub effects: Effects,
+}
+
+/// A live instance of a plugin for one entity. After any error other than the guest's own
+/// `err` result the instance is poisoned and must be dropped.
+pub struct EntityInstance {
+    store: Store<HostState>,
+    bindings: Entity,
+    plugin: Arc<Plugin>,
+    log_lines_per_message: u32,
+    poisoned: bool,
+}
+
+impl EntityInstance {
+    pub(crate) fn new(
+        store: Store<HostState>,
+        bindings: Entity,
+        plugin: Arc<Plugin>,
+        log_lines_per_message: u32,
+    ) -> Self {
+        EntityInstance {
+            store,
+            bindings,
+            plugin,
+            log_lines_per_message,
+            poisoned: false,
+        }
+    }
+
+    /// The plugin this instance runs.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// Guest log lines dropped over the instance's life because a message spent its budget.
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.store.data().log_budget.dropped()
+    }
+
+    /// True once a trap, deadline, memory cap or oversized reply made the instance unusable.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    fn begin_call(&mut self, writes: Option<WriteSet>) {
+        let data = self.store.data_mut();
+        data.message = MessageScope {
+            writes,
+            ..MessageScope::default()
+        };
+        data.limiter.memory_limit_hit = false;
+        data.log_budget.reset(self.log_lines_per_message);
+        self.store.set_epoch_deadline(1);
+    }
+
+    /// Runs the guest's `activate`.
+    pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
+        self.begin_call(None);
+        let result = self
+            .bindings
+            .tessera_entity_handler()
+            .call_activate(&mut self.store, reason)
+            .await;
+        result.map_err(|trap| self.poison(trap))
+    }
+
+    /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
+    /// replying; on `Err` nothing of the message is kept.
+    pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
+        let address = self.store.data().address.clone();
+        self.begin_call(Some(WriteSet::new(address)));
+        let result = self
+            .bindings
+            .tessera_entity_handler()
+            .call_handle(&mut self.store, payload)
+            .await;
+        let scope = std::mem::take(&mut self.store.data_mut().message);
+        let reply = match result {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(from_guest_error(error)),
+            Err(trap) => return Err(self.poison(trap)),
+        };
+        let reply_bytes_max = self.store.data().limits.reply_bytes_max;
+        if reply.len() > reply_bytes_max {
+            self.poisoned = true;
+            return Err(MessageError::new(
+                ErrorKind::ReplyTooLarge,
+                format!(
+                    "the reply is {} bytes, over the limit of {reply_bytes_max}",
+                    reply.len()
+                ),
+            ));
+        }
+        let data = self.store.data_mut();
+        data.entity_state_bytes =
+            (data.entity_state_bytes as i64 + scope.state_bytes_delta).max(0) as u64;
+        let writes = scope
+            .writes
+            .expect("invariant: begin_call gave handle a write set");
+        Ok(HandleOutcome {
+            reply,
+            writes,
+            effects: scope.effects,
+        })
+    }
+
+    /// Runs the guest's `deactivate`; a failure there is logged, never surfaced.
+    pub async fn deactivate(&mut self) {
+        if self.poisoned {
+            return;
+        }
+        self.begin_call(None);
+        let result = self
+            .bindings
+            .tessera_entity_handler()
+            .call_deactivate(&mut self.store)
+            .await;
+        if let Err(trap) = result {
+            let error = self.poison(trap);
+            tracing::warn!(entity = %self.store.data().address, %error, "deactivate failed");
+        }
+    }
+
+    /// Marks the instance unusable and says why it failed.
+    fn poison(&mut self, trap: wasmtime::Error) -> MessageError {
+        self.poisoned = true;
+        let data = self.store.data();
+        if let Some(host_trap) = trap.downcast_ref::<HostTrap>() {
+            return MessageError::new(host_trap.kind(), host_trap.to_string());
+        }
+        if data.limiter.memory_limit_hit {
+            return MessageError::new(
+                ErrorKind::MemoryLimit,
+                format!(
+                    "the instance tried to grow past its memory cap of {} bytes",
+                    data.limiter.memory_bytes_max
+                ),
+            );
+        }
+        MessageError::new(ErrorKind::Trap, format!("the guest trapped: {trap:#}"))
+    }
+}
+
+fn from_guest_error(error: GuestError) -> MessageError {
+    match error {
+        GuestError::BadMessage(message) => MessageError::new(ErrorKind::BadMessage, message),
+        GuestError::Rejected(message) => MessageError::new(ErrorKind::Rejected, message),
+        GuestError::Failed(message) => MessageError::new(ErrorKind::Failed, message),
+    }
+}

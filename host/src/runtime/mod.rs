@@ -1,0 +1,31 @@
+//! One entity in a sandbox: the wasmtime engine, compiled-plugin cache, per-instance limits and
+//! the host side of the WIT contract.
+//!
+//! [`Runtime`] owns the process's single `Engine` (pooling allocator, epoch interruption,
+//! async), compiles each plugin once per content hash (cached on disk) and keeps one
+//! `InstancePre` per plugin in a [`Plugin`]. [`EntityInstance`] is one live instance in its own
+//! `Store`, with a memory cap and a per-message CPU deadline; it runs `activate`, `handle` and
+//! `deactivate` and turns every guest failure into a typed [`MessageError`]. The entity layer
+//! above decides when to call it; the [`Router`] it is given decides where `tell`/`ask` go.
+//!
+//! [`MessageError`]: crate::envelope::MessageError
+
+#[doc(hidden)]
+pub mod baseline;
+mod bindings;
+mod cache;
+mod config;
+mod guest_log;
+mod host;
+mod instance;
+mod limits;
+mod plugin;
+mod router;
+
+pub use bindings::Activation;
+pub use config::RuntimeConfig;
+pub use guest_log::GUEST_LOG_LINE_BYTES_MAX;
+pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
+pub use limits::InstanceLimits;
+pub use plugin::{LoadError, Plugin, Runtime};
+pub use router::{NoRoutes, Router};

@@ -1,0 +1,247 @@
+//! The messages regions and the coordinator exchange, and the [`Switchboard`] that carries
+//! them. Every message here is plain serde data — a reply travels back as a message keyed by
+//! request id, never as a channel — so the in-process channels can become network connections
+//! without changing the region or the coordinator.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::RwLock;
+use tokio::sync::mpsc;
+
+use crate::envelope::{EntityAddress, MessageError, Reply};
+use crate::sharding::allocation::{Allocation, ShardKey};
+use crate::sharding::coordinator::CoordinatorMessage;
+
+/// A node's id, as membership knows it.
+pub type NodeId = String;
+
+/// Where the reply to a forwarded ask goes: the asking node's pending-ask table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTo {
+    /// The node that asked.
+    pub node: NodeId,
+    /// The request id in its pending-ask table.
+    pub request_id: u64,
+    /// How long the asker still waits, so the owner does not keep a reply path open longer.
+    pub timeout_ms: u64,
+}
+
+/// What a forwarded envelope carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireBody {
+    /// A message for the entity; `reply_to` is set for an ask.
+    Message {
+        /// The MessagePack payload.
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+        /// The asker, for an ask.
+        reply_to: Option<ReplyTo>,
+    },
+    /// A request to passivate the entity.
+    Passivate,
+}
+
+/// An envelope travelling from one region to another.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireEnvelope {
+    /// The target entity.
+    pub address: EntityAddress,
+    /// Its shard (computed once, by the first region).
+    pub key: ShardKey,
+    /// The allocation the sender routed by; a receiver that knows an older one learns from it.
+    pub allocation: Allocation,
+    /// Regions this envelope has passed through; bounded by [`FORWARD_HOPS_MAX`].
+    pub hops: u8,
+    /// Message or passivation.
+    pub body: WireBody,
+}
+
+/// Forwards an envelope may take before it is refused. Allocations only move forward in
+/// generation, so a correct route settles in two hops; more means tables disagree badly.
+pub const FORWARD_HOPS_MAX: u8 = 4;
+
+/// A reply on the wire (`Reply` with the payload as MessagePack `bin`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireReply {
+    /// The entity's reply.
+    Ok(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Why the message failed.
+    Err(MessageError),
+}
+
+impl From<Reply> for WireReply {
+    fn from(reply: Reply) -> Self {
+        match reply {
+            Ok(bytes) => WireReply::Ok(bytes),
+            Err(error) => WireReply::Err(error),
+        }
+    }
+}
+
+impl From<WireReply> for Reply {
+    fn from(reply: WireReply) -> Self {
+        match reply {
+            WireReply::Ok(bytes) => Ok(bytes),
+            WireReply::Err(error) => Err(error),
+        }
+    }
+}
+
+/// A message to a region, from a peer region or the coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkMessage {
+    /// An envelope forwarded by a peer region.
+    Deliver(WireEnvelope),
+    /// The reply to an ask this region forwarded.
+    AskReply {
+        /// The request id from [`ReplyTo`].
+        request_id: u64,
+        /// The outcome.
+        reply: WireReply,
+    },
+    /// The coordinator's answer to an allocation request, or news of a settled move.
+    Allocated {
+        /// The shard.
+        key: ShardKey,
+        /// Its home.
+        allocation: Allocation,
+    },
+    /// The coordinator could not allocate the shard (no eligible member).
+    AllocationFailed {
+        /// The shard.
+        key: ShardKey,
+        /// Why.
+        reason: String,
+    },
+    /// The coordinator moves `key` away from this region: stop its entities, then hand the
+    /// buffered messages to `to`.
+    HandOff {
+        /// The shard.
+        key: ShardKey,
+        /// Its new home.
+        to: Allocation,
+    },
+}
+
+/// Why a link could not take a message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// No region or coordinator is reachable under that name.
+    #[error("node {0} is not reachable")]
+    Unreachable(String),
+    /// The receiver's bounded inbox is full.
+    #[error("inbox of {0} is full")]
+    Full(String),
+}
+
+/// Routes link messages between the regions and the coordinator of one process. In the
+/// cluster this becomes the transport; nothing else changes.
+///
+/// ```
+/// use tessera_host::sharding::Switchboard;
+/// let switchboard = Switchboard::new();
+/// assert!(switchboard.regions().is_empty());
+/// ```
+#[derive(Debug, Default)]
+pub struct Switchboard {
+    regions: RwLock<HashMap<NodeId, mpsc::Sender<LinkMessage>>>,
+    coordinator: RwLock<Option<mpsc::Sender<CoordinatorMessage>>>,
+}
+
+impl Switchboard {
+    /// An empty switchboard.
+    pub fn new() -> Self {
+        Switchboard::default()
+    }
+
+    /// Connects the region of `node` (replacing an earlier one, e.g. after a restart).
+    pub fn connect_region(&self, node: NodeId, inbox: mpsc::Sender<LinkMessage>) {
+        let mut regions = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        regions.insert(node, inbox);
+    }
+
+    /// Disconnects the region of `node`.
+    pub fn disconnect_region(&self, node: &str) {
+        let mut regions = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        regions.remove(node);
+    }
+
+    /// Connects the coordinator.
+    pub fn connect_coordinator(&self, inbox: mpsc::Sender<CoordinatorMessage>) {
+        let mut coordinator = self.coordinator.write().unwrap_or_else(|p| p.into_inner());
+        *coordinator = Some(inbox);
+    }
+
+    /// Connected region nodes, sorted.
+    pub fn regions(&self) -> Vec<NodeId> {
+        let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        let mut nodes: Vec<NodeId> = regions.keys().cloned().collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// Sends `message` to the region of `node` without waiting.
+    pub fn send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), LinkError> {
+        self.try_send_to_region(node, message)
+            .map_err(|refused| refused.0)
+    }
+
+    /// Sends `message` to the region of `node` without waiting; on failure the message comes
+    /// back with the reason, so the caller can answer whoever waits on it.
+    pub fn try_send_to_region(
+        &self,
+        node: &str,
+        message: LinkMessage,
+    ) -> Result<(), Box<(LinkError, LinkMessage)>> {
+        let inbox = {
+            let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
+            regions.get(node).cloned()
+        };
+        let Some(inbox) = inbox else {
+            return Err(Box::new((
+                LinkError::Unreachable(node.to_string()),
+                message,
+            )));
+        };
+        inbox.try_send(message).map_err(|error| {
+            Box::new(match error {
+                mpsc::error::TrySendError::Full(message) => {
+                    (LinkError::Full(node.to_string()), message)
+                }
+                mpsc::error::TrySendError::Closed(message) => {
+                    (LinkError::Unreachable(node.to_string()), message)
+                }
+            })
+        })
+    }
+
+    /// Sends `message` to the coordinator without waiting.
+    pub fn send_to_coordinator(&self, message: CoordinatorMessage) -> Result<(), LinkError> {
+        let inbox = {
+            let coordinator = self.coordinator.read().unwrap_or_else(|p| p.into_inner());
+            coordinator.clone()
+        };
+        let inbox = inbox.ok_or_else(|| LinkError::Unreachable("coordinator".to_string()))?;
+        inbox.try_send(message).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => LinkError::Full("coordinator".to_string()),
+            mpsc::error::TrySendError::Closed(_) => {
+                LinkError::Unreachable("coordinator".to_string())
+            }
+        })
+    }
+}
+
+impl Switchboard {
+    /// Disconnects the region of `node` if `inbox` is still the one connected (a restarted
+    /// region may already have replaced it).
+    pub fn disconnect_region_if(&self, node: &str, inbox: &mpsc::Sender<LinkMessage>) {
+        let mut regions = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        if regions
+            .get(node)
+            .is_some_and(|current| current.same_channel(inbox))
+        {
+            regions.remove(node);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The membership view the coordinator reads: which nodes exist, their roles, and whether they
+//! are up, leaving or unreachable. Today a test or the single-node host drives it through a
+//! [`Membership`] handle; the cluster layer will feed the same view from real membership.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use tokio::sync::watch;
+
+use crate::sharding::link::NodeId;
+
+/// A member's status as the failure detector sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberStatus {
+    /// Up and reachable: may own shards.
+    Up,
+    /// Reported unreachable: owns nothing until it is up again.
+    Unreachable,
+}
+
+/// One member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The node's id.
+    pub node: NodeId,
+    /// The roles it advertises (matched against `role_constraint`).
+    pub roles: BTreeSet<String>,
+    /// Up or unreachable.
+    pub status: MemberStatus,
+}
+
+/// Every known member, keyed by node id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberSet {
+    members: BTreeMap<NodeId, Member>,
+}
+
+impl MemberSet {
+    /// Nodes that may own shards: up, reachable and, if `role` is set, advertising it. Sorted.
+    ///
+    /// ```
+    /// use tessera_host::sharding::Membership;
+    /// let membership = Membership::new();
+    /// membership.join("b", ["shard"]);
+    /// membership.join("a", ["web"]);
+    /// assert_eq!(membership.snapshot().eligible(None), vec!["a".to_string(), "b".to_string()]);
+    /// assert_eq!(membership.snapshot().eligible(Some("shard")), vec!["b".to_string()]);
+    /// ```
+    pub fn eligible(&self, role: Option<&str>) -> Vec<NodeId> {
+        self.members
+            .values()
+            .filter(|member| member.status == MemberStatus::Up)
+            .filter(|member| role.is_none_or(|role| member.roles.contains(role)))
+            .map(|member| member.node.clone())
+            .collect()
+    }
+
+    /// Whether `node` may own shards.
+    pub fn is_eligible(&self, node: &str, role: Option<&str>) -> bool {
+        self.members.get(node).is_some_and(|member| {
+            member.status == MemberStatus::Up && role.is_none_or(|role| member.roles.contains(role))
+        })
+    }
+
+    /// All members, eligible or not.
+    pub fn members(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+}
+
+/// A handle that changes the membership view; clones share it. Subscribers see each change.
+///
+/// ```
+/// use tessera_host::sharding::Membership;
+/// let membership = Membership::new();
+/// membership.join("node-1", Vec::<String>::new());
+/// membership.set_unreachable("node-1", true);
+/// assert!(membership.snapshot().eligible(None).is_empty());
+/// membership.leave("node-1");
+/// assert_eq!(membership.snapshot().members().count(), 0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Membership {
+    sender: watch::Sender<MemberSet>,
+}
+
+impl Default for Membership {
+    fn default() -> Self {
+        Membership::new()
+    }
+}
+
+impl Membership {
+    /// An empty view.
+    pub fn new() -> Self {
+        Membership {
+            sender: watch::Sender::new(MemberSet::default()),
+        }
+    }
+
+    /// Adds (or re-adds as up) `node` with `roles`.
+    pub fn join<R: Into<String>>(
+        &self,
+        node: impl Into<NodeId>,
+        roles: impl IntoIterator<Item = R>,
+    ) {
+        let node = node.into();
+        let member = Member {
+            node: node.clone(),
+            roles: roles.into_iter().map(Into::into).collect(),
+            status: MemberStatus::Up,
+        };
+        self.sender.send_modify(|set| {
+            set.members.insert(node, member);
+        });
+    }
+
+    /// Removes `node`.
+    pub fn leave(&self, node: &str) {
+        self.sender.send_modify(|set| {
+            set.members.remove(node);
+        });
+    }
+
+    /// Marks `node` unreachable (or reachable again).
+    pub fn set_unreachable(&self, node: &str, unreachable: bool) {
+        self.sender.send_modify(|set| {
+            if let Some(member) = set.members.get_mut(node) {
+                member.status = if unreachable {
+                    MemberStatus::Unreachable
+                } else {
+                    MemberStatus::Up
+                };
+            }
+        });
+    }
+
+    /// The current view.
+    pub fn snapshot(&self) -> MemberSet {
+        self.sender.borrow().clone()
+    }
+
+    /// A receiver that wakes on every change.
+    pub fn subscribe(&self) -> watch::Receiver<MemberSet> {
+        self.sender.subscribe()
+    }
+}

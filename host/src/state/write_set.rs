@@ -1,0 +1,107 @@
+//! The writes one message makes, kept apart until they are committed or discarded.
+
+use crate::envelope::EntityAddress;
+use std::collections::BTreeMap;
+
+/// One pending change to a state key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateChange {
+    /// Set the key to these bytes.
+    Put(Vec<u8>),
+    /// Remove the key.
+    Delete,
+}
+
+/// Every `put`/`delete` an entity made while handling one message, plus the plugin version it
+/// ran on. Reads inside the message consult it first (read-your-writes).
+///
+/// ```
+/// use tessera_host::envelope::EntityAddress;
+/// use tessera_host::state::{StateChange, WriteSet};
+/// let mut writes = WriteSet::new(EntityAddress::new("t", "counter", "c1"));
+/// writes.put("value", vec![1]);
+/// writes.delete("old");
+/// assert_eq!(writes.pending("value"), Some(&StateChange::Put(vec![1])));
+/// assert_eq!(writes.len(), 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteSet {
+    entity: EntityAddress,
+    changes: BTreeMap<String, StateChange>,
+    version: Option<u32>,
+}
+
+impl WriteSet {
+    /// An empty write set for `entity`.
+    pub fn new(entity: EntityAddress) -> Self {
+        WriteSet {
+            entity,
+            changes: BTreeMap::new(),
+            version: None,
+        }
+    }
+
+    /// The entity these writes belong to.
+    pub fn entity(&self) -> &EntityAddress {
+        &self.entity
+    }
+
+    /// Records `key = value`.
+    pub fn put(&mut self, key: impl Into<String>, value: Vec<u8>) {
+        self.changes.insert(key.into(), StateChange::Put(value));
+    }
+
+    /// Records the removal of `key`.
+    pub fn delete(&mut self, key: impl Into<String>) {
+        self.changes.insert(key.into(), StateChange::Delete);
+    }
+
+    /// The pending change to `key`, if this message made one.
+    pub fn pending(&self, key: &str) -> Option<&StateChange> {
+        self.changes.get(key)
+    }
+
+    /// Records that the entity now runs on plugin `version` (committed with the writes).
+    pub fn set_version(&mut self, version: u32) {
+        self.version = Some(version);
+    }
+
+    /// The plugin version to record, if it changed.
+    pub fn version(&self) -> Option<u32> {
+        self.version
+    }
+
+    /// The changes, in key order.
+    pub fn changes(&self) -> impl Iterator<Item = (&str, &StateChange)> {
+        self.changes
+            .iter()
+            .map(|(key, change)| (key.as_str(), change))
+    }
+
+    /// Number of changed keys.
+    pub fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// True when nothing needs committing: no change and no version to record.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.version.is_none()
+    }
+
+    /// Bytes the changes carry (keys plus values), for quotas and batch limits.
+    pub fn payload_bytes(&self) -> usize {
+        self.changes
+            .iter()
+            .map(|(key, change)| match change {
+                StateChange::Put(value) => key.len() + value.len(),
+                StateChange::Delete => key.len(),
+            })
+            .sum()
+    }
+
+    /// Drops every pending change (a failed message).
+    pub fn clear(&mut self) {
+        self.changes.clear();
+        self.version = None;
+    }
+}

@@ -1,0 +1,147 @@
+//! Test support shared by the integration tests and benchmarks: the paths of the plugin
+//! components (built by `build.rs` for `wasm32-wasip2`) and a small local node to run them in.
+
+include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
+
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
+use tessera_host::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
+use tessera_host::envelope::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use tessera_host::runtime::{InstanceLimits, Plugin, Runtime, RuntimeConfig};
+use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateStore};
+
+/// One engine for the whole test binary, with its compiled plugins cached on disk next to the
+/// test build, so tests neither recompile nor fill the address space with pools.
+pub fn shared_runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let config = RuntimeConfig {
+                instances_max: 2_000,
+                compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
+                ..RuntimeConfig::default()
+            };
+            Arc::new(Runtime::new(config).expect("the test engine starts"))
+        })
+        .clone()
+}
+
+/// The compiled plugin at `path`, loaded once per test binary.
+pub fn plugin(path: &str) -> Arc<Plugin> {
+    static PLUGINS: OnceLock<Mutex<HashMap<String, Arc<Plugin>>>> = OnceLock::new();
+    let plugins = PLUGINS.get_or_init(Default::default);
+    let mut plugins = plugins.lock().unwrap_or_else(|p| p.into_inner());
+    plugins
+        .entry(path.to_string())
+        .or_insert_with(|| {
+            let bytes = std::fs::read(path).expect("the plugin was built by build.rs");
+            shared_runtime().load(&bytes).expect("the plugin loads")
+        })
+        .clone()
+}
+
+/// A node's entity stack (no sharding) over a data directory.
+pub struct TestNode {
+    /// The state store.
+    pub store: StateStore,
+    /// The group committer.
+    pub committer: Arc<GroupCommitter>,
+    /// The type table.
+    pub types: Arc<TypeTable>,
+    /// The live entities.
+    pub entities: Entities,
+}
+
+/// The tenant test entities live in.
+pub const TENANT: &str = "test";
+
+impl TestNode {
+    /// A node over `data_dir` with default entity settings.
+    pub fn new(data_dir: &Path) -> Self {
+        Self::with_config(data_dir, EntityConfig::default())
+    }
+
+    /// A node over `data_dir` with `config`.
+    pub fn with_config(data_dir: &Path, config: EntityConfig) -> Self {
+        let store = StateStore::open(&data_dir.join("tessera.redb")).expect("the store opens");
+        let committer = Arc::new(GroupCommitter::start(
+            store.clone(),
+            GroupCommitConfig::default(),
+        ));
+        let types = Arc::new(TypeTable::default());
+        let entities = Entities::new(
+            shared_runtime(),
+            store.clone(),
+            committer.clone(),
+            types.clone(),
+            config,
+        );
+        TestNode {
+            store,
+            committer,
+            types,
+            entities,
+        }
+    }
+
+    /// Deploys `plugin_path` as `entity_type` (version `version`) with `limits`.
+    pub fn deploy(
+        &self,
+        entity_type: &str,
+        plugin_path: &str,
+        version: u32,
+        limits: InstanceLimits,
+    ) {
+        self.deploy_with(entity_type, plugin_path, version, limits, None);
+    }
+
+    /// Like [`deploy`](Self::deploy) with an idle-passivation timeout.
+    pub fn deploy_with(
+        &self,
+        entity_type: &str,
+        plugin_path: &str,
+        version: u32,
+        limits: InstanceLimits,
+        passivate_idle: Option<Duration>,
+    ) {
+        self.types.bind(
+            TypeKey::new(TENANT, entity_type),
+            TypeBinding {
+                plugin: plugin(plugin_path),
+                version,
+                limits,
+                passivate_idle,
+                mailbox_capacity: 1024,
+                tenant_live_entities_max: None,
+            },
+        );
+    }
+
+    /// Asks entity `entity_type/id` with a JSON message and decodes the JSON reply.
+    pub async fn ask(
+        &self,
+        entity_type: &str,
+        id: &str,
+        message: Json,
+    ) -> Result<Json, MessageError> {
+        let reply = self
+            .entities
+            .ask(
+                address(entity_type, id),
+                json_to_msgpack(&message),
+                Duration::from_secs(20),
+            )
+            .await?;
+        msgpack_to_json(&reply)
+            .map_err(|error| MessageError::new(ErrorKind::Failed, error.to_string()))
+    }
+}
+
+/// The address of a test entity.
+pub fn address(entity_type: &str, id: &str) -> EntityAddress {
+    EntityAddress::new(TENANT, entity_type, id)
+}

@@ -1,0 +1,457 @@
+//! The entity runtime seen from outside: real plugin components, run through entity cells,
+//! with durable state in redb.
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tessera_host::entity::EntityConfig;
+use tessera_host::envelope::ErrorKind;
+use tessera_host::runtime::InstanceLimits;
+use tessera_tests::{TestNode, address};
+
+fn node() -> (tempfile::TempDir, TestNode) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    node.deploy(
+        "counter",
+        tessera_tests::COUNTER,
+        1,
+        InstanceLimits::default(),
+    );
+    (dir, node)
+}
+
+/// The counter keeps answering: proof that a failure elsewhere did not take the host down.
+async fn counter_still_answers(node: &TestNode) {
+    let before = node.ask("counter", "witness", json!("Get")).await.unwrap();
+    let after = node
+        .ask("counter", "witness", json!({"Add": 1}))
+        .await
+        .unwrap();
+    assert_eq!(after.as_i64().unwrap(), before.as_i64().unwrap() + 1);
+}
+
+/// One test per plugin, named after it: `foreach_plugin!` below fails the build when a plugin
+/// has none.
+mod plugin {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn counter() {
+        let (_dir, node) = node();
+        assert_eq!(
+            node.ask("counter", "c1", json!({"Add": 5})).await.unwrap(),
+            json!(5)
+        );
+        assert_eq!(
+            node.ask("counter", "c1", json!({"Add": -2})).await.unwrap(),
+            json!(3)
+        );
+        assert_eq!(
+            node.ask("counter", "c1", json!("Get")).await.unwrap(),
+            json!(3)
+        );
+        assert_eq!(
+            node.ask("counter", "c2", json!("Get")).await.unwrap(),
+            json!(0)
+        );
+        assert_eq!(
+            node.ask("counter", "c1", json!("Reset")).await.unwrap(),
+            json!(0)
+        );
+        assert_eq!(
+            node.ask("counter", "c1", json!("Get")).await.unwrap(),
+            json!(0)
+        );
+        let error = node
+            .ask("counter", "c1", json!({"Nope": 1}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::BadMessage, "{error}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn bank_account() {
+        let (_dir, node) = node();
+        // Deployed under a name of our choosing: transfers must find their peer through it.
+        node.deploy(
+            "accounts",
+            tessera_tests::BANK_ACCOUNT,
+            1,
+            InstanceLimits::default(),
+        );
+        assert_eq!(
+            node.ask("accounts", "alice", json!({"Deposit": 100}))
+                .await
+                .unwrap(),
+            json!(100)
+        );
+        let rejected = node
+            .ask("accounts", "alice", json!({"Withdraw": 500}))
+            .await
+            .unwrap_err();
+        assert_eq!(rejected.kind, ErrorKind::Rejected, "{rejected}");
+        assert_eq!(
+            node.ask("accounts", "alice", json!("Balance"))
+                .await
+                .unwrap(),
+            json!(100)
+        );
+        let transfer = json!({"Transfer": {"to": "bob", "amount": 30}});
+        assert_eq!(
+            node.ask("accounts", "alice", transfer).await.unwrap(),
+            json!(70)
+        );
+        assert_eq!(
+            node.ask("accounts", "bob", json!("Balance")).await.unwrap(),
+            json!(30)
+        );
+        let too_much = json!({"Transfer": {"to": "bob", "amount": 1000}});
+        let error = node.ask("accounts", "alice", too_much).await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Rejected, "{error}");
+        assert_eq!(
+            node.ask("accounts", "alice", json!("Balance"))
+                .await
+                .unwrap(),
+            json!(70)
+        );
+        assert_eq!(
+            node.ask("accounts", "bob", json!("Balance")).await.unwrap(),
+            json!(30)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn reminder() {
+        let (_dir, node) = node();
+        node.deploy(
+            "reminder",
+            tessera_tests::REMINDER,
+            1,
+            InstanceLimits::default(),
+        );
+        node.ask(
+            "reminder",
+            "r1",
+            json!({"Remind": {"delay_ms": 20, "note": "tea"}}),
+        )
+        .await
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let fired = node.ask("reminder", "r1", json!("Fired")).await.unwrap();
+            if fired.to_string().contains("tea") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the reminder never fired: {fired}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // What fired was recorded in durable state, not only in instance memory.
+        let state = node.store.entries(&address("reminder", "r1")).unwrap();
+        assert!(!state.is_empty(), "the firing was not written to state");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn spin_forever() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            message_deadline_ms: 200,
+            ..InstanceLimits::default()
+        };
+        node.deploy("spin", tessera_tests::SPIN_FOREVER, 1, limits);
+        let started = Instant::now();
+        let error = node.ask("spin", "s1", json!("Spin")).await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Deadline, "{error}");
+        // Stopped by its deadline, not by the 20 s ask timeout.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        counter_still_answers(&node).await;
+        // The entity itself comes back fresh on its next message.
+        assert_eq!(
+            node.ask("spin", "s1", json!("Ping")).await.unwrap(),
+            json!("Pong")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn memory_hog() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            memory_bytes_max: 16 << 20,
+            ..InstanceLimits::default()
+        };
+        node.deploy("hog", tessera_tests::MEMORY_HOG, 1, limits);
+        let error = node.ask("hog", "h1", json!("Grow")).await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::MemoryLimit, "{error}");
+        counter_still_answers(&node).await;
+        assert_eq!(
+            node.ask("hog", "h1", json!("Ping")).await.unwrap(),
+            json!("Pong")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn panics() {
+        let (_dir, node) = node();
+        node.deploy(
+            "panics",
+            tessera_tests::PANICS,
+            1,
+            InstanceLimits::default(),
+        );
+        let error = node.ask("panics", "p1", json!("Panic")).await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Trap, "{error}");
+        // The put made before the panic was discarded with the message.
+        assert_eq!(
+            node.store.entries(&address("panics", "p1")).unwrap(),
+            vec![]
+        );
+        counter_still_answers(&node).await;
+        assert_eq!(
+            node.ask("panics", "p1", json!("Ping")).await.unwrap(),
+            json!("Pong")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn noisy() {
+        let (_dir, node) = node();
+        // The host's work on 200,000 writes counts against the deadline; give it room so the
+        // test is about the flood, not the clock.
+        let limits = InstanceLimits {
+            message_deadline_ms: 60_000,
+            ..InstanceLimits::default()
+        };
+        node.deploy("noisy", tessera_tests::NOISY, 1, limits);
+        node.ask("noisy", "n1", json!("Shout")).await.unwrap();
+        counter_still_answers(&node).await;
+        let noisy = address("noisy", "n1");
+        node.entities.stop_where(|entity| *entity == noisy).await;
+        let dropped = node
+            .entities
+            .stats()
+            .guest_log_lines_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        // 200,000 lines were written; only the per-message budget reached the log.
+        assert!(dropped >= 199_000, "only {dropped} lines were dropped");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn echo() {
+        let (_dir, node) = node();
+        node.deploy("echo", tessera_tests::ECHO, 1, InstanceLimits::default());
+        let reply = node.ask("echo", "e1", json!([1, 2, 3])).await.unwrap();
+        assert_eq!(reply, json!([1, 2, 3]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn huge_reply() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            reply_bytes_max: 1 << 20,
+            ..InstanceLimits::default()
+        };
+        node.deploy("huge", tessera_tests::HUGE_REPLY, 1, limits);
+        let error = node
+            .ask("huge", "h1", json!({"Bytes": 8 << 20}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::ReplyTooLarge, "{error}");
+        let small = node.ask("huge", "h1", json!({"Bytes": 16})).await.unwrap();
+        assert_eq!(small.as_array().map(Vec::len), Some(16));
+        counter_still_answers(&node).await;
+    }
+}
+
+macro_rules! assert_plugin_tested {
+    ($name:ident) => {
+        #[allow(unused_imports)]
+        use self::plugin::$name as _;
+    };
+}
+tessera_tests::foreach_plugin!(assert_plugin_tested);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let node = TestNode::new(dir.path());
+        node.deploy(
+            "counter",
+            tessera_tests::COUNTER,
+            1,
+            InstanceLimits::default(),
+        );
+        node.ask("counter", "durable", json!({"Add": 41}))
+            .await
+            .unwrap();
+        node.ask("counter", "durable", json!({"Add": 1}))
+            .await
+            .unwrap();
+        node.entities.stop_all().await;
+    }
+    let node = TestNode::new(dir.path());
+    node.deploy(
+        "counter",
+        tessera_tests::COUNTER,
+        1,
+        InstanceLimits::default(),
+    );
+    assert_eq!(
+        node.ask("counter", "durable", json!("Get")).await.unwrap(),
+        json!(42)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_message_leaves_no_write() {
+    let (_dir, node) = node();
+    node.deploy(
+        "accounts",
+        tessera_tests::BANK_ACCOUNT,
+        1,
+        InstanceLimits::default(),
+    );
+    node.ask("accounts", "a", json!({"Deposit": 10}))
+        .await
+        .unwrap();
+    let before = node.store.entries(&address("accounts", "a")).unwrap();
+    node.ask("accounts", "a", json!({"Withdraw": 11}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        node.store.entries(&address("accounts", "a")).unwrap(),
+        before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_restarts_the_entity_from_durable_state() {
+    let (_dir, node) = node();
+    node.deploy(
+        "panics",
+        tessera_tests::PANICS,
+        1,
+        InstanceLimits::default(),
+    );
+    node.ask("counter", "c", json!({"Add": 7})).await.unwrap();
+    node.ask("panics", "p", json!("Panic")).await.unwrap_err();
+    let discards = node
+        .entities
+        .stats()
+        .instance_discards
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(discards, 1);
+    assert_eq!(
+        node.ask("counter", "c", json!("Get")).await.unwrap(),
+        json!(7)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_type_is_refused() {
+    let (_dir, node) = node();
+    let error = node.ask("nope", "x", json!("Get")).await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::EntityTypeNotRegistered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_mailbox_is_backpressure_not_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    let limits = InstanceLimits {
+        message_deadline_ms: 300,
+        ..InstanceLimits::default()
+    };
+    node.types.bind(
+        tessera_host::envelope::TypeKey::new(tessera_tests::TENANT, "spin"),
+        tessera_host::entity::TypeBinding {
+            plugin: tessera_tests::plugin(tessera_tests::SPIN_FOREVER),
+            version: 1,
+            limits,
+            passivate_idle: None,
+            mailbox_capacity: 2,
+            tenant_live_entities_max: None,
+        },
+    );
+    let payload = tessera_host::api::codec::json_to_msgpack(&json!("Spin"));
+    let mut refused = 0;
+    for _ in 0..10 {
+        let envelope = tessera_host::envelope::Envelope::tell(payload.clone());
+        if let Err((error, _)) = node.entities.try_deliver(address("spin", "busy"), envelope) {
+            assert_eq!(error.kind, ErrorKind::MailboxFull);
+            refused += 1;
+        }
+    }
+    // At most the mailbox plus the one message being handled were taken.
+    assert!(
+        refused >= 7,
+        "only {refused} of 10 refused with a mailbox of 2"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_entity_limit_evicts_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EntityConfig {
+        active_entities_max: Some(3),
+        ..EntityConfig::default()
+    };
+    let node = TestNode::with_config(dir.path(), config);
+    node.deploy(
+        "counter",
+        tessera_tests::COUNTER,
+        1,
+        InstanceLimits::default(),
+    );
+    for id in ["a", "b", "c"] {
+        node.ask("counter", id, json!({"Add": 1})).await.unwrap();
+    }
+    node.ask("counter", "a", json!("Get")).await.unwrap(); // b is now the least recent
+    node.ask("counter", "d", json!({"Add": 1})).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.entities.is_live(&address("counter", "b")) {
+        assert!(Instant::now() < deadline, "b was never evicted");
+        tokio::task::yield_now().await;
+    }
+    assert!(node.entities.is_live(&address("counter", "a")));
+    assert!(node.entities.is_live(&address("counter", "d")));
+    // Eviction is passivation: b's state is intact.
+    assert_eq!(
+        node.ask("counter", "b", json!("Get")).await.unwrap(),
+        json!(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_happens_at_a_message_boundary_and_keeps_state() {
+    let (_dir, node) = node();
+    node.ask("counter", "u", json!({"Add": 3})).await.unwrap();
+    let activations = || {
+        node.entities
+            .stats()
+            .activations
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = activations();
+    node.deploy(
+        "counter",
+        tessera_tests::COUNTER,
+        2,
+        InstanceLimits::default(),
+    );
+    assert_eq!(
+        node.ask("counter", "u", json!({"Add": 1})).await.unwrap(),
+        json!(4)
+    );
+    assert_eq!(
+        activations(),
+        before + 1,
+        "the live entity was re-activated on version 2"
+    );
+}
