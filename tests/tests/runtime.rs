@@ -250,6 +250,47 @@ mod plugin {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn relay() {
+        let (_dir, node) = node();
+        node.deploy("relay", tessera_tests::RELAY, 1, InstanceLimits::default());
+        let tell = json!({"TellAdd": {"entity_type": "counter", "id": "target", "amount": 3}});
+        assert_eq!(
+            node.ask("relay", "r1", tell.clone()).await.unwrap(),
+            json!(1)
+        );
+        assert_eq!(node.ask("relay", "r1", tell).await.unwrap(), json!(2));
+        // The guest's tells were sent after its commits and reach the counter in order.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while node.ask("counter", "target", json!("Get")).await.unwrap() != json!(6) {
+            assert!(
+                Instant::now() < deadline,
+                "the counter never got both tells"
+            );
+            tokio::task::yield_now().await;
+        }
+        // A guest-requested passivation takes effect after its reply.
+        node.ask("relay", "r1", json!("Sleep")).await.unwrap();
+        let relay = address("relay", "r1");
+        while node.entities.is_live(&relay) {
+            assert!(Instant::now() < deadline, "the relay never passivated");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            node.ask("relay", "r1", json!("Sent")).await.unwrap(),
+            json!(2)
+        );
+        // A tell to an unknown type is dropped and counted, never delivered elsewhere.
+        let lost = json!({"TellAdd": {"entity_type": "nope", "id": "x", "amount": 1}});
+        node.ask("relay", "r1", lost).await.unwrap();
+        let dropped = node
+            .entities
+            .stats()
+            .dropped_tells
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(dropped, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn huge_reply() {
         let (_dir, node) = node();
         let limits = InstanceLimits {
@@ -454,4 +495,77 @@ async fn upgrade_happens_at_a_message_boundary_and_keeps_state() {
         before + 1,
         "the live entity was re-activated on version 2"
     );
+}
+
+#[test]
+fn a_second_start_loads_the_compiled_plugin_from_disk() {
+    let cache = tempfile::tempdir().unwrap();
+    let config = tessera_host::runtime::RuntimeConfig {
+        instances_max: 4,
+        compiled_cache_dir: Some(cache.path().to_path_buf()),
+        ..Default::default()
+    };
+    let bytes = std::fs::read(tessera_tests::COUNTER).unwrap();
+    let first = tessera_host::runtime::Runtime::new(config.clone()).unwrap();
+    let plugin = first.load(&bytes).unwrap();
+    assert_eq!(first.compilations(), 1);
+    assert!(first.is_cached(plugin.content_hash()));
+    drop(first);
+    let second = tessera_host::runtime::Runtime::new(config).unwrap();
+    second.load(&bytes).unwrap();
+    assert_eq!(second.compilations(), 0, "the second start recompiled");
+}
+
+#[test]
+fn uploads_that_are_not_entity_components_are_refused() {
+    use tessera_host::runtime::LoadError;
+    let runtime = tessera_tests::shared_runtime();
+    assert!(matches!(
+        runtime.load(b"not wasm"),
+        Err(LoadError::NotAComponent(_))
+    ));
+    let core_module = b"\0asm\x01\0\0\0";
+    assert!(matches!(
+        runtime.load(core_module),
+        Err(LoadError::NotAComponent(_))
+    ));
+    let empty_component = b"\0asm\x0d\0\x01\0";
+    assert!(matches!(
+        runtime.load(empty_component),
+        Err(LoadError::WrongWorld(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoke_keeps_state_in_its_data_dir_and_stops_at_an_error() {
+    use tessera_host::cli::{InvokeOptions, invoke};
+    let dir = tempfile::tempdir().unwrap();
+    let options = |messages: Vec<serde_json::Value>| InvokeOptions {
+        component: tessera_tests::COUNTER.into(),
+        entity_id: "inv".into(),
+        messages,
+        data_dir: dir.path().to_path_buf(),
+        timeout: Duration::from_secs(10),
+    };
+    let mut replies = Vec::new();
+    invoke(options(vec![json!({"Add": 5}), json!("Get")]), |reply| {
+        replies.push(reply.clone())
+    })
+    .await
+    .unwrap();
+    assert_eq!(replies, vec![Ok(json!(5)), Ok(json!(5))]);
+    let mut replies = Vec::new();
+    invoke(
+        options(vec![json!({"Add": 1}), json!({"Bad": 1}), json!("Get")]),
+        |reply| replies.push(reply.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replies.len(), 2, "invoke stops at the first failed message");
+    assert_eq!(
+        replies[0],
+        Ok(json!(6)),
+        "state persisted across invocations"
+    );
+    assert_eq!(replies[1].as_ref().unwrap_err().kind, ErrorKind::BadMessage);
 }
