@@ -177,6 +177,9 @@ impl Scheduled {
 
 struct FakeState {
     address: Address,
+    /// Set while `activate` or `deactivate` runs, where the host refuses state writes and
+    /// messages (it traps); the harness panics with the same rule.
+    lifecycle_call: Option<&'static str>,
     committed: BTreeMap<String, Vec<u8>>,
     /// Writes of the current message: `None` is a delete.
     pending: BTreeMap<String, Option<Vec<u8>>>,
@@ -224,6 +227,7 @@ impl TestHost {
     /// ```
     pub fn new(address: Address) -> Self {
         let state = FakeState {
+            lifecycle_call: None,
             address,
             committed: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -515,6 +519,10 @@ impl TestHost {
         self.state.borrow_mut().passivation_requested = false;
     }
 
+    fn set_lifecycle_call(&self, call: Option<&'static str>) {
+        self.state.borrow_mut().lifecycle_call = call;
+    }
+
     fn cancel_live_timers(&self) {
         for timer in self.state.borrow_mut().timers.iter_mut() {
             if timer.is_live() {
@@ -541,6 +549,17 @@ struct FakeBackend {
     state: Rc<RefCell<FakeState>>,
 }
 
+impl FakeBackend {
+    /// Panics like the host traps: writes and messages only while handling a message.
+    fn require_message(&self, what: &str) {
+        if let Some(call) = self.state.borrow().lifecycle_call {
+            panic!(
+                "`{what}` is only allowed while handling a message, not in {call} (the host traps)"
+            );
+        }
+    }
+}
+
 impl Backend for FakeBackend {
     fn self_address(&self) -> Address {
         self.state.borrow().address.clone()
@@ -555,6 +574,7 @@ impl Backend for FakeBackend {
     }
 
     fn put(&self, key: &str, value: &[u8]) {
+        self.require_message("put");
         self.state
             .borrow_mut()
             .pending
@@ -562,6 +582,7 @@ impl Backend for FakeBackend {
     }
 
     fn delete(&self, key: &str) {
+        self.require_message("delete");
         self.state
             .borrow_mut()
             .pending
@@ -569,6 +590,7 @@ impl Backend for FakeBackend {
     }
 
     fn tell(&self, to: &Address, payload: &[u8]) -> Result<(), Error> {
+        self.require_message("tell");
         self.state.borrow_mut().tells.push(SentTell {
             to: to.clone(),
             payload: payload.to_vec(),
@@ -577,6 +599,7 @@ impl Backend for FakeBackend {
     }
 
     fn ask(&self, to: &Address, payload: &[u8], timeout_ms: u32) -> Result<Vec<u8>, Error> {
+        self.require_message("ask");
         let is_self = *to == self.state.borrow().address;
         // The handler is taken out while it runs so that it may use the `TestHost` itself.
         let handler = self.state.borrow_mut().ask_handlers.remove(to);
@@ -605,6 +628,7 @@ impl Backend for FakeBackend {
     }
 
     fn schedule(&self, delay_ms: u64, payload: &[u8]) -> u64 {
+        self.require_message("schedule");
         let mut state = self.state.borrow_mut();
         let id = state.next_timer;
         state.next_timer += 1;
@@ -738,7 +762,7 @@ impl<E: Entity> Harness<E> {
     }
 
     /// Activates a new instance (dropping a live one without `deactivate`, like a trap would).
-    /// Writes made in `activate` are committed.
+    /// State writes and messages in `activate` panic, as the host traps on them.
     ///
     /// ```
     /// # use tessera_sdk::prelude::*;
@@ -752,13 +776,16 @@ impl<E: Entity> Harness<E> {
     /// ```
     pub fn activate(&mut self, reason: Activation) {
         self.host.begin_activation();
+        self.host.set_lifecycle_call(Some("activate"));
         let mut ctx = self.host.ctx();
-        self.entity = Some(E::activate(&mut ctx, reason));
-        self.host.commit();
+        let entity = E::activate(&mut ctx, reason);
+        self.host.set_lifecycle_call(None);
+        self.entity = Some(entity);
     }
 
     /// Deactivates the live instance, as passivation does: calls `deactivate`, drops the
-    /// instance and cancels its timers. Writes made in `deactivate` are discarded.
+    /// instance and cancels its timers. State writes and messages in `deactivate` panic, as
+    /// the host traps on them.
     ///
     /// ```
     /// # use tessera_sdk::prelude::*;
@@ -773,7 +800,9 @@ impl<E: Entity> Harness<E> {
     /// ```
     pub fn deactivate(&mut self) {
         if let Some(mut entity) = self.entity.take() {
+            self.host.set_lifecycle_call(Some("deactivate"));
             entity.deactivate(&mut self.host.ctx());
+            self.host.set_lifecycle_call(None);
         }
         self.host.discard();
         self.host.cancel_live_timers();
@@ -1195,7 +1224,7 @@ mod tests {
     }
 
     #[test]
-    fn deactivation_cancels_live_timers_and_discards_its_writes() {
+    fn deactivation_cancels_live_timers() {
         struct Leaves;
         impl Entity for Leaves {
             type Msg = ();
@@ -1207,15 +1236,33 @@ mod tests {
                 ctx.schedule(Duration::from_secs(1), &());
                 Ok(())
             }
-            fn deactivate(&mut self, ctx: &mut Ctx) {
-                ctx.put("late", &1u8);
-            }
         }
         let mut leaves = Harness::<Leaves>::new(Address::new("leaves", "l"));
         leaves.send(&()).unwrap();
         leaves.deactivate();
         assert!(leaves.schedules()[0].cancelled);
-        assert_eq!(leaves.state_bytes("late"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "only allowed while handling a message, not in deactivate")]
+    fn writes_in_deactivate_are_refused_as_the_host_refuses_them() {
+        struct Late;
+        impl Entity for Late {
+            type Msg = ();
+            type Reply = ();
+            fn activate(_: &mut Ctx, _: Activation) -> Self {
+                Late
+            }
+            fn handle(&mut self, _: &mut Ctx, _: ()) -> Result<(), Error> {
+                Ok(())
+            }
+            fn deactivate(&mut self, ctx: &mut Ctx) {
+                ctx.put("late", &1u8);
+            }
+        }
+        let mut late = Harness::<Late>::new(Address::new("late", "l"));
+        late.send(&()).unwrap();
+        late.deactivate();
     }
 
     #[test]
