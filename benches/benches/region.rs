@@ -41,7 +41,9 @@ fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
         };
         node.create_tenant("bench", Some(quotas)).expect("tenant");
         let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
-        node.deploy("bench", "counter", bytes, TypeOptions::default()).await.expect("deploy");
+        node.deploy("bench", "counter", bytes, TypeOptions::default())
+            .await
+            .expect("deploy");
         node
     })
 }
@@ -51,7 +53,11 @@ fn address(index: usize) -> EntityAddress {
 }
 
 fn bench_region(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let node = open_node(&rt, dir.path());
     let region = node.region().clone();
@@ -96,7 +102,11 @@ fn bench_region(c: &mut Criterion) {
     let mut raw: Vec<RawInstance> = rt.block_on(async {
         let mut instances = Vec::with_capacity(ENTITIES);
         for _ in 0..ENTITIES {
-            instances.push(RawInstance::instantiate(&runtime, &plugin, store.clone()).await.unwrap());
+            instances.push(
+                RawInstance::instantiate(&runtime, &plugin, store.clone())
+                    .await
+                    .unwrap(),
+            );
         }
         instances
     });
@@ -124,13 +134,17 @@ fn bench_region(c: &mut Criterion) {
         let mut latencies = Vec::with_capacity(ASK_SAMPLES);
         for sample in 0..ASK_SAMPLES {
             let started = Instant::now();
-            region.ask(address(sample % ENTITIES), get.clone(), None).await.unwrap();
+            region
+                .ask(address(sample % ENTITIES), get.clone(), None)
+                .await
+                .unwrap();
             latencies.push(started.elapsed());
         }
         latencies
     });
     latencies.sort();
-    let percentile = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    let percentile =
+        |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!("\nlocal messaging (same run):");
     println!(
         "  region tell: {:.0} msg/s; raw typed handle: {:.0} msg/s; region = {:.0}% of raw (target >= 50% and >= 300,000 msg/s)",

@@ -29,7 +29,9 @@ async fn open(dir: &std::path::Path) -> Arc<Node> {
     loop {
         match Node::open(config.clone()).await {
             Ok(node) => return node,
-            Err(error) if error.to_string().contains("already open") && Instant::now() < deadline => {
+            Err(error)
+                if error.to_string().contains("already open") && Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err(error) => panic!("the node does not open: {error}"),
@@ -39,12 +41,23 @@ async fn open(dir: &std::path::Path) -> Arc<Node> {
 
 async fn deploy(node: &Node, entity_type: &str, plugin: &str, options: TypeOptions) {
     let bytes = std::fs::read(plugin).unwrap();
-    node.deploy("acme", entity_type, bytes, options).await.unwrap();
+    node.deploy("acme", entity_type, bytes, options)
+        .await
+        .unwrap();
 }
 
-async fn ask(node: &Node, entity_type: &str, id: &str, message: serde_json::Value) -> serde_json::Value {
+async fn ask(
+    node: &Node,
+    entity_type: &str,
+    id: &str,
+    message: serde_json::Value,
+) -> serde_json::Value {
     let reply = node
-        .ask(EntityAddress::new("acme", entity_type, id), json_to_msgpack(&message), Duration::from_secs(10))
+        .ask(
+            EntityAddress::new("acme", entity_type, id),
+            json_to_msgpack(&message),
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     msgpack_to_json(&reply).unwrap()
@@ -63,11 +76,26 @@ async fn a_guest_ask_is_routed_through_the_region() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
     node.create_tenant("acme", None).unwrap();
-    deploy(&node, "wallet", tessera_tests::BANK_ACCOUNT, TypeOptions::default()).await;
+    deploy(
+        &node,
+        "wallet",
+        tessera_tests::BANK_ACCOUNT,
+        TypeOptions::default(),
+    )
+    .await;
     ask(&node, "wallet", "alice", json!({"Deposit": 50})).await;
-    let balance = ask(&node, "wallet", "alice", json!({"Transfer": {"to": "bob", "amount": 20}})).await;
+    let balance = ask(
+        &node,
+        "wallet",
+        "alice",
+        json!({"Transfer": {"to": "bob", "amount": 20}}),
+    )
+    .await;
     assert_eq!(balance, json!(30));
-    assert_eq!(ask(&node, "wallet", "bob", json!("Balance")).await, json!(20));
+    assert_eq!(
+        ask(&node, "wallet", "bob", json!("Balance")).await,
+        json!(20)
+    );
     node.shutdown().await;
 }
 
@@ -76,7 +104,13 @@ async fn messages_sent_around_a_passivation_reach_the_next_activation_in_order()
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
     node.create_tenant("acme", None).unwrap();
-    deploy(&node, "counter", tessera_tests::COUNTER, TypeOptions::default()).await;
+    deploy(
+        &node,
+        "counter",
+        tessera_tests::COUNTER,
+        TypeOptions::default(),
+    )
+    .await;
     let counter = EntityAddress::new("acme", "counter", "p");
     let add = json_to_msgpack(&json!({"Add": 1}));
     for round in 0..50 {
@@ -87,8 +121,15 @@ async fn messages_sent_around_a_passivation_reach_the_next_activation_in_order()
     }
     assert_eq!(ask(&node, "counter", "p", json!("Get")).await, json!(50));
     // Each passivation deactivated the instance; the messages behind it started a new one.
-    let activations = node.entities().stats().activations.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(activations >= 2, "the entity was never passivated and re-activated");
+    let activations = node
+        .entities()
+        .stats()
+        .activations
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        activations >= 2,
+        "the entity was never passivated and re-activated"
+    );
     node.shutdown().await;
 }
 
@@ -97,14 +138,24 @@ async fn an_idle_remembered_entity_is_passivated_and_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
     node.create_tenant("acme", None).unwrap();
-    let options = TypeOptions { remember: true, passivate_idle_ms: Some(50) };
+    let options = TypeOptions {
+        remember: true,
+        passivate_idle_ms: Some(50),
+    };
     deploy(&node, "counter", tessera_tests::COUNTER, options).await;
     ask(&node, "counter", "idle", json!({"Add": 2})).await;
     let entity = EntityAddress::new("acme", "counter", "idle");
     node.region().flush_remembered().await.unwrap();
     let remembered = |node: &Node| node.status("acme").unwrap()[0].remembered_entities;
-    assert_eq!(remembered(&node), 1, "a started entity of a remembered type is recorded");
-    eventually("the idle entity is passivated", || !node.entities().is_live(&entity)).await;
+    assert_eq!(
+        remembered(&node),
+        1,
+        "a started entity of a remembered type is recorded"
+    );
+    eventually("the idle entity is passivated", || {
+        !node.entities().is_live(&entity)
+    })
+    .await;
     node.region().flush_remembered().await.unwrap();
     assert_eq!(remembered(&node), 0, "passivation forgets the id");
     assert_eq!(ask(&node, "counter", "idle", json!("Get")).await, json!(2));
@@ -117,7 +168,16 @@ async fn remembered_entities_come_back_after_a_restart() {
     {
         let node = open(dir.path()).await;
         node.create_tenant("acme", None).unwrap();
-        deploy(&node, "counter", tessera_tests::COUNTER, TypeOptions { remember: true, passivate_idle_ms: None }).await;
+        deploy(
+            &node,
+            "counter",
+            tessera_tests::COUNTER,
+            TypeOptions {
+                remember: true,
+                passivate_idle_ms: None,
+            },
+        )
+        .await;
         for id in ["r1", "r2", "r3"] {
             ask(&node, "counter", id, json!({"Add": 5})).await;
         }
@@ -126,7 +186,11 @@ async fn remembered_entities_come_back_after_a_restart() {
     let node = open(dir.path()).await;
     for id in ["r1", "r2", "r3"] {
         let entity = EntityAddress::new("acme", "counter", id);
-        eventually("a remembered entity is live again without a message", || node.entities().is_live(&entity)).await;
+        eventually(
+            "a remembered entity is live again without a message",
+            || node.entities().is_live(&entity),
+        )
+        .await;
     }
     assert_eq!(ask(&node, "counter", "r2", json!("Get")).await, json!(5));
     node.shutdown().await;
