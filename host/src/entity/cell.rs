@@ -36,6 +36,8 @@ pub(crate) struct Cell {
     generation: u64,
     receiver: mpsc::Receiver<CellMessage>,
     counters: Arc<TypeCounters>,
+    /// The type's binding as of a type-table generation, so the hot path skips the lookup.
+    binding_cache: Option<(u64, Option<Arc<TypeBinding>>)>,
     instance: Option<EntityInstance>,
     running_version: u32,
     version_to_record: Option<u32>,
@@ -56,6 +58,7 @@ impl Cell {
         let cell = Cell {
             entities,
             counters,
+            binding_cache: None,
             address,
             generation,
             receiver,
@@ -105,9 +108,8 @@ impl Cell {
 
     async fn next(&mut self) -> Next {
         let idle = self
-            .entities
-            .types()
-            .get(&self.address.type_key())
+            .binding()
+            .ok()
             .and_then(|binding| binding.passivate_idle);
         let received = match idle {
             Some(idle) => match tokio::time::timeout(idle, self.receiver.recv()).await {
@@ -119,19 +121,26 @@ impl Cell {
         received.map_or(Next::Closed, Next::Message)
     }
 
-    fn binding(&self) -> Result<Arc<TypeBinding>, MessageError> {
-        self.entities
-            .types()
-            .get(&self.address.type_key())
-            .ok_or_else(|| {
-                MessageError::new(
-                    ErrorKind::EntityTypeNotRegistered,
-                    format!(
-                        "entity type {} is no longer deployed in tenant {}",
-                        self.address.entity_type, self.address.tenant
-                    ),
-                )
-            })
+    fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
+        let types = self.entities.types();
+        let generation = types.generation();
+        let binding = match &self.binding_cache {
+            Some((cached, binding)) if *cached == generation => binding.clone(),
+            _ => {
+                let binding = types.get(&self.address.type_key());
+                self.binding_cache = Some((generation, binding.clone()));
+                binding
+            }
+        };
+        binding.ok_or_else(|| {
+            MessageError::new(
+                ErrorKind::EntityTypeNotRegistered,
+                format!(
+                    "entity type {} is no longer deployed in tenant {}",
+                    self.address.entity_type, self.address.tenant
+                ),
+            )
+        })
     }
 
     /// Makes sure an instance of the type's active version is running, activating or
@@ -216,14 +225,10 @@ impl Cell {
                 return Err(error);
             }
         };
-        let mut writes = outcome.writes;
-        if !writes.is_empty()
-            && let Some(version) = self.version_to_record
-        {
-            writes.set_version(version);
-        }
-        if !writes.is_empty() {
-            let recorded_version = writes.version();
+        if let Some(mut writes) = outcome.writes {
+            if let Some(version) = self.version_to_record {
+                writes.set_version(version);
+            }
             let started = std::time::Instant::now();
             let committed = self.entities.shared().commit.commit(writes).await;
             self.counters.committed(started.elapsed());
@@ -233,9 +238,7 @@ impl Cell {
                 self.discard_instance(&error).await;
                 return Err(error);
             }
-            if recorded_version.is_some() {
-                self.version_to_record = None;
-            }
+            self.version_to_record = None;
         }
         self.carry_out(outcome.effects);
         Ok(outcome.reply)

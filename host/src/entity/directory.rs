@@ -382,12 +382,13 @@ impl Entities {
         to: EntityAddress,
         message: CellMessage,
     ) -> Result<(), (MessageError, CellMessage)> {
-        let Some(binding) = self.shared.types.get(&to.type_key()) else {
-            return Err((not_registered(&to), message));
-        };
         let tick = self.shared.clock.fetch_add(1, Ordering::Relaxed);
         let mut cells = self.cells();
         if !cells.live.contains_key(&to) {
+            // Only a new cell needs the binding; a live one checks it at each message.
+            let Some(binding) = self.shared.types.get(&to.type_key()) else {
+                return Err((not_registered(&to), message));
+            };
             if let Err(error) = self.admit(&mut cells, &to, binding.tenant_live_entities_max) {
                 return Err((error, message));
             }
@@ -395,6 +396,7 @@ impl Entities {
             cells.next_generation += 1;
             let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
             Cell::spawn(self.clone(), to.clone(), generation, receiver);
+            *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
             cells.live.insert(
                 to.clone(),
                 CellHandle {
@@ -404,7 +406,6 @@ impl Entities {
                     evicting: false,
                 },
             );
-            *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
         }
         let handle = cells
             .live

@@ -3,6 +3,7 @@
 use crate::envelope::TypeKey;
 use crate::runtime::{InstanceLimits, Plugin};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -37,17 +38,27 @@ pub struct TypeBinding {
 #[derive(Default)]
 pub struct TypeTable {
     bindings: RwLock<HashMap<TypeKey, Arc<TypeBinding>>>,
+    /// Bumped by every change, so a cell can keep its binding until the table changes.
+    generation: AtomicU64,
 }
 
 impl TypeTable {
     /// Binds (or rebinds) a type.
     pub fn bind(&self, key: TypeKey, binding: TypeBinding) {
         self.write().insert(key, Arc::new(binding));
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Removes a type; its live entities stop at their next message.
     pub fn unbind(&self, key: &TypeKey) -> bool {
-        self.write().remove(key).is_some()
+        let removed = self.write().remove(key).is_some();
+        self.generation.fetch_add(1, Ordering::Release);
+        removed
+    }
+
+    /// A number that changes whenever a binding does.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The current binding of a type.

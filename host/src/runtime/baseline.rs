@@ -9,7 +9,7 @@ use super::limits::{InstanceLimits, MemoryLimiter};
 use super::plugin::{Plugin, Runtime};
 use super::router::NoRoutes;
 use crate::envelope::EntityAddress;
-use crate::state::{StateStore, WriteSet};
+use crate::state::StateStore;
 use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime_wasi::WasiCtxBuilder;
@@ -43,6 +43,7 @@ impl RawInstance {
             ticks_limit: u64::MAX,
             next_timer: 0,
             entity_state_bytes: 0,
+            committed_sizes: Default::default(),
         };
         let mut store = Store::new(runtime.engine(), data);
         store.set_epoch_deadline(u64::MAX / 2);
@@ -57,8 +58,7 @@ impl RawInstance {
 
     /// A typed call of `handle`, with a write set so the guest may read and write.
     pub async fn handle(&mut self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
-        let address = self.store.data().address.clone();
-        self.store.data_mut().message.writes = Some(WriteSet::new(address));
+        self.store.data_mut().message.in_message = true;
         let reply = self
             .bindings
             .tessera_entity_handler()

@@ -8,6 +8,7 @@ use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
 use super::router::Router;
 use crate::envelope::{EntityAddress, ErrorKind, MessageError};
 use crate::state::{StateChange, StateStore, WriteSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wasmtime::component::ResourceTable;
@@ -65,6 +66,9 @@ pub struct Effects {
 /// Everything scoped to the message being handled.
 #[derive(Default)]
 pub(crate) struct MessageScope {
+    /// True while `handle` runs: the only time state writes and messages are allowed.
+    pub(crate) in_message: bool,
+    /// The message's writes, created on its first `put` or `delete`.
     pub(crate) writes: Option<WriteSet>,
     pub(crate) effects: Effects,
     pub(crate) asks: u32,
@@ -88,6 +92,30 @@ pub(crate) struct HostState {
     pub(crate) next_timer: u64,
     /// Committed state bytes (keys plus values) of this entity, kept up to date per message.
     pub(crate) entity_state_bytes: u64,
+    /// Committed sizes (key plus value) of keys this instance touched, so the state quota does
+    /// not read the store on every `put`.
+    pub(crate) committed_sizes: HashMap<String, i64>,
+}
+
+/// The most keys whose committed size an instance remembers; past it, sizes are read from the
+/// store, so a guest with many keys cannot grow host memory through this cache.
+pub(crate) const COMMITTED_SIZES_MAX: usize = 1024;
+
+impl HostState {
+    /// Folds a committed message's changes into the size cache.
+    pub(crate) fn remember_sizes(&mut self, writes: &WriteSet) {
+        for (key, change) in writes.changes() {
+            let size = match change {
+                StateChange::Put(value) => (key.len() + value.len()) as i64,
+                StateChange::Delete => 0,
+            };
+            if self.committed_sizes.len() < COMMITTED_SIZES_MAX
+                || self.committed_sizes.contains_key(key)
+            {
+                self.committed_sizes.insert(key.to_string(), size);
+            }
+        }
+    }
 }
 
 impl WasiView for HostState {
@@ -100,13 +128,23 @@ impl WasiView for HostState {
 }
 
 impl HostState {
+    fn require_message(&self, call: &str) -> wasmtime::Result<()> {
+        if self.message.in_message {
+            return Ok(());
+        }
+        Err(HostTrap::Misuse(format!(
+            "`{call}` is only allowed while handling a message, not in activate or deactivate"
+        ))
+        .into())
+    }
+
     fn writes(&mut self, call: &str) -> wasmtime::Result<&mut WriteSet> {
-        self.message.writes.as_mut().ok_or_else(|| {
-            HostTrap::Misuse(format!(
-                "`{call}` is only allowed while handling a message, not in activate or deactivate"
-            ))
-            .into()
-        })
+        self.require_message(call)?;
+        let address = &self.address;
+        Ok(self
+            .message
+            .writes
+            .get_or_insert_with(|| WriteSet::new(address.clone())))
     }
 
     /// Size (key plus value) `key` occupies now, as this message sees it.
@@ -116,16 +154,23 @@ impl HostState {
             .writes
             .as_ref()
             .and_then(|w| w.pending(key).cloned());
-        let value_len = match pending {
-            Some(StateChange::Put(value)) => Some(value.len()),
-            Some(StateChange::Delete) => None,
-            None => self
-                .state
-                .get(&self.address, key)
-                .map_err(|error| HostTrap::Storage(error.to_string()))?
-                .map(|value| value.len()),
-        };
-        Ok(value_len.map_or(0, |len| (key.len() + len) as i64))
+        match pending {
+            Some(StateChange::Put(value)) => return Ok((key.len() + value.len()) as i64),
+            Some(StateChange::Delete) => return Ok(0),
+            None => {}
+        }
+        if let Some(size) = self.committed_sizes.get(key) {
+            return Ok(*size);
+        }
+        let size = self
+            .state
+            .get(&self.address, key)
+            .map_err(|error| HostTrap::Storage(error.to_string()))?
+            .map_or(0, |value| (key.len() + value.len()) as i64);
+        if self.committed_sizes.len() < COMMITTED_SIZES_MAX {
+            self.committed_sizes.insert(key.to_string(), size);
+        }
+        Ok(size)
     }
 
     /// Records the size change of one key and refuses it past the entity's state quota.
@@ -204,7 +249,7 @@ impl host::Host for HostState {
 
     async fn put(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
         Self::check_key(&key)?;
-        self.writes("put")?;
+        self.require_message("put")?;
         self.account(&key, (key.len() + value.len()) as i64)?;
         let limit = self.limits.message_write_bytes_max;
         let writes = self.writes("put")?;
@@ -221,7 +266,7 @@ impl host::Host for HostState {
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<()> {
         Self::check_key(&key)?;
-        self.writes("delete")?;
+        self.require_message("delete")?;
         self.account(&key, 0)?;
         self.writes("delete")?.delete(key);
         Ok(())
@@ -232,7 +277,7 @@ impl host::Host for HostState {
         to: Address,
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<(), GuestError>> {
-        self.writes("tell")?;
+        self.require_message("tell")?;
         if let Err(error) = self.take_effect_slot() {
             return Ok(Err(error));
         }
@@ -247,7 +292,7 @@ impl host::Host for HostState {
         payload: Vec<u8>,
         timeout_ms: u32,
     ) -> wasmtime::Result<Result<Vec<u8>, GuestError>> {
-        self.writes("ask")?;
+        self.require_message("ask")?;
         let target = self.target(to);
         if target == self.address {
             return Ok(Err(GuestError::Failed(
@@ -271,7 +316,7 @@ impl host::Host for HostState {
     }
 
     async fn schedule(&mut self, delay_ms: u64, payload: Vec<u8>) -> wasmtime::Result<u64> {
-        self.writes("schedule")?;
+        self.require_message("schedule")?;
         if let Err(error) = self.take_effect_slot() {
             return Err(HostTrap::Misuse(format!("schedule refused: {error:?}")).into());
         }
@@ -286,7 +331,7 @@ impl host::Host for HostState {
     }
 
     async fn cancel(&mut self, timer: u64) -> wasmtime::Result<()> {
-        self.writes("cancel")?;
+        self.require_message("cancel")?;
         let effects = &mut self.message.effects;
         effects
             .schedules

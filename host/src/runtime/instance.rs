@@ -17,8 +17,8 @@ pub use super::host::{Effects, ScheduledMessage};
 pub struct HandleOutcome {
     /// The reply bytes (MessagePack).
     pub reply: Vec<u8>,
-    /// The message's state changes.
-    pub writes: WriteSet,
+    /// The message's state changes; `None` when it wrote nothing.
+    pub writes: Option<WriteSet>,
     /// Tells, timers and passivation requested by the message.
     pub effects: Effects,
 }
@@ -64,10 +64,10 @@ impl EntityInstance {
         self.poisoned
     }
 
-    fn begin_call(&mut self, writes: Option<WriteSet>) {
+    fn begin_call(&mut self, in_message: bool) {
         let data = self.store.data_mut();
         data.message = MessageScope {
-            writes,
+            in_message,
             ..MessageScope::default()
         };
         data.limiter.memory_limit_hit = false;
@@ -77,7 +77,7 @@ impl EntityInstance {
 
     /// Runs the guest's `activate`.
     pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
-        self.begin_call(None);
+        self.begin_call(false);
         let result = self
             .bindings
             .tessera_entity_handler()
@@ -89,8 +89,7 @@ impl EntityInstance {
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
     /// replying; on `Err` nothing of the message is kept.
     pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
-        let address = self.store.data().address.clone();
-        self.begin_call(Some(WriteSet::new(address)));
+        self.begin_call(true);
         let result = self
             .bindings
             .tessera_entity_handler()
@@ -113,12 +112,13 @@ impl EntityInstance {
                 ),
             ));
         }
+        let writes = scope.writes;
         let data = self.store.data_mut();
         data.entity_state_bytes =
             (data.entity_state_bytes as i64 + scope.state_bytes_delta).max(0) as u64;
-        let writes = scope
-            .writes
-            .expect("invariant: begin_call gave handle a write set");
+        if let Some(writes) = &writes {
+            data.remember_sizes(writes);
+        }
         Ok(HandleOutcome {
             reply,
             writes,
@@ -131,7 +131,7 @@ impl EntityInstance {
         if self.poisoned {
             return;
         }
-        self.begin_call(None);
+        self.begin_call(false);
         let result = self
             .bindings
             .tessera_entity_handler()

@@ -218,6 +218,7 @@ impl Runtime {
             ticks_limit,
             next_timer: 0,
             entity_state_bytes,
+            committed_sizes: Default::default(),
         };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|state| &mut state.limiter);

@@ -210,9 +210,7 @@ fn commit_batch(store: &StateStore, batch: &[PendingCommit]) -> Result<(), Commi
         .database()
         .begin_write()
         .map_err(|e| CommitError::Storage(e.to_string()))?;
-    for pending in batch {
-        StateStore::apply(&transaction, &pending.writes)?;
-    }
+    StateStore::apply_all(&transaction, batch.iter().map(|pending| &pending.writes))?;
     transaction
         .commit()
         .map_err(|e| CommitError::Storage(e.to_string()))

@@ -156,36 +156,46 @@ impl StateStore {
 
     /// Applies `writes` inside `transaction` (which the caller commits).
     pub fn apply(transaction: &WriteTransaction, writes: &WriteSet) -> Result<(), StoreError> {
-        let entity = writes.entity();
-        let (tenant, entity_type, id) = (
-            entity.tenant.as_str(),
-            entity.entity_type.as_str(),
-            entity.id.as_str(),
-        );
+        Self::apply_all(transaction, std::slice::from_ref(writes).iter())
+    }
+
+    /// Applies many write sets inside one transaction, opening each table once.
+    pub fn apply_all<'a>(
+        transaction: &WriteTransaction,
+        write_sets: impl Iterator<Item = &'a WriteSet>,
+    ) -> Result<(), StoreError> {
         let mut state = transaction
             .open_table(ENTITY_STATE)
             .map_err(StoreError::io)?;
-        for (key, change) in writes.changes() {
-            match change {
-                StateChange::Put(value) => {
-                    state
-                        .insert((tenant, entity_type, id, key), value.as_slice())
-                        .map_err(StoreError::io)?;
-                }
-                StateChange::Delete => {
-                    state
-                        .remove((tenant, entity_type, id, key))
-                        .map_err(StoreError::io)?;
+        let mut versions = transaction
+            .open_table(ENTITY_VERSION)
+            .map_err(StoreError::io)?;
+        for writes in write_sets {
+            let entity = writes.entity();
+            let (tenant, entity_type, id) = (
+                entity.tenant.as_str(),
+                entity.entity_type.as_str(),
+                entity.id.as_str(),
+            );
+            for (key, change) in writes.changes() {
+                match change {
+                    StateChange::Put(value) => {
+                        state
+                            .insert((tenant, entity_type, id, key), value.as_slice())
+                            .map_err(StoreError::io)?;
+                    }
+                    StateChange::Delete => {
+                        state
+                            .remove((tenant, entity_type, id, key))
+                            .map_err(StoreError::io)?;
+                    }
                 }
             }
-        }
-        if let Some(version) = writes.version() {
-            let mut versions = transaction
-                .open_table(ENTITY_VERSION)
-                .map_err(StoreError::io)?;
-            versions
-                .insert((tenant, entity_type, id), version)
-                .map_err(StoreError::io)?;
+            if let Some(version) = writes.version() {
+                versions
+                    .insert((tenant, entity_type, id), version)
+                    .map_err(StoreError::io)?;
+            }
         }
         Ok(())
     }
