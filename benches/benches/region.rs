@@ -10,7 +10,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_host::api::codec::json_to_msgpack;
-use tessera_host::envelope::EntityAddress;
+use tessera_host::envelope::{EntityAddress, ErrorKind};
 use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::{Node, NodeConfig};
 use tessera_host::runtime::RuntimeConfig;
@@ -81,7 +81,13 @@ fn bench_region(c: &mut Criterion) {
                 for _ in 0..iterations {
                     for _ in 0..TELLS_PER_ENTITY {
                         for index in 0..ENTITIES {
-                            region.tell(address(index), get.clone()).await.unwrap();
+                            // Pipelined: hand the message to the region without waiting for
+                            // its routing; a full region inbox is backpressure, so yield and
+                            // retry.
+                            while let Err(error) = region.try_tell(address(index), get.clone()) {
+                                assert_eq!(error.kind, ErrorKind::Unavailable, "{error}");
+                                tokio::task::yield_now().await;
+                            }
                         }
                     }
                     // A final ask per entity returns after every earlier tell (same sender,

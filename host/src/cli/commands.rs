@@ -151,9 +151,10 @@ pub(crate) fn deploy(args: DeployArgs) -> ExitCode {
         } else {
             println!(
                 "deployed {} version {} ({} bytes, sha256 {})",
-                args.entity_type, deployed["version"], deployed["size_bytes"], deployed["sha256"]
-                    .as_str()
-                    .unwrap_or("?")
+                args.entity_type,
+                deployed["version"],
+                deployed["size_bytes"],
+                deployed["sha256"].as_str().unwrap_or("?")
             );
         }
         Ok(())
@@ -207,7 +208,8 @@ pub(crate) fn tell(args: MessageArgs) -> ExitCode {
     finish((|| {
         let path = format!("{}/tell", entity_path(&args.entity)?);
         let message = parse_message(&args.message)?;
-        let answer = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
+        let answer =
+            Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
         if args.client.json {
             print_json(&answer);
         } else {
@@ -237,7 +239,8 @@ pub(crate) fn ask(args: MessageArgs) -> ExitCode {
 pub(crate) fn passivate(args: EntityArgs) -> ExitCode {
     finish((|| {
         let path = format!("{}/passivate", entity_path(&args.entity)?);
-        let answer = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &json!(null))?;
+        let answer =
+            Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &json!(null))?;
         if args.client.json {
             print_json(&answer);
         } else {
@@ -341,7 +344,10 @@ mod tests {
 
     #[test]
     fn entities_are_type_slash_id() {
-        assert_eq!(entity_path("counter/c1").unwrap(), "/v1/entities/counter/c1");
+        assert_eq!(
+            entity_path("counter/c1").unwrap(),
+            "/v1/entities/counter/c1"
+        );
         assert_eq!(
             entity_path("counter/a/b").unwrap(),
             "/v1/entities/counter/a%2Fb"

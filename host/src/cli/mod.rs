@@ -1,13 +1,20 @@
-//! The `tessera` command line: author tools (`build`, `invoke`) and, with the node service,
-//! the commands that run and talk to a node.
+//! The `tessera` command line: author tools (`build`, `invoke`), the commands that run a node
+//! (`node`, `up`) and the client commands that talk to one over HTTP (`deploy`, `ask`, ...;
+//! see `docs/cli.md` for their exit codes).
 
 mod build;
+mod client;
+mod commands;
+mod credentials;
 mod invoke;
+mod progress;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub use build::{BuildError, build_plugin};
+pub use credentials::Credentials;
 pub use invoke::{InvokeOptions, invoke};
 
 /// Tessera: sharded entities as sandboxed WebAssembly components.
@@ -24,6 +31,28 @@ enum Command {
     Build(build::BuildArgs),
     /// Run an entity locally and print each reply as one JSON line.
     Invoke(invoke::InvokeArgs),
+    /// Run a node (admin token from --config or TESSERA_ADMIN_TOKEN).
+    Node(serve::NodeArgs),
+    /// Run a development node in ./.tessera with the example plugins deployed.
+    Up(serve::UpArgs),
+    /// Upload a component as a new version of an entity type.
+    Deploy(commands::DeployArgs),
+    /// List the tenant's entity types.
+    Types(commands::PlainArgs),
+    /// Make an earlier (or later) version of a type active.
+    Rollback(commands::RollbackArgs),
+    /// Send a one-way message to an entity.
+    Tell(commands::MessageArgs),
+    /// Send a message to an entity and print its reply.
+    Ask(commands::MessageArgs),
+    /// Passivate an entity.
+    Passivate(commands::EntityArgs),
+    /// Show an entity's committed state.
+    State(commands::EntityArgs),
+    /// Per entity type: active version, live and remembered entities.
+    Status(commands::PlainArgs),
+    /// Create, list and show tenants (admin token).
+    Tenant(commands::TenantArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -33,6 +62,17 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Build(args) => build::run(args),
         Command::Invoke(args) => invoke::run(args),
+        Command::Node(args) => serve::node(args),
+        Command::Up(args) => serve::up(args),
+        Command::Deploy(args) => commands::deploy(args),
+        Command::Types(args) => commands::types(args),
+        Command::Rollback(args) => commands::rollback(args),
+        Command::Tell(args) => commands::tell(args),
+        Command::Ask(args) => commands::ask(args),
+        Command::Passivate(args) => commands::passivate(args),
+        Command::State(args) => commands::state(args),
+        Command::Status(args) => commands::status(args),
+        Command::Tenant(args) => commands::tenant(args),
     }
 }
 

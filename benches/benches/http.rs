@@ -1,0 +1,217 @@
+//! HTTP API overhead: asks to one counter over loopback HTTP (ureq, keep-alive) beside the same
+//! ask made in-process with `Node::ask`. Criterion measures one sequential ask each way; a
+//! closing run then drives both with 32 concurrent clients and prints throughput, p50 and p99
+//! latency and the HTTP / in-process ratios (recorded in `docs/performance.md`).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_host::api::codec::json_to_msgpack;
+use tessera_host::envelope::EntityAddress;
+use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_host::node::{Node, NodeConfig};
+use tessera_host::runtime::RuntimeConfig;
+
+const ADMIN: &str = "admin-token-for-the-http-bench";
+/// Concurrent clients of the closing run.
+const CLIENTS: usize = 32;
+/// Asks each client makes in the closing run.
+const ASKS_PER_CLIENT: usize = 2_000;
+/// Asks read the counter: the entity does the least work, so the edge's cost shows.
+const MESSAGE: &str = "\"Get\"";
+
+struct Bench {
+    runtime: tokio::runtime::Runtime,
+    node: Arc<Node>,
+    url: String,
+    token: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .expect("benchmark runtime");
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let config = NodeConfig {
+            data_dir: dir.path().to_path_buf(),
+            admin_token: Some(ADMIN.into()),
+            runtime: RuntimeConfig {
+                instances_max: 100,
+                compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
+                ..RuntimeConfig::default()
+            },
+            ..NodeConfig::default()
+        };
+        let (node, url, token) = runtime.block_on(async {
+            let node = Node::open(config).await.expect("the node opens");
+            let quotas = Quotas {
+                messages_per_second: u32::MAX,
+                messages_burst: u32::MAX,
+                ..Quotas::default()
+            };
+            let (_, token) = node.create_tenant("bench", Some(quotas)).expect("tenant");
+            let bytes = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
+            node.deploy("bench", "counter", bytes, TypeOptions::default())
+                .await
+                .expect("deploy");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("listener");
+            let url = format!("http://{}", listener.local_addr().expect("address"));
+            tokio::spawn(tessera_host::api::serve(
+                node.clone(),
+                listener,
+                std::future::pending(),
+            ));
+            (node, url, token)
+        });
+        Bench {
+            runtime,
+            node,
+            url,
+            token,
+            _dir: dir,
+        }
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into()
+    }
+
+    fn http_ask(&self, agent: &ureq::Agent, id: &str) {
+        let mut response = agent
+            .post(format!("{}/v1/entities/counter/{id}/ask", self.url))
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .send(MESSAGE)
+            .expect("the ask is answered");
+        assert_eq!(response.status().as_u16(), 200);
+        response.body_mut().read_to_vec().expect("the reply");
+    }
+
+    async fn node_ask(node: &Node, id: &str) {
+        let payload = json_to_msgpack(&json!("Get"));
+        node.ask(
+            EntityAddress::new("bench", "counter", id),
+            payload,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the ask is answered");
+    }
+}
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    let index = ((sorted.len() as f64 * fraction) as usize).min(sorted.len() - 1);
+    sorted[index]
+}
+
+struct Run {
+    asks_per_second: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn summarise(mut latencies: Vec<Duration>, elapsed: Duration) -> Run {
+    latencies.sort();
+    Run {
+        asks_per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+    }
+}
+
+fn concurrent_http(bench: &Arc<Bench>) -> Run {
+    let start = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let bench = bench.clone();
+            std::thread::spawn(move || {
+                let agent = Bench::agent();
+                let id = format!("c{client}");
+                (0..ASKS_PER_CLIENT)
+                    .map(|_| {
+                        let asked = Instant::now();
+                        bench.http_ask(&agent, &id);
+                        asked.elapsed()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let latencies = clients
+        .into_iter()
+        .flat_map(|client| client.join().expect("client thread"))
+        .collect();
+    summarise(latencies, start.elapsed())
+}
+
+fn concurrent_in_process(bench: &Bench) -> Run {
+    bench.runtime.block_on(async {
+        let start = Instant::now();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let node = bench.node.clone();
+                tokio::spawn(async move {
+                    let id = format!("c{client}");
+                    let mut latencies = Vec::with_capacity(ASKS_PER_CLIENT);
+                    for _ in 0..ASKS_PER_CLIENT {
+                        let asked = Instant::now();
+                        Bench::node_ask(&node, &id).await;
+                        latencies.push(asked.elapsed());
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        for client in clients {
+            latencies.extend(client.await.expect("client task"));
+        }
+        summarise(latencies, start.elapsed())
+    })
+}
+
+fn http_ask(c: &mut Criterion) {
+    let bench = Arc::new(Bench::new());
+    let agent = Bench::agent();
+    let mut group = c.benchmark_group("ask");
+    group.bench_function("http_sequential", |b| {
+        b.iter(|| bench.http_ask(&agent, "seq"))
+    });
+    group.bench_function("in_process_sequential", |b| {
+        b.iter(|| bench.runtime.block_on(Bench::node_ask(&bench.node, "seq")))
+    });
+    group.finish();
+
+    let http = concurrent_http(&bench);
+    let local = concurrent_in_process(&bench);
+    let row = |name: &str, run: &Run| {
+        println!(
+            "{name:<24} {:>10.0} asks/s   p50 {:>8.1} µs   p99 {:>8.1} µs",
+            run.asks_per_second,
+            run.p50.as_secs_f64() * 1e6,
+            run.p99.as_secs_f64() * 1e6
+        );
+    };
+    println!("\n{CLIENTS} concurrent clients, {ASKS_PER_CLIENT} asks each:");
+    row("http (keep-alive)", &http);
+    row("in-process Node::ask", &local);
+    println!(
+        "http / in-process: throughput {:.2}x, p50 {:.1}x, p99 {:.1}x",
+        http.asks_per_second / local.asks_per_second,
+        http.p50.as_secs_f64() / local.p50.as_secs_f64(),
+        http.p99.as_secs_f64() / local.p99.as_secs_f64()
+    );
+}
+
+criterion_group!(benches, http_ask);
+criterion_main!(benches);

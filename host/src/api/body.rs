@@ -1,0 +1,155 @@
+//! Request bodies, always read under a byte limit, and the JSON / MessagePack negotiation of
+//! message bodies and replies.
+
+use super::codec::{json_to_msgpack, msgpack_to_json};
+use super::error::ApiError;
+use axum::body::{Body, HttpBody};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::Value as Json;
+use std::pin::Pin;
+
+/// The media type of MessagePack bodies.
+pub const MSGPACK: &str = "application/msgpack";
+
+/// Reads `body` into memory, refusing with 413 as soon as it passes `limit` bytes (a declared
+/// `Content-Length` over the limit is refused before anything is read).
+pub async fn read_limited(
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(over_limit(limit));
+    }
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit as u64) as usize);
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let Some(frame) = frame else {
+            return Ok(bytes);
+        };
+        let frame = frame.map_err(|error| {
+            ApiError::bad_request("bad_body", format!("the body could not be read: {error}"))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > limit {
+                return Err(over_limit(limit));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+}
+
+fn over_limit(limit: usize) -> ApiError {
+    ApiError::too_large(format!("the body is over the limit of {limit} bytes"))
+}
+
+/// Whether the request says its body is MessagePack.
+pub fn is_msgpack(headers: &HeaderMap) -> bool {
+    media_type(headers, header::CONTENT_TYPE).is_some_and(|media| media == MSGPACK)
+}
+
+/// Whether the client asks for MessagePack replies.
+pub fn wants_msgpack(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| {
+            accept
+                .split(',')
+                .any(|media| media.split(';').next().unwrap_or("").trim() == MSGPACK)
+        })
+}
+
+/// The media type (without parameters, lower case) of header `name`.
+pub fn media_type(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+}
+
+/// Parses a JSON body into `T`: a syntax error or a wrong shape is a 400 `malformed_body`.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|error| ApiError::bad_request("malformed_body", format!("bad JSON body: {error}")))
+}
+
+/// The MessagePack payload of a message body: passed through when it is MessagePack,
+/// converted when it is JSON.
+pub fn message_payload(headers: &HeaderMap, bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
+    if is_msgpack(headers) {
+        msgpack_to_json(bytes).map_err(|error| {
+            ApiError::bad_request("malformed_body", format!("bad MessagePack body: {error}"))
+        })?;
+        return Ok(bytes.to_vec());
+    }
+    match media_type(headers, header::CONTENT_TYPE).as_deref() {
+        None | Some("application/json") => {}
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("message bodies are application/json or {MSGPACK}, not {other}"),
+            ));
+        }
+    }
+    let json: Json = parse_json(bytes)?;
+    Ok(json_to_msgpack(&json))
+}
+
+/// An entity's reply in the form the client asked for: the MessagePack bytes as they are, or
+/// JSON (a reply with no JSON form is a 406 that suggests asking for MessagePack).
+pub fn reply_response(headers: &HeaderMap, reply: Vec<u8>) -> Result<Response, ApiError> {
+    if wants_msgpack(headers) {
+        return Ok(([(header::CONTENT_TYPE, MSGPACK)], reply).into_response());
+    }
+    let json = msgpack_to_json(&reply).map_err(|error| {
+        ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "no_json_form",
+            format!("the reply {error}; ask with `Accept: {MSGPACK}`"),
+        )
+    })?;
+    Ok(axum::Json(json).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_refused() {
+        let headers = HeaderMap::new();
+        let body = Body::from(vec![0u8; 11]);
+        let error = read_limited(&headers, body, 10).await.unwrap_err();
+        assert_eq!(error.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let body = Body::from(vec![0u8; 10]);
+        assert_eq!(read_limited(&headers, body, 10).await.unwrap().len(), 10);
+    }
+
+    #[test]
+    fn accept_lists_are_understood() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, application/msgpack;q=0.9"),
+        );
+        assert!(wants_msgpack(&headers));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(!wants_msgpack(&headers));
+    }
+}

@@ -1,0 +1,45 @@
+//! Health (no token), Prometheus metrics and the cluster view (admin token).
+
+use super::ApiError;
+use crate::api::auth::Admin;
+use crate::node::Node;
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// `GET /v1/health` → `{"status": "ok"}` while the node serves.
+pub async fn health() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /metrics` → the Prometheus text format (admin token).
+pub async fn metrics(State(node): State<Arc<Node>>, _: Admin) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        node.render_metrics(),
+    )
+}
+
+/// `GET /v1/cluster/members` → `{"members": [node ids]}`.
+pub async fn members(State(node): State<Arc<Node>>, _: Admin) -> Json<Value> {
+    Json(json!({ "members": node.members() }))
+}
+
+/// `GET /v1/cluster/shards` → the shard allocation table.
+pub async fn shards(State(node): State<Arc<Node>>, _: Admin) -> Result<Json<Value>, ApiError> {
+    let shards: Vec<Value> = node
+        .shards()
+        .await?
+        .into_iter()
+        .map(|(entity_type, shard, home, generation)| {
+            json!({ "type": entity_type, "shard": shard, "node": home, "generation": generation })
+        })
+        .collect();
+    Ok(Json(json!({ "shards": shards })))
+}

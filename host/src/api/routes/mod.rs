@@ -1,0 +1,26 @@
+//! The endpoints, one module per resource. Each handler authenticates with an extractor from
+//! [`super::auth`], reads its body under a limit with [`super::body`] and answers errors as
+//! [`ApiError`].
+
+pub mod cluster;
+pub mod entities;
+pub mod tenants;
+pub mod types;
+
+use super::error::ApiError;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query};
+
+/// The path parameters, or a 400 naming what was wrong with them.
+pub(crate) fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    extracted
+        .map(|Path(value)| value)
+        .map_err(|rejection| ApiError::bad_request("bad_path", rejection.body_text()))
+}
+
+/// The query parameters, or a 400 naming what was wrong with them.
+pub(crate) fn query<T>(extracted: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    extracted
+        .map(|Query(value)| value)
+        .map_err(|rejection| ApiError::bad_request("bad_query", rejection.body_text()))
+}

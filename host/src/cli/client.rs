@@ -1,0 +1,221 @@
+//! The HTTP client behind the client commands: where the node is, which token to send, one
+//! request at a time with ureq, and the exit codes scripts rely on (see `docs/cli.md`).
+
+use super::credentials::{self, Credentials};
+use serde_json::Value as Json;
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+use ureq::SendBody;
+use ureq::http::{Method, Request};
+
+/// The node address when neither a flag, the environment nor a credentials file names one.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7070";
+
+/// The longest a client command waits for one request (uploads included).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The largest response the client reads.
+const RESPONSE_BYTES_MAX: u64 = 64 << 20;
+
+/// Where to connect and how to print, shared by every client command.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClientArgs {
+    /// The node's URL [default: the credentials file's, else http://127.0.0.1:7070].
+    #[arg(long, env = "TESSERA_URL", global = true)]
+    url: Option<String>,
+    /// The bearer token [default: from ./.tessera/credentials].
+    #[arg(long, env = "TESSERA_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// Print the server's JSON instead of readable text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// Which token a command needs when none is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The default tenant's token.
+    Tenant,
+    /// The admin token.
+    Admin,
+}
+
+/// Why a client command failed, and so its exit code.
+#[derive(Debug)]
+pub(crate) enum ClientError {
+    /// The server answered with an error (exit 1); the body is its error JSON.
+    Refused(u16, String),
+    /// Bad usage, no token, or no connection (exit 2).
+    Usage(String),
+}
+
+impl ClientError {
+    /// Prints the error to stderr and gives its exit code.
+    pub(crate) fn report(self) -> ExitCode {
+        match self {
+            ClientError::Refused(status, body) => {
+                let body = body.trim();
+                if body.is_empty() {
+                    eprintln!("error: the server answered {status}");
+                } else {
+                    eprintln!("{body}");
+                }
+                ExitCode::from(1)
+            }
+            ClientError::Usage(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        }
+    }
+}
+
+/// A connection to one node with one token.
+pub(crate) struct Client {
+    agent: ureq::Agent,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    /// Resolves the URL and token from flags, environment and the credentials file.
+    pub(crate) fn new(args: &ClientArgs, role: Role) -> Result<Client, ClientError> {
+        let credentials = Credentials::load(&credentials::default_path())
+            .map_err(ClientError::Usage)?
+            .unwrap_or_default();
+        let url = args
+            .url
+            .clone()
+            .or_else(|| Some(credentials.url.clone()).filter(|url| !url.is_empty()))
+            .unwrap_or_else(|| DEFAULT_URL.to_string());
+        let stored = match role {
+            Role::Tenant => credentials.tenant_token,
+            Role::Admin => credentials.admin_token,
+        };
+        let token = args.token.clone().or(stored).ok_or_else(|| {
+            ClientError::Usage(
+                "no token: pass --token, set TESSERA_TOKEN, or run `tessera up` here".into(),
+            )
+        })?;
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build()
+            .into();
+        Ok(Client {
+            agent,
+            url: url.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+
+    /// `GET path`.
+    pub(crate) fn get(&self, path: &str) -> Result<Json, ClientError> {
+        self.send(Method::GET, path, None, SendBody::none(), 0)
+    }
+
+    /// `method path` with a JSON body.
+    pub(crate) fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Json,
+    ) -> Result<Json, ClientError> {
+        let bytes =
+            serde_json::to_vec(body).map_err(|error| ClientError::Usage(error.to_string()))?;
+        let mut reader = bytes.as_slice();
+        let length = bytes.len() as u64;
+        self.send(
+            method,
+            path,
+            Some("application/json"),
+            SendBody::from_reader(&mut reader),
+            length,
+        )
+    }
+
+    /// `POST path` with `length` bytes from `reader` as `content_type`.
+    pub(crate) fn upload(
+        &self,
+        path: &str,
+        content_type: &str,
+        reader: &mut dyn Read,
+        length: u64,
+    ) -> Result<Json, ClientError> {
+        self.send(
+            Method::POST,
+            path,
+            Some(content_type),
+            SendBody::from_reader(reader),
+            length,
+        )
+    }
+
+    fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: SendBody<'_>,
+        length: u64,
+    ) -> Result<Json, ClientError> {
+        let url = format!("{}{path}", self.url);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("accept", "application/json");
+        if let Some(content_type) = content_type {
+            request = request
+                .header("content-type", content_type)
+                .header("content-length", length.to_string());
+        }
+        let request = request
+            .body(body)
+            .map_err(|error| ClientError::Usage(format!("bad request to {url}: {error}")))?;
+        let mut response = self
+            .agent
+            .run(request)
+            .map_err(|error| ClientError::Usage(format!("cannot reach {}: {error}", self.url)))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(RESPONSE_BYTES_MAX)
+            .read_to_string()
+            .map_err(|error| ClientError::Usage(format!("cannot read the answer: {error}")))?;
+        if status >= 400 {
+            return Err(ClientError::Refused(status, text));
+        }
+        if text.trim().is_empty() {
+            return Ok(Json::Null);
+        }
+        serde_json::from_str(&text)
+            .map_err(|error| ClientError::Usage(format!("the server answered non-JSON: {error}")))
+    }
+}
+
+/// Percent-encodes one path segment (entity ids may hold any character).
+pub(crate) fn segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            encoded.push(byte as char);
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_percent_encoded() {
+        assert_eq!(segment("c-1"), "c-1");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+}
