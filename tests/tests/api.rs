@@ -1015,6 +1015,14 @@ mod quota {
             refused >= 3,
             "a one-message mailbox behind a 2 s spin takes at most one ping"
         );
+        let metrics = server.http.get("/metrics", Some(ADMIN)).await.text();
+        let series = format!(
+            "tessera_quota_rejections_total{{tenant=\"acme\",type=\"spin-forever\",quota=\"mailbox_depth\"}} {refused}"
+        );
+        assert!(
+            metrics.contains(&series),
+            "{series} missing from:\n{metrics}"
+        );
         Arc::into_inner(server).unwrap().stop().await;
     }
 

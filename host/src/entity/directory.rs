@@ -390,6 +390,8 @@ impl Entities {
                 return Err((not_registered(&to), message));
             };
             if let Err(error) = self.admit(&mut cells, &to, binding.tenant_live_entities_max) {
+                drop(cells);
+                self.counters(&to.type_key()).failed(error.kind);
                 return Err((error, message));
             }
             let generation = cells.next_generation;
@@ -419,6 +421,8 @@ impl Entities {
                     .stats
                     .mailbox_rejections
                     .fetch_add(1, Ordering::Relaxed);
+                drop(cells);
+                self.counters(&to.type_key()).failed(ErrorKind::MailboxFull);
                 Err((mailbox_full(&to), message))
             }
             Err(mpsc::error::TrySendError::Closed(message)) => Err((

@@ -645,6 +645,19 @@ impl Node {
             }
             for (kind, count) in ERROR_KINDS.iter().zip(&counters.failures) {
                 let count = count.load(Ordering::Relaxed);
+                // Refusals by the entity layer's quotas count as quota rejections too.
+                let quota = match kind {
+                    ErrorKind::QuotaExceeded => Some("live_entities"),
+                    ErrorKind::MailboxFull => Some("mailbox_depth"),
+                    _ => None,
+                };
+                if let Some(quota) = quota {
+                    metrics.set_counter(
+                        "tessera_quota_rejections_total",
+                        &[("tenant", tenant), ("type", entity_type), ("quota", quota)],
+                        count,
+                    );
+                }
                 if count > 0 {
                     metrics.set_counter(
                         "tessera_message_errors_total",
