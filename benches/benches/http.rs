@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use tessera_host::api::codec::json_to_msgpack;
 use tessera_host::envelope::EntityAddress;
 use tessera_host::metadata::{Quotas, TypeOptions};
-use tessera_host::node::{Node, NodeConfig};
-use tessera_host::runtime::RuntimeConfig;
+use tessera_host::node::Node;
 
 const ADMIN: &str = "admin-token-for-the-http-bench";
 /// Concurrent clients of the closing run.
@@ -37,16 +36,7 @@ impl Bench {
             .build()
             .expect("benchmark runtime");
         let dir = tempfile::tempdir().expect("temporary directory");
-        let config = NodeConfig {
-            data_dir: dir.path().to_path_buf(),
-            admin_token: Some(ADMIN.into()),
-            runtime: RuntimeConfig {
-                instances_max: 100,
-                compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
-                ..RuntimeConfig::default()
-            },
-            ..NodeConfig::default()
-        };
+        let config = tessera_tests::node_config(dir.path(), ADMIN, 100);
         let (node, url, token) = runtime.block_on(async {
             let node = Node::open(config).await.expect("the node opens");
             let quotas = Quotas {

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use tessera_host::api::codec::json_to_msgpack;
 use tessera_host::envelope::{EntityAddress, ErrorKind};
 use tessera_host::metadata::{Quotas, TypeOptions};
-use tessera_host::node::{Node, NodeConfig};
-use tessera_host::runtime::RuntimeConfig;
+use tessera_host::node::Node;
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::state::StateStore;
 
@@ -23,16 +22,11 @@ const ASK_SAMPLES: usize = 20_000;
 
 fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
     rt.block_on(async {
-        let config = NodeConfig {
-            data_dir: dir.to_path_buf(),
-            admin_token: Some("bench-admin-token-0123456789".into()),
-            runtime: RuntimeConfig {
-                instances_max: (ENTITIES + 100) as u32,
-                compiled_cache_dir: Some(std::env::temp_dir().join("tessera-bench-compiled")),
-                ..RuntimeConfig::default()
-            },
-            ..NodeConfig::default()
-        };
+        let config = tessera_tests::node_config(
+            dir,
+            "bench-admin-token-0123456789",
+            (ENTITIES + 100) as u32,
+        );
         let node = Node::open(config).await.expect("node opens");
         let quotas = Quotas {
             messages_per_second: 100_000_000,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
 use tessera_host::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
 use tessera_host::envelope::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use tessera_host::node::NodeConfig;
 use tessera_host::runtime::{InstanceLimits, Plugin, Runtime, RuntimeConfig};
 use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateStore};
 
@@ -22,7 +23,7 @@ pub fn shared_runtime() -> Arc<Runtime> {
         .get_or_init(|| {
             let config = RuntimeConfig {
                 instances_max: 2_000,
-                compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
+                compiled_cache_dir: Some(compiled_cache_dir()),
                 ..RuntimeConfig::default()
             };
             Arc::new(Runtime::new(config).expect("the test engine starts"))
@@ -144,4 +145,24 @@ impl TestNode {
 /// The address of a test entity.
 pub fn address(entity_type: &str, id: &str) -> EntityAddress {
     EntityAddress::new(TENANT, entity_type, id)
+}
+
+/// Where tests and benchmarks keep compiled plugins, shared across runs and data directories.
+pub fn compiled_cache_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("tessera-test-compiled")
+}
+
+/// A node configuration over `data_dir` with `admin_token`, a pool of `instances_max`
+/// instances and the shared compiled-plugin cache.
+pub fn node_config(data_dir: &Path, admin_token: &str, instances_max: u32) -> NodeConfig {
+    NodeConfig {
+        data_dir: data_dir.to_path_buf(),
+        admin_token: Some(admin_token.into()),
+        runtime: RuntimeConfig {
+            instances_max,
+            compiled_cache_dir: Some(compiled_cache_dir()),
+            ..RuntimeConfig::default()
+        },
+        ..NodeConfig::default()
+    }
 }

@@ -12,7 +12,6 @@ use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
 use tessera_host::envelope::EntityAddress;
 use tessera_host::metadata::TypeOptions;
 use tessera_host::node::{Node, NodeConfig};
-use tessera_host::runtime::RuntimeConfig;
 use tessera_tests::{BANK_ACCOUNT, COUNTER, HUGE_REPLY, MEMORY_HOG, SPIN_FOREVER};
 use tokio::sync::oneshot;
 
@@ -25,16 +24,7 @@ const CORE_MODULE: &[u8] = b"\0asm\x01\0\0\0";
 const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
 
 fn config(data_dir: &Path) -> NodeConfig {
-    NodeConfig {
-        data_dir: data_dir.to_path_buf(),
-        admin_token: Some(ADMIN.into()),
-        runtime: RuntimeConfig {
-            instances_max: 500,
-            compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
-            ..RuntimeConfig::default()
-        },
-        ..NodeConfig::default()
-    }
+    tessera_tests::node_config(data_dir, ADMIN, 500)
 }
 
 /// A node serving the API on a loopback port.

@@ -7,22 +7,12 @@ use std::time::{Duration, Instant};
 use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
 use tessera_host::envelope::EntityAddress;
 use tessera_host::metadata::TypeOptions;
-use tessera_host::node::{Node, NodeConfig};
-use tessera_host::runtime::RuntimeConfig;
+use tessera_host::node::Node;
 
 const ADMIN_TOKEN: &str = "node-test-admin-token-0123";
 
 async fn open(dir: &std::path::Path) -> Arc<Node> {
-    let config = NodeConfig {
-        data_dir: dir.to_path_buf(),
-        admin_token: Some(ADMIN_TOKEN.into()),
-        runtime: RuntimeConfig {
-            instances_max: 200,
-            compiled_cache_dir: Some(std::env::temp_dir().join("tessera-test-compiled")),
-            ..RuntimeConfig::default()
-        },
-        ..NodeConfig::default()
-    };
+    let config = tessera_tests::node_config(dir, ADMIN_TOKEN, 200);
     // After an in-process restart the previous node's background tasks let go of the
     // database a moment after `shutdown` returns; a new process would not wait at all.
     let deadline = Instant::now() + Duration::from_secs(10);
