@@ -1066,48 +1066,53 @@ mod quota {
         server.stop().await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn memory_per_instance() {
+    /// A guest that breaks one of its tenant's limits fails that message with `code` (422),
+    /// and the same entity answers its next message from a fresh instance.
+    async fn assert_limit_contains(
+        quota: &str,
+        value: Json,
+        plugin: (&str, &str),
+        breaking: Json,
+        code: &str,
+    ) {
+        let (entity_type, component) = plugin;
         let server = Server::start().await;
-        let token = server
-            .tenant("acme", with("memory_bytes_max", json!(4 << 20)))
-            .await;
-        server.deploy(&token, "memory-hog", MEMORY_HOG, "").await;
+        let token = server.tenant("acme", with(quota, value)).await;
+        server.deploy(&token, entity_type, component, "").await;
+        let entity = format!("{entity_type}/x");
         server
-            .ask(&token, "memory-hog/m", json!("Grow"))
+            .ask(&token, &entity, breaking)
             .await
-            .assert_error(422, "memory_limit");
-        assert_eq!(
-            server
-                .ask(&token, "memory-hog/m", json!("Ping"))
-                .await
-                .json(),
-            json!("Pong")
-        );
+            .assert_error(422, code);
+        let pong = server.ask(&token, &entity, json!("Ping")).await.json();
+        assert_eq!(pong, json!("Pong"));
         server.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn memory_per_instance() {
+        let hog = ("memory-hog", MEMORY_HOG);
+        assert_limit_contains(
+            "memory_bytes_max",
+            json!(4 << 20),
+            hog,
+            json!("Grow"),
+            "memory_limit",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn cpu_deadline() {
-        let server = Server::start().await;
-        let token = server
-            .tenant("acme", with("message_deadline_ms", json!(100)))
-            .await;
-        server
-            .deploy(&token, "spin-forever", SPIN_FOREVER, "")
-            .await;
-        server
-            .ask(&token, "spin-forever/s", json!("Spin"))
-            .await
-            .assert_error(422, "deadline");
-        assert_eq!(
-            server
-                .ask(&token, "spin-forever/s", json!("Ping"))
-                .await
-                .json(),
-            json!("Pong")
-        );
-        server.stop().await;
+        let spin = ("spin-forever", SPIN_FOREVER);
+        assert_limit_contains(
+            "message_deadline_ms",
+            json!(100),
+            spin,
+            json!("Spin"),
+            "deadline",
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
