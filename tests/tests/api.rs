@@ -95,6 +95,11 @@ impl Server {
         self.http.post_json(&path, Some(token), &message).await
     }
 
+    /// Asks and decodes the answer's JSON body (success or error alike).
+    async fn ask_json(&self, token: &str, entity: &str, message: Json) -> Json {
+        self.ask(token, entity, message).await.json()
+    }
+
     async fn state(&self, token: &str, entity: &str) -> Json {
         let response = self
             .http
@@ -542,9 +547,8 @@ async fn types_are_deployed_listed_rolled_back_and_deleted() {
     );
     assert_eq!(
         server
-            .ask(&token, "counter/c1", json!({"Add": 2}))
-            .await
-            .json(),
+            .ask_json(&token, "counter/c1", json!({"Add": 2}))
+            .await,
         json!(2)
     );
     let deleted = server
@@ -576,9 +580,8 @@ async fn bad_uploads_are_refused_and_the_running_version_keeps_serving() {
     server.deploy(&token, "counter", COUNTER, "").await;
     assert_eq!(
         server
-            .ask(&token, "counter/c1", json!({"Add": 3}))
-            .await
-            .json(),
+            .ask_json(&token, "counter/c1", json!({"Add": 3}))
+            .await,
         json!(3)
     );
     let before = server.http.get("/v1/types", Some(&token)).await.json();
@@ -653,9 +656,8 @@ async fn bad_uploads_are_refused_and_the_running_version_keeps_serving() {
     assert_eq!(before, after, "no refused upload changed the type list");
     assert_eq!(
         server
-            .ask(&token, "counter/c1", json!({"Add": 1}))
-            .await
-            .json(),
+            .ask_json(&token, "counter/c1", json!({"Add": 1}))
+            .await,
         json!(4)
     );
     server.stop().await;
@@ -729,9 +731,8 @@ async fn bad_messages_get_clear_errors_and_change_no_state() {
     server.deploy(&token, "huge-reply", HUGE_REPLY, "").await;
     assert_eq!(
         server
-            .ask(&token, "bank-account/a", json!({"Deposit": 10}))
-            .await
-            .json(),
+            .ask_json(&token, "bank-account/a", json!({"Deposit": 10}))
+            .await,
         json!(10)
     );
     let before = server.state(&token, "bank-account/a").await;
@@ -825,9 +826,8 @@ async fn a_tenant_can_never_reach_another_tenants_entities() {
     server.deploy(&bob, "counter", COUNTER, "").await;
     assert_eq!(
         server
-            .ask(&alice, "counter/c1", json!({"Add": 5}))
-            .await
-            .json(),
+            .ask_json(&alice, "counter/c1", json!({"Add": 5}))
+            .await,
         json!(5)
     );
     assert_eq!(
@@ -960,9 +960,8 @@ mod quota {
         assert_eq!(server.state(&token, "counter/c3").await, json!([]));
         assert_eq!(
             server
-                .ask(&token, "counter/c1", json!({"Add": 1}))
-                .await
-                .json(),
+                .ask_json(&token, "counter/c1", json!({"Add": 1}))
+                .await,
             json!(2)
         );
         server.stop().await;
@@ -1025,9 +1024,8 @@ mod quota {
         for expected in 1..=3 {
             assert_eq!(
                 server
-                    .ask(&token, "counter/c1", json!({"Add": 1}))
-                    .await
-                    .json(),
+                    .ask_json(&token, "counter/c1", json!({"Add": 1}))
+                    .await,
                 json!(expected)
             );
         }
