@@ -7,10 +7,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::api::codec::json_to_msgpack;
-use tessera_host::envelope::EntityAddress;
+use tessera_host::contract::EntityAddress;
 use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::Node;
+use tessera_tests::to_msgpack as json_to_msgpack;
 
 const ADMIN: &str = "admin-token-for-the-http-bench";
 /// Concurrent clients of the closing run.
@@ -44,7 +44,10 @@ impl Bench {
                 messages_burst: u32::MAX,
                 ..Quotas::default()
             };
-            let (_, token) = node.create_tenant("bench", Some(quotas)).expect("tenant");
+            let (_, token) = node
+                .create_tenant("bench", Some(quotas))
+                .await
+                .expect("tenant");
             let bytes = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
             node.deploy("bench", "counter", bytes, TypeOptions::default())
                 .await

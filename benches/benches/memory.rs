@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_host::api::codec::json_to_msgpack;
-use tessera_host::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
-use tessera_host::envelope::{EntityAddress, Envelope, TypeKey};
+use tessera_host::contract::{EntityAddress, Envelope, TypeKey};
+use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::runtime::{InstanceLimits, Runtime, RuntimeConfig};
-use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateStore};
+use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore};
+use tessera_tests::to_msgpack as json_to_msgpack;
 
 const LIVE_ENTITIES: usize = 10_000;
 const PAGE_BYTES: u64 = 4096;
@@ -67,24 +67,28 @@ fn main() {
             passivate_idle: None,
             mailbox_capacity: 16,
             tenant_live_entities_max: None,
+            remember: false,
         },
     );
-    let commit = Arc::new(GroupCommitter::start(
-        store.clone(),
-        GroupCommitConfig::default(),
-    ));
-    let (raw_runtime, raw_store) = (runtime.clone(), store.clone());
-    let entities = Entities::new(runtime, store, commit, types, EntityConfig::default());
+    let state: Arc<LocalState> = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
+    let (raw_runtime, raw_store) = (runtime.clone(), state.clone() as Arc<dyn EntityState>);
+    let entities = Entities::standalone(EntityParts {
+        runtime,
+        state,
+        types,
+        remember: None,
+        config: EntityConfig::default(),
+    });
     let before = resident_bytes();
     rt.block_on(async {
         let get = json_to_msgpack(&serde_json::json!("Get"));
         let mut replies = Vec::with_capacity(LIVE_ENTITIES);
         for index in 0..LIVE_ENTITIES {
             let (envelope, reply) = Envelope::ask(get.clone());
-            entities.deliver(
-                EntityAddress::new("bench", "counter", format!("c{index}")),
-                envelope,
-            );
+            let address = EntityAddress::new("bench", "counter", format!("c{index}"));
+            if let Err(refused) = entities.deliver(address, 0, envelope) {
+                panic!("delivery refused: {}", refused.0);
+            }
             replies.push(reply);
         }
         for reply in replies {

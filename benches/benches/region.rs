@@ -1,24 +1,29 @@
-//! Local messaging through the sharding region, beside raw typed calls of the same component
-//! in the same run:
+//! Local messaging through the node, beside raw typed calls of the same component on the same
+//! number of threads, in the same run:
 //!
-//! - tell throughput to 1,000 `counter` entities with read-only `"Get"` messages vs raw typed
-//!   `handle` calls of 1,000 instances of the same component (target >= 50% of raw and
-//!   >= 300,000 messages/s on 2 cores);
-//! - ask round trip p50 and p99 through the region.
+//! - tells to 1,000 `counter` entities (read-only `"Get"`) through `Node::tell` — tenant rate
+//!   quota, the region's shard-home table, the entity's mailbox — from one sender task per
+//!   worker thread, vs raw typed `handle` calls of 1,000 instances of the same component split
+//!   over the same worker threads (target: >= 70% of raw, and the absolute rate);
+//! - ask round trip p50 and p99 through the node.
+//!
+//! Both sides run on one two-thread Tokio runtime; the ratio is printed at the end.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::api::codec::json_to_msgpack;
-use tessera_host::envelope::{EntityAddress, ErrorKind};
+use tessera_host::contract::{EntityAddress, ErrorKind};
 use tessera_host::metadata::{Quotas, TypeOptions};
-use tessera_host::node::Node;
+use tessera_host::node::{Node, NodeError};
 use tessera_host::runtime::baseline::RawInstance;
-use tessera_host::state::StateStore;
+use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_tests::to_msgpack;
 
 const ENTITIES: usize = 1_000;
 const TELLS_PER_ENTITY: usize = 20;
 const ASK_SAMPLES: usize = 20_000;
+/// Worker threads of the runtime both sides run on, and sender tasks / raw instance groups.
+const THREADS: usize = 2;
 
 fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
     rt.block_on(async {
@@ -33,7 +38,9 @@ fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
             messages_burst: 100_000_000,
             ..Quotas::default()
         };
-        node.create_tenant("bench", Some(quotas)).expect("tenant");
+        node.create_tenant("bench", Some(quotas))
+            .await
+            .expect("tenant");
         let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
         node.deploy("bench", "counter", bytes, TypeOptions::default())
             .await
@@ -46,79 +53,112 @@ fn address(index: usize) -> EntityAddress {
     EntityAddress::new("bench", "counter", format!("c{index}"))
 }
 
-fn bench_region(c: &mut Criterion) {
+/// Tells `"Get"` `TELLS_PER_ENTITY` times to each entity of `range`, then asks each once (the
+/// ask returns after every earlier tell from this sender: order per sender is kept).
+async fn send_round(node: Arc<Node>, range: std::ops::Range<usize>, get: Vec<u8>) {
+    let addresses: Vec<EntityAddress> = range.map(address).collect();
+    for _ in 0..TELLS_PER_ENTITY {
+        for to in &addresses {
+            loop {
+                match node.tell(to.clone(), get.clone()).await {
+                    Ok(()) => break,
+                    // A full mailbox is backpressure: let the entities catch up.
+                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(error) => panic!("tell failed: {error}"),
+                }
+            }
+        }
+    }
+    for to in addresses {
+        node.ask(to, get.clone(), Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+}
+
+fn bench_local_messaging(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(THREADS)
         .enable_all()
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let node = open_node(&rt, dir.path());
-    let region = node.region().clone();
-    let get = json_to_msgpack(&serde_json::json!("Get"));
+    let get = to_msgpack(&serde_json::json!("Get"));
     // Activate every entity first: the benchmark measures messaging, not activation.
     rt.block_on(async {
         for index in 0..ENTITIES {
-            region.ask(address(index), get.clone(), None).await.unwrap();
+            node.ask(address(index), get.clone(), Duration::from_secs(10))
+                .await
+                .unwrap();
         }
     });
-
-    let messages = (ENTITIES * TELLS_PER_ENTITY) as u64;
+    let per_sender = ENTITIES / THREADS;
+    let messages = (ENTITIES * (TELLS_PER_ENTITY + 1)) as u64;
     let mut group = c.benchmark_group("local_messaging");
     group.throughput(Throughput::Elements(messages));
     group.sample_size(10);
-    let (mut region_ns, mut raw_ns) = (0.0, 0.0);
-    group.bench_function("region_tell_get_1000_counters", |b| {
+    let (mut node_ns, mut raw_ns) = (0.0, 0.0);
+    group.bench_function("node_tell_get_1000_counters_2_threads", |b| {
         b.iter_custom(|iterations| {
             rt.block_on(async {
                 let started = Instant::now();
                 for _ in 0..iterations {
-                    for _ in 0..TELLS_PER_ENTITY {
-                        for index in 0..ENTITIES {
-                            // Pipelined: hand the message to the region without waiting for
-                            // its routing; a full region inbox is backpressure, so yield and
-                            // retry.
-                            while let Err(error) = region.try_tell(address(index), get.clone()) {
-                                assert_eq!(error.kind, ErrorKind::Unavailable, "{error}");
-                                tokio::task::yield_now().await;
-                            }
-                        }
-                    }
-                    // A final ask per entity returns after every earlier tell (same sender,
-                    // same entity: order is kept), so all messages were handled.
-                    for index in 0..ENTITIES {
-                        region.ask(address(index), get.clone(), None).await.unwrap();
+                    let senders: Vec<_> = (0..THREADS)
+                        .map(|sender| {
+                            let range = sender * per_sender..(sender + 1) * per_sender;
+                            tokio::spawn(send_round(node.clone(), range, get.clone()))
+                        })
+                        .collect();
+                    for sender in senders {
+                        sender.await.unwrap();
                     }
                 }
                 let elapsed = started.elapsed();
-                region_ns = elapsed.as_secs_f64() * 1e9 / (iterations * messages) as f64;
+                node_ns = elapsed.as_secs_f64() * 1e9 / (iterations * messages) as f64;
                 elapsed
             })
         })
     });
     let store = StateStore::open(&dir.path().join("raw.redb")).unwrap();
+    let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
     let runtime = tessera_tests::shared_runtime();
     let plugin = tessera_tests::plugin(tessera_tests::COUNTER);
-    let mut raw: Vec<RawInstance> = rt.block_on(async {
-        let mut instances = Vec::with_capacity(ENTITIES);
-        for _ in 0..ENTITIES {
-            instances.push(
-                RawInstance::instantiate(&runtime, &plugin, store.clone())
-                    .await
-                    .unwrap(),
-            );
+    let mut groups: Vec<Vec<RawInstance>> = rt.block_on(async {
+        let mut groups = Vec::with_capacity(THREADS);
+        for _ in 0..THREADS {
+            let mut instances = Vec::with_capacity(per_sender);
+            for _ in 0..per_sender {
+                let raw = RawInstance::instantiate(&runtime, &plugin, state.clone());
+                instances.push(raw.await.unwrap());
+            }
+            groups.push(instances);
         }
-        instances
+        groups
     });
-    group.bench_function("raw_typed_handle_get_1000_instances", |b| {
+    group.bench_function("raw_typed_handle_get_1000_instances_2_threads", |b| {
         b.iter_custom(|iterations| {
             rt.block_on(async {
                 let started = Instant::now();
                 for _ in 0..iterations {
-                    for _ in 0..TELLS_PER_ENTITY {
-                        for instance in raw.iter_mut() {
-                            instance.handle(&get).await.unwrap();
-                        }
+                    let tasks: Vec<_> = std::mem::take(&mut groups)
+                        .into_iter()
+                        .map(|mut instances| {
+                            let get = get.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..=TELLS_PER_ENTITY {
+                                    for instance in instances.iter_mut() {
+                                        instance.handle(&get).await.unwrap();
+                                    }
+                                }
+                                instances
+                            })
+                        })
+                        .collect();
+                    for task in tasks {
+                        groups.push(task.await.unwrap());
                     }
                 }
                 let elapsed = started.elapsed();
@@ -128,16 +168,19 @@ fn bench_region(c: &mut Criterion) {
         })
     });
     group.finish();
-    drop(raw);
+    drop(groups);
 
     let mut latencies: Vec<Duration> = rt.block_on(async {
         let mut latencies = Vec::with_capacity(ASK_SAMPLES);
         for sample in 0..ASK_SAMPLES {
             let started = Instant::now();
-            region
-                .ask(address(sample % ENTITIES), get.clone(), None)
-                .await
-                .unwrap();
+            node.ask(
+                address(sample % ENTITIES),
+                get.clone(),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
             latencies.push(started.elapsed());
         }
         latencies
@@ -145,20 +188,20 @@ fn bench_region(c: &mut Criterion) {
     latencies.sort();
     let percentile =
         |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    println!("\nlocal messaging (same run):");
+    println!("\nlocal messaging on {THREADS} threads (same run):");
     println!(
-        "  region tell: {:.0} msg/s; raw typed handle: {:.0} msg/s; region = {:.0}% of raw (target >= 50% and >= 300,000 msg/s)",
-        1e9 / region_ns,
+        "  node tell: {:.0} msg/s; raw typed handle: {:.0} msg/s; node = {:.0}% of raw (target >= 70%)",
+        1e9 / node_ns,
         1e9 / raw_ns,
-        100.0 * raw_ns / region_ns
+        100.0 * raw_ns / node_ns
     );
     println!(
-        "  region ask round trip over {ASK_SAMPLES} asks: p50 {:?}, p99 {:?}",
+        "  node ask round trip over {ASK_SAMPLES} asks: p50 {:?}, p99 {:?}",
         percentile(0.50),
         percentile(0.99)
     );
     rt.block_on(node.shutdown());
 }
 
-criterion_group!(region_benches, bench_region);
+criterion_group!(region_benches, bench_local_messaging);
 criterion_main!(region_benches);

@@ -1,4 +1,5 @@
-//! Remember-entities write throughput: the write-behind queue group-committing into redb,
+//! Remember-entities write throughput: the write-behind queue group-committing into redb
+//! (through the node's one state writer),
 //! beside the seed's file store, which appends and fsyncs one record at a time. The ratio of
 //! the two is printed at the end; the target is at least 50x and 100,000 records/s.
 
@@ -7,11 +8,9 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::envelope::TypeKey;
-use tessera_host::sharding::config::RememberConfig;
-use tessera_host::sharding::remember::redb::RedbStore;
-use tessera_host::sharding::remember::write_behind::RememberWriter;
-use tessera_host::sharding::remember::{RememberOp, RememberedId};
+use tessera_host::contract::TypeKey;
+use tessera_host::state::remember::{RememberConfig, RememberOp, RememberWriter, RememberedId};
+use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 
 /// Records per measured write-behind iteration: queued at once, then flushed.
 const WRITE_BEHIND_RECORDS: usize = 20_000;
@@ -37,15 +36,17 @@ impl WriteBehind {
             .build()
             .expect("benchmark runtime");
         let directory = tempfile::tempdir().expect("temporary directory");
-        let database = redb::Database::create(directory.path().join("node.redb")).expect("redb");
-        let store = RedbStore::new(Arc::new(database)).expect("remember table");
+        let store = StateStore::open(&directory.path().join("node.redb")).expect("redb");
         // The queue holds the largest run whole: this measures how fast queued records become
         // durable, not how a producer that outruns the writer is refused.
         let config = RememberConfig {
             queue_capacity: WRITE_BEHIND_RECORDS * RATIO_RUN_MULTIPLIER,
             ..RememberConfig::default()
         };
-        let writer = runtime.block_on(async { RememberWriter::start(Arc::new(store), &config) });
+        let writer = runtime.block_on(async {
+            let state = LocalState::new(store, GroupCommitConfig::default());
+            RememberWriter::start(Arc::new(state), &config)
+        });
         WriteBehind {
             runtime,
             writer,

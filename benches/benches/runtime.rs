@@ -10,14 +10,12 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::api::codec::json_to_msgpack;
-use tessera_host::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
-use tessera_host::envelope::{EntityAddress, Envelope, TypeKey};
+use tessera_host::contract::{EntityAddress, Envelope, NoRoutes, TypeKey};
+use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use tessera_host::runtime::baseline::RawInstance;
-use tessera_host::runtime::{Activation, InstanceLimits, NoRoutes};
-use tessera_host::state::{
-    DirectCommitter, GroupCommitConfig, GroupCommitter, StateCommit, StateStore,
-};
+use tessera_host::runtime::{Activation, EntityContext, InstanceLimits};
+use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore};
+use tessera_tests::to_msgpack as json_to_msgpack;
 
 const PAYLOAD_BYTES: usize = 64;
 const ENTITIES_FOR_COMMITS: usize = 1_000;
@@ -39,12 +37,7 @@ fn payload() -> Vec<u8> {
     encoded
 }
 
-fn entities(
-    store: &StateStore,
-    commit: Arc<dyn StateCommit>,
-    plugin: &str,
-    entity_type: &str,
-) -> Entities {
+fn entities(state: Arc<LocalState>, plugin: &str, entity_type: &str) -> Entities {
     let types = Arc::new(TypeTable::default());
     types.bind(
         TypeKey::new("bench", entity_type),
@@ -55,15 +48,22 @@ fn entities(
             passivate_idle: None,
             mailbox_capacity: 1024,
             tenant_live_entities_max: None,
+            remember: false,
         },
     );
-    Entities::new(
-        tessera_tests::shared_runtime(),
-        store.clone(),
-        commit,
+    Entities::standalone(EntityParts {
+        runtime: tessera_tests::shared_runtime(),
+        state,
         types,
-        EntityConfig::default(),
-    )
+        remember: None,
+        config: EntityConfig::default(),
+    })
+}
+
+/// A group-committing state backend in `dir`.
+fn local_state(dir: &tempfile::TempDir) -> Arc<LocalState> {
+    let store = StateStore::open(&dir.path().join("bench.redb")).unwrap();
+    Arc::new(LocalState::new(store, GroupCommitConfig::default()))
 }
 
 fn per_op(total: Duration, iterations: u64) -> f64 {
@@ -86,7 +86,7 @@ impl Ratios {
 fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
     let rt = tokio_runtime();
     let dir = tempfile::tempdir().unwrap();
-    let store = StateStore::open(&dir.path().join("bench.redb")).unwrap();
+    let state: Arc<dyn EntityState> = local_state(&dir);
     let runtime = tessera_tests::shared_runtime();
     let plugin = tessera_tests::plugin(tessera_tests::COUNTER);
     let mut group = c.benchmark_group("activation");
@@ -97,7 +97,7 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
             rt.block_on(async {
                 let started = Instant::now();
                 for _ in 0..iterations {
-                    let instance = RawInstance::instantiate(&runtime, &plugin, store.clone())
+                    let instance = RawInstance::instantiate(&runtime, &plugin, state.clone())
                         .await
                         .unwrap();
                     drop(instance);
@@ -114,14 +114,13 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
                 let address = EntityAddress::new("bench", "counter", "a");
                 let started = Instant::now();
                 for _ in 0..iterations {
+                    let context = EntityContext {
+                        state: state.clone(),
+                        router: Arc::new(NoRoutes),
+                        entity_state_bytes: 0,
+                    };
                     let mut instance = runtime
-                        .instantiate(
-                            &plugin,
-                            address.clone(),
-                            InstanceLimits::default(),
-                            store.clone(),
-                            Arc::new(NoRoutes),
-                        )
+                        .instantiate(&plugin, address.clone(), InstanceLimits::default(), context)
                         .await
                         .unwrap();
                     instance.activate(Activation::Restarted).await.unwrap();
@@ -140,18 +139,14 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
 fn bench_message(c: &mut Criterion, ratios: &mut Ratios) {
     let rt = tokio_runtime();
     let dir = tempfile::tempdir().unwrap();
-    let store = StateStore::open(&dir.path().join("bench.redb")).unwrap();
-    let commit: Arc<dyn StateCommit> = Arc::new(GroupCommitter::start(
-        store.clone(),
-        GroupCommitConfig::default(),
-    ));
-    let entities = entities(&store, commit, tessera_tests::ECHO, "echo");
+    let state = local_state(&dir);
+    let entities = entities(state.clone(), tessera_tests::ECHO, "echo");
     let runtime = tessera_tests::shared_runtime();
     let plugin = tessera_tests::plugin(tessera_tests::ECHO);
     let payload = payload();
     let address = EntityAddress::new("bench", "echo", "e");
     let mut raw = rt
-        .block_on(RawInstance::instantiate(&runtime, &plugin, store.clone()))
+        .block_on(RawInstance::instantiate(&runtime, &plugin, state))
         .unwrap();
     let (mut raw_ns, mut ask_ns, mut pipelined_ns) = (0.0, 0.0, 0.0);
     let mut group = c.benchmark_group("message_64_bytes");
@@ -176,7 +171,7 @@ fn bench_message(c: &mut Criterion, ratios: &mut Ratios) {
                 let started = Instant::now();
                 for _ in 0..iterations {
                     entities
-                        .ask(address.clone(), payload.clone(), Duration::from_secs(5))
+                        .ask(address.clone(), 0, payload.clone(), Duration::from_secs(5))
                         .await
                         .unwrap();
                 }
@@ -193,7 +188,9 @@ fn bench_message(c: &mut Criterion, ratios: &mut Ratios) {
                 let mut pending = Vec::with_capacity(512);
                 for index in 0..iterations {
                     let (envelope, reply) = Envelope::ask(payload.clone());
-                    entities.deliver(address.clone(), envelope);
+                    if entities.deliver(address.clone(), 0, envelope).is_err() {
+                        panic!("the echo cell refused a message");
+                    }
                     pending.push(reply);
                     if pending.len() == 512 || index + 1 == iterations {
                         for reply in pending.drain(..) {
@@ -220,10 +217,10 @@ async fn commit_round(entities: &Entities, add: &[u8]) -> Duration {
     for round in 0..MESSAGES_PER_ENTITY {
         for entity in 0..ENTITIES_FOR_COMMITS {
             let (envelope, reply) = Envelope::ask(add.to_vec());
-            entities.deliver(
-                EntityAddress::new("bench", "counter", format!("c{entity}")),
-                envelope,
-            );
+            let address = EntityAddress::new("bench", "counter", format!("c{entity}"));
+            if entities.deliver(address, 0, envelope).is_err() {
+                panic!("a counter refused a message");
+            }
             replies.push(reply);
         }
         let _ = round;
@@ -248,15 +245,12 @@ fn bench_commits(c: &mut Criterion, ratios: &mut Ratios) {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(&dir.path().join("bench.redb")).unwrap();
-        let commit: Arc<dyn StateCommit> = if grouped {
-            Arc::new(GroupCommitter::start(
-                store.clone(),
-                GroupCommitConfig::default(),
-            ))
+        let state = if grouped {
+            Arc::new(LocalState::new(store, GroupCommitConfig::default()))
         } else {
-            Arc::new(DirectCommitter::new(store.clone()))
+            Arc::new(LocalState::unbatched(store))
         };
-        let entities = entities(&store, commit, tessera_tests::COUNTER, "counter");
+        let entities = entities(state, tessera_tests::COUNTER, "counter");
         rt.block_on(commit_round(&entities, &add)); // activate every counter first
         group.bench_function(name, |b| {
             b.iter_custom(|iterations| {

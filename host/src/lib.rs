@@ -9,11 +9,11 @@
 
 pub mod api;
 pub mod cli;
+pub mod codec;
 pub mod consensus;
+pub mod contract;
 pub mod entity;
-pub mod envelope;
 pub mod metadata;
-pub mod metrics;
 pub mod node;
 pub mod runtime;
 pub mod sharding;

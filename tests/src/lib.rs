@@ -8,12 +8,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
-use tessera_host::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
-use tessera_host::envelope::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use tessera_host::contract::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use tessera_host::node::NodeConfig;
 use tessera_host::runtime::{InstanceLimits, Plugin, Runtime, RuntimeConfig};
-use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateStore};
+use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 
 /// One engine for the whole test binary, with its compiled plugins cached on disk next to the
 /// test build, so tests neither recompile nor fill the address space with pools.
@@ -47,10 +46,8 @@ pub fn plugin(path: &str) -> Arc<Plugin> {
 
 /// A node's entity stack (no sharding) over a data directory.
 pub struct TestNode {
-    /// The state store.
-    pub store: StateStore,
-    /// The group committer.
-    pub committer: Arc<GroupCommitter>,
+    /// The state backend (tables and group committer).
+    pub state: Arc<LocalState>,
     /// The type table.
     pub types: Arc<TypeTable>,
     /// The live entities.
@@ -69,21 +66,17 @@ impl TestNode {
     /// A node over `data_dir` with `config`.
     pub fn with_config(data_dir: &Path, config: EntityConfig) -> Self {
         let store = StateStore::open(&data_dir.join("tessera.redb")).expect("the store opens");
-        let committer = Arc::new(GroupCommitter::start(
-            store.clone(),
-            GroupCommitConfig::default(),
-        ));
+        let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
         let types = Arc::new(TypeTable::default());
-        let entities = Entities::new(
-            shared_runtime(),
-            store.clone(),
-            committer.clone(),
-            types.clone(),
+        let entities = Entities::standalone(EntityParts {
+            runtime: shared_runtime(),
+            state: state.clone(),
+            types: types.clone(),
+            remember: None,
             config,
-        );
+        });
         TestNode {
-            store,
-            committer,
+            state,
             types,
             entities,
         }
@@ -118,6 +111,7 @@ impl TestNode {
                 passivate_idle,
                 mailbox_capacity: 1024,
                 tenant_live_entities_max: None,
+                remember: false,
             },
         );
     }
@@ -133,13 +127,30 @@ impl TestNode {
             .entities
             .ask(
                 address(entity_type, id),
-                json_to_msgpack(&message),
+                0,
+                to_msgpack(&message),
                 Duration::from_secs(20),
             )
             .await?;
-        msgpack_to_json(&reply)
-            .map_err(|error| MessageError::new(ErrorKind::Failed, error.to_string()))
+        from_msgpack(&reply).map_err(|error| MessageError::new(ErrorKind::Failed, error))
     }
+
+    /// The store under this node's state backend.
+    pub fn store(&self) -> &StateStore {
+        self.state.store()
+    }
+}
+
+/// A JSON value as MessagePack, through the host's codec.
+pub fn to_msgpack(json: &Json) -> Vec<u8> {
+    let text = serde_json::to_vec(json).expect("a JSON value serializes");
+    tessera_host::codec::json_to_msgpack(&text).expect("serde_json writes valid JSON")
+}
+
+/// MessagePack bytes as a JSON value, through the host's codec.
+pub fn from_msgpack(bytes: &[u8]) -> Result<Json, String> {
+    let text = tessera_host::codec::msgpack_to_json(bytes).map_err(|error| error.to_string())?;
+    serde_json::from_slice(&text).map_err(|error| error.to_string())
 }
 
 /// The address of a test entity.

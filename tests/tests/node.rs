@@ -4,10 +4,10 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::api::codec::{json_to_msgpack, msgpack_to_json};
-use tessera_host::envelope::EntityAddress;
+use tessera_host::contract::EntityAddress;
 use tessera_host::metadata::TypeOptions;
 use tessera_host::node::Node;
+use tessera_tests::{from_msgpack as msgpack_to_json, to_msgpack as json_to_msgpack};
 
 const ADMIN_TOKEN: &str = "node-test-admin-token-0123";
 
@@ -65,7 +65,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 async fn a_guest_ask_is_routed_through_the_region() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
-    node.create_tenant("acme", None).unwrap();
+    node.create_tenant("acme", None).await.unwrap();
     deploy(
         &node,
         "wallet",
@@ -93,7 +93,7 @@ async fn a_guest_ask_is_routed_through_the_region() {
 async fn messages_sent_around_a_passivation_reach_the_next_activation_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
-    node.create_tenant("acme", None).unwrap();
+    node.create_tenant("acme", None).await.unwrap();
     deploy(
         &node,
         "counter",
@@ -127,7 +127,7 @@ async fn messages_sent_around_a_passivation_reach_the_next_activation_in_order()
 async fn an_idle_remembered_entity_is_passivated_and_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
-    node.create_tenant("acme", None).unwrap();
+    node.create_tenant("acme", None).await.unwrap();
     let options = TypeOptions {
         remember: true,
         passivate_idle_ms: Some(50),
@@ -157,7 +157,7 @@ async fn remembered_entities_come_back_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     {
         let node = open(dir.path()).await;
-        node.create_tenant("acme", None).unwrap();
+        node.create_tenant("acme", None).await.unwrap();
         deploy(
             &node,
             "counter",

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 use std::time::{Duration, Instant};
+use tessera_host::contract::ErrorKind;
 use tessera_host::entity::EntityConfig;
-use tessera_host::envelope::ErrorKind;
 use tessera_host::runtime::InstanceLimits;
 use tessera_tests::{TestNode, address};
 
@@ -149,7 +149,10 @@ mod plugin {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // What fired was recorded in durable state, not only in instance memory.
-        let state = node.store.entries(&address("reminder", "r1")).unwrap();
+        let state = node
+            .store()
+            .entries(&address("reminder", "r1"), 10_000)
+            .unwrap();
         assert!(!state.is_empty(), "the firing was not written to state");
     }
 
@@ -208,7 +211,9 @@ mod plugin {
         assert_eq!(error.kind, ErrorKind::Trap, "{error}");
         // The put made before the panic was discarded with the message.
         assert_eq!(
-            node.store.entries(&address("panics", "p1")).unwrap(),
+            node.store()
+                .entries(&address("panics", "p1"), 10_000)
+                .unwrap(),
             vec![]
         );
         counter_still_answers(&node).await;
@@ -231,7 +236,7 @@ mod plugin {
         node.ask("noisy", "n1", json!("Shout")).await.unwrap();
         counter_still_answers(&node).await;
         let noisy = address("noisy", "n1");
-        node.entities.stop_where(|entity| *entity == noisy).await;
+        node.entities.stop_type(&noisy.type_key()).await;
         let dropped = node
             .entities
             .stats()
@@ -246,7 +251,8 @@ mod plugin {
         let (_dir, node) = node();
         node.deploy("echo", tessera_tests::ECHO, 1, InstanceLimits::default());
         let reply = node.ask("echo", "e1", json!([1, 2, 3])).await.unwrap();
-        assert_eq!(reply, json!([1, 2, 3]));
+        // The echo replies with MessagePack `bin`, whose JSON form is base64 under `$bin`.
+        assert_eq!(reply, json!({"$bin": "AQID"}));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,7 +310,12 @@ mod plugin {
             .unwrap_err();
         assert_eq!(error.kind, ErrorKind::ReplyTooLarge, "{error}");
         let small = node.ask("huge", "h1", json!({"Bytes": 16})).await.unwrap();
-        assert_eq!(small.as_array().map(Vec::len), Some(16));
+        let base64 = small["$bin"].as_str().expect("a bin reply");
+        assert_eq!(
+            base64.len(),
+            24,
+            "16 bytes are 24 base64 characters: {base64}"
+        );
         counter_still_answers(&node).await;
     }
 }
@@ -361,12 +372,17 @@ async fn a_rejected_message_leaves_no_write() {
     node.ask("accounts", "a", json!({"Deposit": 10}))
         .await
         .unwrap();
-    let before = node.store.entries(&address("accounts", "a")).unwrap();
+    let before = node
+        .store()
+        .entries(&address("accounts", "a"), 10_000)
+        .unwrap();
     node.ask("accounts", "a", json!({"Withdraw": 11}))
         .await
         .unwrap_err();
     assert_eq!(
-        node.store.entries(&address("accounts", "a")).unwrap(),
+        node.store()
+            .entries(&address("accounts", "a"), 10_000)
+            .unwrap(),
         before
     );
 }
@@ -410,7 +426,7 @@ async fn a_full_mailbox_is_backpressure_not_growth() {
         ..InstanceLimits::default()
     };
     node.types.bind(
-        tessera_host::envelope::TypeKey::new(tessera_tests::TENANT, "spin"),
+        tessera_host::contract::TypeKey::new(tessera_tests::TENANT, "spin"),
         tessera_host::entity::TypeBinding {
             plugin: tessera_tests::plugin(tessera_tests::SPIN_FOREVER),
             version: 1,
@@ -418,14 +434,15 @@ async fn a_full_mailbox_is_backpressure_not_growth() {
             passivate_idle: None,
             mailbox_capacity: 2,
             tenant_live_entities_max: None,
+            remember: false,
         },
     );
-    let payload = tessera_host::api::codec::json_to_msgpack(&json!("Spin"));
+    let payload = tessera_tests::to_msgpack(&json!("Spin"));
     let mut refused = 0;
     for _ in 0..10 {
-        let envelope = tessera_host::envelope::Envelope::tell(payload.clone());
-        if let Err((error, _)) = node.entities.try_deliver(address("spin", "busy"), envelope) {
-            assert_eq!(error.kind, ErrorKind::MailboxFull);
+        let envelope = tessera_host::contract::Envelope::tell(payload.clone());
+        if let Err(refused_envelope) = node.entities.deliver(address("spin", "busy"), 0, envelope) {
+            assert_eq!(refused_envelope.0.kind, ErrorKind::MailboxFull);
             refused += 1;
         }
     }

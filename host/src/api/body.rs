@@ -1,17 +1,39 @@
-//! Request bodies, always read under a byte limit, and the JSON / MessagePack negotiation of
-//! message bodies and replies.
+//! Request bodies, read once by the edge middleware under a byte limit and handed to handlers
+//! as [`RequestBody`], and the JSON / MessagePack negotiation of message bodies and replies —
+//! transcoded in one pass by [`crate::codec`], never through a tree.
 
-use super::codec::{json_to_msgpack, msgpack_to_json};
 use super::error::ApiError;
-use axum::body::{Body, HttpBody};
-use axum::http::{HeaderMap, StatusCode, header};
+use crate::codec::{self, CodecError};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-use serde_json::Value as Json;
 use std::pin::Pin;
 
 /// The media type of MessagePack bodies.
 pub const MSGPACK: &str = "application/msgpack";
+
+/// Capacity reserved up front for a body, whatever length it declares: a client cannot make
+/// the node allocate by announcing a large body it never sends.
+pub const BODY_RESERVE_BYTES_MAX: usize = 64 * 1024;
+
+/// A request's body as the edge middleware read it (empty when there was none).
+#[derive(Clone, Debug, Default)]
+pub struct RequestBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestBody {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Ok(parts
+            .extensions
+            .get::<RequestBody>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
 
 /// Reads `body` into memory, refusing with 413 as soon as it passes `limit` bytes (a declared
 /// `Content-Length` over the limit is refused before anything is read).
@@ -19,7 +41,7 @@ pub async fn read_limited(
     headers: &HeaderMap,
     mut body: Body,
     limit: usize,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
@@ -27,11 +49,12 @@ pub async fn read_limited(
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(over_limit(limit));
     }
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit as u64) as usize);
+    let reserve = declared.unwrap_or(0).min(BODY_RESERVE_BYTES_MAX as u64) as usize;
+    let mut bytes = Vec::with_capacity(reserve);
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         let Some(frame) = frame else {
-            return Ok(bytes);
+            return Ok(Bytes::from(bytes));
         };
         let frame = frame.map_err(|error| {
             ApiError::bad_request("bad_body", format!("the body could not be read: {error}"))
@@ -40,7 +63,12 @@ pub async fn read_limited(
             if bytes.len() + data.len() > limit {
                 return Err(over_limit(limit));
             }
-            bytes.extend_from_slice(&data);
+            if bytes.is_empty() && data.len() >= reserve {
+                // The common case: one frame holds the whole body; keep it without a copy.
+                bytes = Vec::from(data);
+            } else {
+                bytes.extend_from_slice(&data);
+            }
         }
     }
 }
@@ -87,14 +115,14 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         .map_err(|error| ApiError::bad_request("malformed_body", format!("bad JSON body: {error}")))
 }
 
-/// The MessagePack payload of a message body: passed through when it is MessagePack,
-/// converted when it is JSON.
-pub fn message_payload(headers: &HeaderMap, bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
+/// The MessagePack payload of a message body: checked and passed through when it is
+/// MessagePack, transcoded when it is JSON.
+pub fn message_payload(headers: &HeaderMap, bytes: &Bytes) -> Result<Vec<u8>, ApiError> {
     if is_msgpack(headers) {
-        msgpack_to_json(bytes).map_err(|error| {
+        codec::validate_msgpack(bytes).map_err(|error| {
             ApiError::bad_request("malformed_body", format!("bad MessagePack body: {error}"))
         })?;
-        return Ok(bytes.to_vec());
+        return Ok(Vec::from(bytes.clone()));
     }
     match media_type(headers, header::CONTENT_TYPE).as_deref() {
         None | Some("application/json") => {}
@@ -106,8 +134,8 @@ pub fn message_payload(headers: &HeaderMap, bytes: &[u8]) -> Result<Vec<u8>, Api
             ));
         }
     }
-    let json: Json = parse_json(bytes)?;
-    Ok(json_to_msgpack(&json))
+    codec::json_to_msgpack(bytes)
+        .map_err(|error| ApiError::bad_request("malformed_body", format!("bad JSON body: {error}")))
 }
 
 /// An entity's reply in the form the client asked for: the MessagePack bytes as they are, or
@@ -116,20 +144,34 @@ pub fn reply_response(headers: &HeaderMap, reply: Vec<u8>) -> Result<Response, A
     if wants_msgpack(headers) {
         return Ok(([(header::CONTENT_TYPE, MSGPACK)], reply).into_response());
     }
-    let json = msgpack_to_json(&reply).map_err(|error| {
+    let json = codec::msgpack_to_json(&reply).map_err(|error| no_json_form(&error))?;
+    let mut response = Body::from(json).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+fn no_json_form(error: &CodecError) -> ApiError {
+    if error.is_no_json_form() {
         ApiError::new(
             StatusCode::NOT_ACCEPTABLE,
             "no_json_form",
-            format!("the reply {error}; ask with `Accept: {MSGPACK}`"),
+            format!("the reply has no JSON form ({error}); ask with `Accept: {MSGPACK}`"),
         )
-    })?;
-    Ok(axum::Json(json).into_response())
+    } else {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "bad_reply",
+            format!("the entity replied with bytes that are not MessagePack: {error}"),
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     #[tokio::test]
     async fn bodies_over_the_limit_are_refused() {

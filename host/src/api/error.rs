@@ -1,8 +1,10 @@
 //! The one error shape every endpoint answers with — `{"error":{"code","message"}}` — and the
 //! table from node and entity errors to HTTP status codes (documented in `docs/api.md`).
 
-use crate::envelope::{ErrorKind, MessageError};
+use crate::contract::{ErrorKind, MessageError};
+use crate::metadata::MetadataError;
 use crate::node::NodeError;
+use crate::runtime::LoadError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -82,19 +84,51 @@ impl From<MessageError> for ApiError {
     }
 }
 
+impl From<MetadataError> for ApiError {
+    fn from(error: MetadataError) -> Self {
+        let message = error.to_string();
+        let (status, code) = match error {
+            MetadataError::InvalidName(_) | MetadataError::InvalidQuotas(_) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            MetadataError::TenantExists(_) => (StatusCode::CONFLICT, "conflict"),
+            MetadataError::NoTenant(_)
+            | MetadataError::NoType(_, _)
+            | MetadataError::NoVersion(_, _)
+            | MetadataError::NoPlugin(_) => (StatusCode::NOT_FOUND, "not_found"),
+            MetadataError::TooManyVersions(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+            MetadataError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
+        };
+        ApiError::new(status, code, message)
+    }
+}
+
+impl From<LoadError> for ApiError {
+    fn from(error: LoadError) -> Self {
+        let status = match error {
+            LoadError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        ApiError::new(status, "bad_plugin", error.to_string())
+    }
+}
+
 impl From<NodeError> for ApiError {
     fn from(error: NodeError) -> Self {
         let message = error.to_string();
         let (status, code) = match error {
             NodeError::Message(error) => return error.into(),
+            NodeError::Catalog(error) => return error.into(),
+            NodeError::BadPlugin(error) => return error.into(),
             NodeError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             NodeError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             NodeError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             NodeError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            NodeError::BadPlugin(_) => (StatusCode::UNPROCESSABLE_ENTITY, "bad_plugin"),
-            NodeError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             NodeError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             NodeError::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+            NodeError::Coordinator(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            NodeError::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         ApiError::new(status, code, message)

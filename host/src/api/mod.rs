@@ -1,14 +1,14 @@
 //! The HTTP edge of a node: JSON (or MessagePack) in and out, bearer tokens, and the conversion
-//! between the JSON clients write and the MessagePack entities read.
+//! between the JSON clients write and the MessagePack entities read ([`crate::codec`]).
 //!
 //! [`router`] maps the endpoints (listed in `docs/api.md`) onto [`Node`] methods, one module
-//! per resource under [`routes`]; [`auth`] turns the `Authorization` header into the admin or
-//! a tenant; [`body`] reads every body under its limit; [`error`] is the single error shape and
-//! the status table. [`serve`] runs the router on a listener until a shutdown signal.
+//! per resource under [`routes`]. Every request passes the edge middleware once: it
+//! authenticates the token ([`auth`]) and, only for a valid token, reads the body under its
+//! route's limit ([`body`]), handing both to the handler. [`error`] is the single error shape
+//! and the status table. [`serve`] runs the router on a listener until a shutdown signal.
 
 pub mod auth;
 pub mod body;
-pub mod codec;
 pub mod error;
 pub mod routes;
 
@@ -51,7 +51,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/cluster/shards", get(cluster::shards))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(node.clone(), buffer_body))
+        .layer(middleware::from_fn_with_state(node.clone(), edge))
         .layer(middleware::from_fn(trace_request))
         .with_state(node)
 }
@@ -96,42 +96,41 @@ async fn trace_request(request: Request, next: Next) -> Response {
     .await
 }
 
-/// Bodies up to this size are read before the token is checked, so that a refusal of a small
-/// request leaves its connection usable; larger ones are read only for a valid token.
-const UNCHECKED_BODY_BYTES_MAX: u64 = 64 * 1024;
-
-/// Reads a request's body, under its route's limit, before the handler runs, so that refusals
-/// come after the whole body is read and the connection stays usable. A body declared over
-/// the limit, and a large body without a valid token, are refused at once with
-/// `Connection: close` (the unread body makes the connection unusable).
-async fn buffer_body(State(node): State<Arc<Node>>, request: Request, next: Next) -> Response {
+/// The edge, once per request: authenticates the token, and for a request with a body reads
+/// the body under its route's limit — only for a valid token, so an unauthenticated client
+/// cannot make the node buffer anything. Both go to the handler in the request's extensions.
+/// A refusal here leaves the body unread and closes the connection.
+async fn edge(State(node): State<Arc<Node>>, mut request: Request, next: Next) -> Response {
+    let principal = auth::principal(request.headers(), &node);
     let headers = request.headers();
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
-    let chunked = headers.contains_key(header::TRANSFER_ENCODING);
-    if !chunked && declared.unwrap_or(0) == 0 {
-        return next.run(request).await;
-    }
-    let small = declared.is_some_and(|length| length <= UNCHECKED_BODY_BYTES_MAX);
-    if !small && let Err(error) = auth::principal(headers, &node) {
-        return closing(error);
-    }
-    let limits = &node.config().api;
-    let limit = if request.uri().path().ends_with("/versions") {
-        limits.plugin_body_bytes_max
-    } else {
-        limits.request_body_bytes_max
-    };
-    let (parts, body) = request.into_parts();
-    match body::read_limited(&parts.headers, body, limit).await {
-        Ok(bytes) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING) || declared.unwrap_or(0) > 0;
+    if has_body {
+        if let Err(error) = &principal {
+            return closing(error.clone());
         }
-        Err(error) => closing(error),
+        let limits = &node.config().api;
+        let limit = if request.uri().path().ends_with("/versions") {
+            limits.plugin_body_bytes_max
+        } else {
+            limits.request_body_bytes_max
+        };
+        let (parts, body) = request.into_parts();
+        match body::read_limited(&parts.headers, body, limit).await {
+            Ok(bytes) => {
+                request = Request::from_parts(parts, Body::empty());
+                request.extensions_mut().insert(body::RequestBody(bytes));
+            }
+            Err(error) => return closing(error),
+        }
     }
+    request
+        .extensions_mut()
+        .insert(auth::Authenticated(principal));
+    next.run(request).await
 }
 
 /// An early refusal that leaves the request body unread.

@@ -263,7 +263,7 @@ pub(crate) fn state(args: EntityArgs) -> ExitCode {
             println!("{} has no state", args.entity);
         }
         for entry in entries {
-            let value = entry.get("value").or_else(|| entry.get("bytes"));
+            let value = entry.get("value").or_else(|| entry.get("raw_base64"));
             println!(
                 "{} = {}",
                 entry["key"].as_str().unwrap_or("?"),

@@ -1,11 +1,11 @@
 //! `tessera invoke`: run one entity of a component locally, against a scratch (or given) data
 //! directory, and print each reply as one JSON line.
 
-use crate::api::codec::{json_to_msgpack, msgpack_to_json};
-use crate::entity::{Entities, EntityConfig, TypeBinding, TypeTable};
-use crate::envelope::{ErrorKind, MessageError, TypeKey};
+use crate::codec::{json_to_msgpack, msgpack_to_json};
+use crate::contract::{ErrorKind, MessageError, TypeKey};
+use crate::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use crate::runtime::{InstanceLimits, Runtime, RuntimeConfig};
-use crate::state::{GroupCommitConfig, GroupCommitter, StateStore};
+use crate::state::{GroupCommitConfig, LocalState, StateStore};
 use serde_json::{Value as Json, json};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -142,10 +142,7 @@ pub async fn invoke(
     };
     let store = StateStore::open(&options.data_dir.join("tessera.redb"))
         .map_err(|error| setup(error.to_string()))?;
-    let commit = Arc::new(GroupCommitter::start(
-        store.clone(),
-        GroupCommitConfig::default(),
-    ));
+    let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
     let types = Arc::new(TypeTable::default());
     let type_key = TypeKey::new(INVOKE_TENANT, entity_type);
     types.bind(
@@ -157,18 +154,36 @@ pub async fn invoke(
             passivate_idle: None,
             mailbox_capacity: 64,
             tenant_live_entities_max: None,
+            remember: false,
         },
     );
-    let entities = Entities::new(runtime, store, commit, types, EntityConfig::default());
+    let entities = Entities::standalone(EntityParts {
+        runtime,
+        state,
+        types,
+        remember: None,
+        config: EntityConfig::default(),
+    });
     let address = type_key.entity(options.entity_id.clone());
     for message in &options.messages {
-        let reply = entities
-            .ask(address.clone(), json_to_msgpack(message), options.timeout)
-            .await
-            .and_then(|bytes| {
-                msgpack_to_json(&bytes)
-                    .map_err(|error| MessageError::new(ErrorKind::Failed, error.to_string()))
-            });
+        let payload = serde_json::to_vec(message)
+            .map_err(|error| error.to_string())
+            .and_then(|json| json_to_msgpack(&json).map_err(|error| error.to_string()))
+            .map_err(|error| MessageError::new(ErrorKind::BadMessage, error));
+        let reply = match payload {
+            Ok(payload) => {
+                entities
+                    .ask(address.clone(), 0, payload, options.timeout)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        let reply = reply.and_then(|bytes| {
+            msgpack_to_json(&bytes)
+                .map_err(|error| error.to_string())
+                .and_then(|json| serde_json::from_slice(&json).map_err(|e| e.to_string()))
+                .map_err(|error| MessageError::new(ErrorKind::Failed, error))
+        });
         on_reply(&reply);
         if reply.is_err() {
             break;

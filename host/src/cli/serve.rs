@@ -216,6 +216,7 @@ async fn prepare(node: &Node, plugins: &[(String, Vec<u8>)]) -> Result<Option<St
         Err(_) => {
             let (_, token) = node
                 .create_tenant(DEV_TENANT, None)
+                .await
                 .map_err(|error| error.to_string())?;
             Some(token)
         }

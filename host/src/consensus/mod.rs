@@ -11,6 +11,7 @@ pub mod durable;
 pub mod journal;
 pub mod message;
 mod normal;
+mod progress;
 mod recovery;
 pub mod replica;
 pub mod sim;

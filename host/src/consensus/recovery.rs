@@ -11,35 +11,9 @@
 
 use super::journal::Journal;
 use super::message::{Entry, Message, OpNumber, ReplicaIndex, Status, ViewNumber, is_chained_log};
+use super::progress::Answer;
 use super::replica::Replica;
 use super::state_machine::StateMachine;
-
-/// One peer's answer to a recovery request.
-#[derive(Clone, Debug)]
-struct Answer {
-    view: ViewNumber,
-    status: Status,
-    log: Option<Vec<Entry>>,
-    commit: OpNumber,
-}
-
-/// Progress of one recovery.
-#[derive(Clone, Debug)]
-pub(super) struct RecoveryState {
-    nonce: u64,
-    answers: Vec<Option<Answer>>,
-    sent_tick: Option<u64>,
-}
-
-impl RecoveryState {
-    pub(super) fn new(nonce: u64, replica_count: u8) -> RecoveryState {
-        RecoveryState {
-            nonce,
-            answers: vec![None; usize::from(replica_count)],
-            sent_tick: None,
-        }
-    }
-}
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Sends (and periodically resends) the recovery request; each round starts a fresh tally,

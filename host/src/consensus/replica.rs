@@ -19,9 +19,8 @@ use super::message::{
     CHECKSUM_ROOT, ClientId, Entry, Message, OpNumber, ReplicaIndex, Reply, Request, Status,
     ViewNumber,
 };
-use super::recovery::RecoveryState;
+use super::progress::{RecoveryState, ViewChangeState};
 use super::state_machine::StateMachine;
-use super::view_change::ViewChangeState;
 
 /// Something the host must do on the replica's behalf, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]

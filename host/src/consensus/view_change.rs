@@ -11,49 +11,9 @@
 use super::config::LOG_OPS_MAX;
 use super::journal::Journal;
 use super::message::{Entry, Message, OpNumber, ReplicaIndex, Status, ViewNumber, is_chained_log};
+use super::progress::DoViewChangeVote;
 use super::replica::Replica;
 use super::state_machine::StateMachine;
-
-/// A do-view-change vote as held by the new primary.
-#[derive(Clone, Debug)]
-pub(super) struct DoViewChangeVote {
-    log_view: ViewNumber,
-    log: Vec<Entry>,
-    commit: OpNumber,
-}
-
-/// Progress of the view change for the replica's current view.
-#[derive(Clone, Debug)]
-pub(super) struct ViewChangeState {
-    start_view_change_votes: Vec<bool>,
-    do_view_change_votes: Vec<Option<DoViewChangeVote>>,
-    do_view_change_sent: bool,
-    started_tick: u64,
-    request_start_view_allowed_tick: u64,
-}
-
-impl ViewChangeState {
-    pub(super) fn new(replica_count: usize) -> ViewChangeState {
-        ViewChangeState {
-            start_view_change_votes: vec![false; replica_count],
-            do_view_change_votes: vec![None; replica_count],
-            do_view_change_sent: false,
-            started_tick: 0,
-            request_start_view_allowed_tick: 0,
-        }
-    }
-
-    fn reset(&mut self, now_ticks: u64) {
-        self.start_view_change_votes
-            .iter_mut()
-            .for_each(|vote| *vote = false);
-        self.do_view_change_votes
-            .iter_mut()
-            .for_each(|vote| *vote = None);
-        self.do_view_change_sent = false;
-        self.started_tick = now_ticks;
-    }
-}
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Gives up on the current view and asks everyone to move to `view`.

@@ -1,28 +1,18 @@
 //! One live entity: the task that owns its instance and works through its mailbox one message
-//! at a time.
+//! at a time — activating or upgrading at a message boundary, committing each message's writes
+//! before its reply and its effects, and passivating when asked, idle or evicted.
 
+use super::core::{CellMessage, Core};
 use super::counters::TypeCounters;
-use super::directory::Entities;
 use super::types::TypeBinding;
-use crate::envelope::{EntityAddress, Envelope, ErrorKind, MessageError};
-use crate::runtime::{Activation, Effects, EntityInstance};
+use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
+use crate::runtime::{Activation, Effects, EntityContext, EntityInstance};
+use crate::state::remember::{RememberOp, RememberedId};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
-
-/// What a cell's mailbox carries.
-pub(crate) enum CellMessage {
-    /// A message for the entity.
-    Deliver(Envelope),
-    /// Activate without a message (remember-entities respawn).
-    Activate,
-    /// Passivate after the messages ahead of this one.
-    Passivate,
-    /// Passivate and report when the cell is gone (handoff, shutdown).
-    Stop(oneshot::Sender<()>),
-}
 
 enum Next {
     Message(CellMessage),
@@ -31,9 +21,12 @@ enum Next {
 }
 
 pub(crate) struct Cell {
-    entities: Entities,
+    core: Arc<Core>,
     address: EntityAddress,
+    shard: ShardId,
     generation: u64,
+    /// This cell's own mailbox, for its timers.
+    mailbox: mpsc::WeakSender<CellMessage>,
     receiver: mpsc::Receiver<CellMessage>,
     counters: Arc<TypeCounters>,
     /// The type's binding as of a type-table generation, so the hot path skips the lookup.
@@ -49,18 +42,22 @@ pub(crate) struct Cell {
 
 impl Cell {
     pub(crate) fn spawn(
-        entities: Entities,
+        core: Arc<Core>,
         address: EntityAddress,
+        shard: ShardId,
         generation: u64,
+        mailbox: mpsc::Sender<CellMessage>,
         receiver: mpsc::Receiver<CellMessage>,
     ) {
-        let counters = entities.counters(&address.type_key());
+        let counters = core.counters(&address.type_key());
         let cell = Cell {
-            entities,
+            core,
             counters,
             binding_cache: None,
             address,
+            shard,
             generation,
+            mailbox: mailbox.downgrade(),
             receiver,
             instance: None,
             running_version: 0,
@@ -74,7 +71,7 @@ impl Cell {
     }
 
     async fn run(mut self) {
-        self.lifecycle_started();
+        self.remember(RememberOp::Started);
         loop {
             match self.next().await {
                 Next::Message(CellMessage::Deliver(envelope)) => self.process(envelope).await,
@@ -122,7 +119,7 @@ impl Cell {
     }
 
     fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
-        let types = self.entities.types();
+        let types = &self.core.types;
         let generation = types.generation();
         let binding = match &self.binding_cache {
             Some((cached, binding)) if *cached == generation => binding.clone(),
@@ -161,11 +158,12 @@ impl Cell {
         if upgraded_from.is_some() {
             self.drop_instance(true).await;
         }
-        let shared = self.entities.shared().clone();
-        let recorded = shared
+        let core = self.core.clone();
+        let meta = core
             .state
-            .version(&self.address)
+            .meta(&self.address)
             .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        let recorded = meta.version;
         let reason = match (upgraded_from, recorded) {
             (Some(from), _) => Activation::Upgraded(from),
             (None, Some(version)) if version != binding.version => Activation::Upgraded(version),
@@ -173,18 +171,22 @@ impl Cell {
             (None, None) if self.activated_before => Activation::Restarted,
             (None, None) => Activation::FirstStart,
         };
-        let mut instance = shared
+        let context = EntityContext {
+            state: core.state.clone(),
+            router: core.router.clone(),
+            entity_state_bytes: meta.state_bytes,
+        };
+        let mut instance = core
             .runtime
             .instantiate(
                 &binding.plugin,
                 self.address.clone(),
                 binding.limits,
-                shared.state.clone(),
-                self.entities.router(),
+                context,
             )
             .await?;
         instance.activate(reason).await?;
-        shared.stats.activations.fetch_add(1, Ordering::Relaxed);
+        core.stats.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.activated(reason);
         tracing::debug!(entity = %self.address, version = binding.version, ?reason, "activated");
         self.activated_before = true;
@@ -195,14 +197,12 @@ impl Cell {
     }
 
     async fn process(&mut self, envelope: Envelope) {
-        let stats = &self.entities.shared().stats;
-        stats.messages.fetch_add(1, Ordering::Relaxed);
+        self.core.stats.messages.fetch_add(1, Ordering::Relaxed);
         self.counters.messages.fetch_add(1, Ordering::Relaxed);
         let outcome = self.handle(&envelope.payload).await;
         if let Err(error) = &outcome {
             self.counters.failed(error.kind);
-            self.entities
-                .shared()
+            self.core
                 .stats
                 .message_failures
                 .fetch_add(1, Ordering::Relaxed);
@@ -230,7 +230,7 @@ impl Cell {
                 writes.set_version(version);
             }
             let started = std::time::Instant::now();
-            let committed = self.entities.shared().commit.commit(writes).await;
+            let committed = self.core.state.commit(writes).await;
             self.counters.committed(started.elapsed());
             if let Err(error) = committed {
                 // The instance saw writes that did not land: start afresh from durable state.
@@ -240,21 +240,18 @@ impl Cell {
             }
             self.version_to_record = None;
         }
-        self.carry_out(outcome.effects);
+        self.carry_out(outcome.effects).await;
         Ok(outcome.reply)
     }
 
     /// Sends tells, arms and cancels timers, and notes a passivation request: only after the
     /// message's writes are durable.
-    fn carry_out(&mut self, effects: Effects) {
-        let shared = self.entities.shared().clone();
-        if !effects.tells.is_empty() {
-            let router = self.entities.router();
-            for (to, payload) in effects.tells {
-                if let Err(error) = router.tell(&self.address, to.clone(), payload) {
-                    shared.stats.dropped_tells.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(from = %self.address, %to, %error, "tell refused");
-                }
+    async fn carry_out(&mut self, effects: Effects) {
+        let core = self.core.clone();
+        for (to, payload) in effects.tells {
+            if let Err(error) = core.router.tell(&self.address, to.clone(), payload).await {
+                core.stats.dropped_tells.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(from = %self.address, %to, %error, "tell refused");
             }
         }
         for timer in effects.cancels {
@@ -264,19 +261,23 @@ impl Cell {
         }
         self.timers.retain(|_, handle| !handle.is_finished());
         for scheduled in effects.schedules {
-            if self.timers.len() >= shared.config.timers_per_entity_max {
-                shared.stats.dropped_timers.fetch_add(1, Ordering::Relaxed);
+            if self.timers.len() >= core.config.timers_per_entity_max {
+                core.stats.dropped_timers.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(entity = %self.address, "too many timers; one was not armed");
                 continue;
             }
-            let entities = self.entities.clone();
+            let mailbox = self.mailbox.clone();
             let address = self.address.clone();
             let task = tokio::spawn(async move {
                 tokio::time::sleep(scheduled.delay).await;
-                if let Err((error, _)) =
-                    entities.try_deliver(address.clone(), Envelope::tell(scheduled.payload))
-                {
-                    tracing::warn!(entity = %address, %error, "timer message refused");
+                let delivered = match mailbox.upgrade() {
+                    Some(mailbox) => mailbox
+                        .try_send(CellMessage::Deliver(Envelope::tell(scheduled.payload)))
+                        .is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    tracing::warn!(entity = %address, "timer message refused: mailbox full or gone");
                 }
             });
             self.timers.insert(scheduled.timer, task.abort_handle());
@@ -287,8 +288,7 @@ impl Cell {
     }
 
     async fn discard_instance(&mut self, error: &MessageError) {
-        self.entities
-            .shared()
+        self.core
             .stats
             .instance_discards
             .fetch_add(1, Ordering::Relaxed);
@@ -301,8 +301,7 @@ impl Cell {
             if deactivate {
                 instance.deactivate().await;
             }
-            self.entities
-                .shared()
+            self.core
                 .stats
                 .guest_log_lines_dropped
                 .fetch_add(instance.log_lines_dropped(), Ordering::Relaxed);
@@ -318,42 +317,28 @@ impl Cell {
         self.drop_instance(true).await;
         self.passivate_requested = false;
         {
-            let mut cells = self.entities.cells();
+            let mut cells = self.core.cells();
             if !self.receiver.is_empty() {
                 return false;
             }
             cells.remove(&self.address, self.generation);
             self.receiver.close();
         }
-        let shared = self.entities.shared();
-        shared.stats.passivations.fetch_add(1, Ordering::Relaxed);
+        self.core.stats.passivations.fetch_add(1, Ordering::Relaxed);
         self.counters.passivations.fetch_add(1, Ordering::Relaxed);
-        if let Some(lifecycle) = shared
-            .lifecycle
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-        {
-            if self.stop_waiters.is_empty() {
-                lifecycle.passivated(&self.address);
-            } else {
-                lifecycle.stopped(&self.address);
-            }
+        // A stop (handoff, shutdown) keeps the entity remembered; a passivation forgets it.
+        if self.stop_waiters.is_empty() {
+            self.remember(RememberOp::Forgotten);
         }
         tracing::debug!(entity = %self.address, "passivated");
         true
     }
 
-    fn lifecycle_started(&self) {
-        let lifecycle = self
-            .entities
-            .shared()
-            .lifecycle
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        if let Some(lifecycle) = lifecycle {
-            lifecycle.started(&self.address);
+    /// Records a start or a passivation for remember-entities, if the type is remembered.
+    fn remember(&mut self, op: fn(RememberedId) -> RememberOp) {
+        let remembered = self.binding().is_ok_and(|binding| binding.remember);
+        if let (true, Some(writer)) = (remembered, &self.core.remember) {
+            writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
     }
 }

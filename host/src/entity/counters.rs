@@ -1,30 +1,10 @@
 //! Per-type counters kept with atomics on the message path and read when metrics are
 //! rendered: messages, failures by kind, activations by reason, passivations, commit latency.
 
-use crate::envelope::ErrorKind;
+use crate::contract::{ErrorKind, error::ERROR_KIND_COUNT};
 use crate::runtime::Activation;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Every error kind a message can fail with, in a fixed order for the counters.
-pub const ERROR_KINDS: [ErrorKind; 16] = [
-    ErrorKind::BadMessage,
-    ErrorKind::Rejected,
-    ErrorKind::Failed,
-    ErrorKind::Trap,
-    ErrorKind::Deadline,
-    ErrorKind::MemoryLimit,
-    ErrorKind::ReplyTooLarge,
-    ErrorKind::StateTooLarge,
-    ErrorKind::MailboxFull,
-    ErrorKind::BufferOverflow,
-    ErrorKind::EntityTypeNotRegistered,
-    ErrorKind::Timeout,
-    ErrorKind::QuotaExceeded,
-    ErrorKind::Unavailable,
-    ErrorKind::Instantiation,
-    ErrorKind::Internal,
-];
 
 /// Activation reasons, in the order of [`TypeCounters::activations`].
 pub const ACTIVATION_REASONS: [&str; 3] = ["first_start", "restarted", "upgraded"];
@@ -39,8 +19,8 @@ pub const COMMIT_BUCKETS_US: [u64; 10] = [
 pub struct TypeCounters {
     /// Messages handled.
     pub messages: AtomicU64,
-    /// Failed messages by [`ERROR_KINDS`] index.
-    pub failures: [AtomicU64; ERROR_KINDS.len()],
+    /// Failed messages by [`ErrorKind::index`].
+    pub failures: [AtomicU64; ERROR_KIND_COUNT],
     /// Activations by [`ACTIVATION_REASONS`] index.
     pub activations: [AtomicU64; ACTIVATION_REASONS.len()],
     /// Passivations.
@@ -53,9 +33,12 @@ pub struct TypeCounters {
 
 impl TypeCounters {
     pub(crate) fn failed(&self, kind: ErrorKind) {
-        if let Some(index) = ERROR_KINDS.iter().position(|known| *known == kind) {
-            self.failures[index].fetch_add(1, Ordering::Relaxed);
-        }
+        self.failures[kind.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed messages of `kind`.
+    pub fn failures_of(&self, kind: ErrorKind) -> u64 {
+        self.failures[kind.index()].load(Ordering::Relaxed)
     }
 
     pub(crate) fn activated(&self, reason: Activation) {

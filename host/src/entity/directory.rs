@@ -1,254 +1,115 @@
-//! The directory of a node's live entity cells: finds or starts the cell for an address,
-//! enforces the active-entity limits, and routes messages between local entities.
+//! [`Entities`]: the directory of a node's live cells and the only way into the entity layer.
+//! It finds or starts the cell for an address (admitting it against the tenant's and the
+//! node's live-entity limits, evicting the least recently used cell past the latter), puts
+//! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
-use super::cell::{Cell, CellMessage};
+use super::cell::Cell;
+use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::types::TypeTable;
-use crate::envelope::{EntityAddress, Envelope, ErrorKind, MessageError, Reply, TypeKey};
-use crate::runtime::{Router, Runtime};
-use crate::state::{StateCommit, StateStore};
-use serde::{Deserialize, Serialize};
+use crate::contract::{
+    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, Router, ShardId, TypeKey,
+};
+use crate::state::EntityState;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// Node-wide settings of the entity layer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EntityConfig {
-    /// The most live entities on this node; starting one more passivates the least recently
-    /// used. `None` means no limit beyond the runtime's instance pool.
-    pub active_entities_max: Option<usize>,
-    /// The most timers one activation may have armed at once.
-    pub timers_per_entity_max: usize,
-}
+/// A message the entity layer could not take, given back with the reason.
+pub type Refused = Box<(MessageError, Envelope)>;
 
-impl Default for EntityConfig {
-    fn default() -> Self {
-        EntityConfig {
-            active_entities_max: None,
-            timers_per_entity_max: 1024,
-        }
-    }
-}
-
-/// Told when entities start and stop, so remember-entities can record and forget them.
-pub trait Lifecycle: Send + Sync + 'static {
-    /// An entity got a live cell.
-    fn started(&self, entity: &EntityAddress);
-    /// An entity was passivated (explicitly, when idle, or evicted) and its cell is gone.
-    fn passivated(&self, entity: &EntityAddress);
-    /// An entity was stopped for a handoff or shutdown; it is not forgotten.
-    fn stopped(&self, _entity: &EntityAddress) {}
-}
-
-/// Counters of the entity layer.
-#[derive(Debug, Default)]
-pub struct EntitiesStats {
-    /// Activations (instance created and `activate` ran).
-    pub activations: AtomicU64,
-    /// Cells that ended by passivation.
-    pub passivations: AtomicU64,
-    /// Live cells passivated to respect the active-entity limit.
-    pub evictions: AtomicU64,
-    /// Messages refused because a mailbox was full.
-    pub mailbox_rejections: AtomicU64,
-    /// Messages handled (successfully or not).
-    pub messages: AtomicU64,
-    /// Messages that failed.
-    pub message_failures: AtomicU64,
-    /// Instances discarded after a trap, deadline, memory cap or oversized reply.
-    pub instance_discards: AtomicU64,
-    /// Tells produced by entities that their target refused.
-    pub dropped_tells: AtomicU64,
-    /// Timers not armed because the activation had too many.
-    pub dropped_timers: AtomicU64,
-    /// Guest stdout/stderr/log lines dropped by the per-message log budget.
-    pub guest_log_lines_dropped: AtomicU64,
-}
-
-pub(crate) struct CellHandle {
-    pub(crate) sender: mpsc::Sender<CellMessage>,
-    pub(crate) generation: u64,
-    pub(crate) last_used: AtomicU64,
-    pub(crate) evicting: bool,
-}
-
-pub(crate) struct Shared {
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) state: StateStore,
-    pub(crate) commit: Arc<dyn StateCommit>,
-    pub(crate) types: Arc<TypeTable>,
-    pub(crate) config: EntityConfig,
-    pub(crate) cells: Mutex<Cells>,
-    pub(crate) router: RwLock<Option<Arc<dyn Router>>>,
-    pub(crate) lifecycle: RwLock<Option<Arc<dyn Lifecycle>>>,
-    pub(crate) stats: EntitiesStats,
-    counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
-    clock: AtomicU64,
-}
-
-#[derive(Default)]
-pub(crate) struct Cells {
-    pub(crate) live: HashMap<EntityAddress, CellHandle>,
-    tenants: HashMap<String, usize>,
-    evicting: usize,
-    next_generation: u64,
-}
-
-impl Cells {
-    /// Removes the cell of `entity` if it is still generation `generation`.
-    pub(crate) fn remove(&mut self, entity: &EntityAddress, generation: u64) -> bool {
-        match self.live.get(entity) {
-            Some(handle) if handle.generation == generation => {}
-            _ => return false,
-        }
-        if let Some(handle) = self.live.remove(entity) {
-            if handle.evicting {
-                self.evicting -= 1;
-            }
-            if let Some(count) = self.tenants.get_mut(&entity.tenant) {
-                *count = count.saturating_sub(1);
-            }
-        }
-        true
-    }
-}
-
-/// A node's live entities.
+/// A node's live entities. Clones share the directory.
 ///
 /// ```no_run
 /// # async fn demo(entities: tessera_host::entity::Entities) {
 /// use std::time::Duration;
-/// use tessera_host::envelope::EntityAddress;
+/// use tessera_host::contract::EntityAddress;
 /// let counter = EntityAddress::new("default", "counter", "c-1");
 /// let payload = rmp_serde::to_vec_named(&serde_json::json!({"Add": 5})).unwrap();
-/// let reply = entities.ask(counter, payload, Duration::from_secs(1)).await.unwrap();
+/// let reply = entities.ask(counter, 0, payload, Duration::from_secs(1)).await.unwrap();
 /// let value: i64 = rmp_serde::from_slice(&reply).unwrap();
 /// # }
 /// ```
 #[derive(Clone)]
 pub struct Entities {
-    shared: Arc<Shared>,
+    core: Arc<Core>,
 }
 
 impl Entities {
-    /// A directory with no live entity yet.
-    pub fn new(
-        runtime: Arc<Runtime>,
-        state: StateStore,
-        commit: Arc<dyn StateCommit>,
-        types: Arc<TypeTable>,
-        config: EntityConfig,
-    ) -> Self {
+    /// A directory whose entities send their `tell`s and `ask`s through `router` (a sharding
+    /// region, which reaches entities wherever they live).
+    pub fn new(parts: EntityParts, router: Arc<dyn Router>) -> Self {
         Entities {
-            shared: Arc::new(Shared {
-                runtime,
-                state,
-                commit,
-                types,
-                config,
-                cells: Mutex::new(Cells::default()),
-                router: RwLock::new(None),
-                lifecycle: RwLock::new(None),
-                stats: EntitiesStats::default(),
-                counters: RwLock::new(HashMap::new()),
-                clock: AtomicU64::new(0),
-            }),
+            core: Arc::new(Core::new(parts, router)),
         }
     }
 
-    /// Routes entity-to-entity messages through `router` (a sharding region) instead of
-    /// straight to local cells.
-    pub fn set_router(&self, router: Arc<dyn Router>) {
-        *self
-            .shared
-            .router
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(router);
-    }
-
-    /// Reports starts and passivations to `lifecycle`.
-    pub fn set_lifecycle(&self, lifecycle: Arc<dyn Lifecycle>) {
-        *self
-            .shared
-            .lifecycle
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(lifecycle);
-    }
-
-    /// Forgets the router and lifecycle listener set by the layer above (on shutdown), which
-    /// otherwise keep that layer and this directory alive through each other.
-    pub fn detach(&self) {
-        *self
-            .shared
-            .router
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
-        *self
-            .shared
-            .lifecycle
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    /// A directory whose entities reach only each other, on this node, with no sharding in
+    /// between (tools, tests, benchmarks). Every entity is in shard 0.
+    pub fn standalone(parts: EntityParts) -> Self {
+        let core = Arc::new_cyclic(|core: &Weak<Core>| {
+            Core::new(parts, Arc::new(CellRouter(core.clone())))
+        });
+        Entities { core }
     }
 
     /// The type table this directory reads.
     pub fn types(&self) -> &Arc<TypeTable> {
-        &self.shared.types
+        &self.core.types
     }
 
-    /// The state store entities read from.
-    pub fn state(&self) -> &StateStore {
-        &self.shared.state
+    /// The state entities read from.
+    pub fn state(&self) -> &Arc<dyn EntityState> {
+        &self.core.state
     }
 
     /// The layer's counters.
     pub fn stats(&self) -> &EntitiesStats {
-        &self.shared.stats
+        &self.core.stats
     }
 
-    /// Hands `envelope` to `to`, starting its cell on the first message. A refusal is
-    /// answered on the envelope.
-    pub fn deliver(&self, to: EntityAddress, envelope: Envelope) {
-        if let Err((error, envelope)) = self.try_deliver(to, envelope) {
-            envelope.answer(Err(error));
-        }
-    }
-
-    /// Like [`deliver`](Self::deliver) but gives a refused envelope back with the reason.
-    pub fn try_deliver(
+    /// Hands `envelope` to `to` (of shard `shard`), starting its cell on the first message.
+    /// A refusal (unknown type, quota, full mailbox) gives the envelope back with the reason.
+    pub fn deliver(
         &self,
         to: EntityAddress,
+        shard: ShardId,
         envelope: Envelope,
-    ) -> Result<(), (MessageError, Envelope)> {
-        self.send(to, CellMessage::Deliver(envelope))
+    ) -> Result<(), Refused> {
+        self.send(to, shard, CellMessage::Deliver(envelope))
             .map_err(|(error, message)| match message {
-                CellMessage::Deliver(envelope) => (error, envelope),
+                CellMessage::Deliver(envelope) => Box::new((error, envelope)),
                 _ => unreachable!("send gives back the message it was given"),
             })
     }
 
-    /// Sends a message and waits for the reply, at most `timeout`.
-    pub async fn ask(&self, to: EntityAddress, payload: Vec<u8>, timeout: Duration) -> Reply {
+    /// Sends a message and waits for the reply, at most `timeout` (no sharding in between).
+    pub async fn ask(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Reply {
         let (envelope, reply) = Envelope::ask(payload);
-        self.deliver(to, envelope);
+        if let Err(refused) = self.deliver(to, shard, envelope) {
+            return Err(refused.0);
+        }
         await_reply(reply, timeout).await
     }
 
     /// Starts an entity without a message (remember-entities respawn).
-    pub fn start(&self, to: EntityAddress) -> Result<(), MessageError> {
-        self.send(to, CellMessage::Activate)
+    pub fn start(&self, to: EntityAddress, shard: ShardId) -> Result<(), MessageError> {
+        self.send(to, shard, CellMessage::Activate)
             .map_err(|(error, _)| error)
     }
 
     /// Passivates `entity` after the messages already in its mailbox. A no-op if it is not
     /// live.
     pub fn passivate(&self, entity: &EntityAddress) -> Result<(), MessageError> {
-        let cells = self.cells();
+        let cells = self.core.cells();
         let Some(handle) = cells.live.get(entity) else {
             return Ok(());
         };
@@ -258,85 +119,56 @@ impl Entities {
             .map_err(|_| mailbox_full(entity))
     }
 
-    /// Stops every live entity matching `filter` (after their queued messages) and waits
-    /// until their cells are gone.
-    pub async fn stop_where(&self, filter: impl Fn(&EntityAddress) -> bool) {
-        let targets: Vec<(EntityAddress, mpsc::Sender<CellMessage>)> = self
-            .cells()
-            .live
-            .iter()
-            .filter(|(address, _)| filter(address))
-            .map(|(address, handle)| (address.clone(), handle.sender.clone()))
-            .collect();
-        let mut waiters = Vec::with_capacity(targets.len());
-        for (_, sender) in targets {
-            let (done, stopped) = oneshot::channel();
-            if sender.send(CellMessage::Stop(done)).await.is_ok() {
-                waiters.push(stopped);
-            }
-        }
-        for stopped in waiters {
-            let _ = stopped.await;
-        }
+    /// Stops every live entity of `type_key` in `shard` (a handoff) after their queued
+    /// messages, and resolves once their cells are gone. They stay remembered.
+    pub fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture<'static, ()> {
+        let targets =
+            self.senders_where(|address, handle| handle.shard == shard && address.is_of(type_key));
+        Box::pin(stop(targets))
+    }
+
+    /// Stops every live entity of `type_key` (its type was deleted).
+    pub async fn stop_type(&self, type_key: &TypeKey) {
+        stop(self.senders_where(|address, _| address.is_of(type_key))).await;
     }
 
     /// Stops every live entity and waits for them (node shutdown).
     pub async fn stop_all(&self) {
-        self.stop_where(|_| true).await;
+        stop(self.senders_where(|_, _| true)).await;
     }
 
     /// Number of live entities.
     pub fn live_count(&self) -> usize {
-        self.cells().live.len()
+        self.core.cells().live.len()
     }
 
     /// Live entities per type.
     pub fn live_by_type(&self) -> HashMap<TypeKey, usize> {
         let mut counts = HashMap::new();
-        for address in self.cells().live.keys() {
+        for address in self.core.cells().live.keys() {
             *counts.entry(address.type_key()).or_insert(0) += 1;
         }
         counts
     }
 
+    /// Live entities of `type_key` in `shard`.
+    pub fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize {
+        self.core
+            .cells()
+            .live
+            .iter()
+            .filter(|(address, handle)| handle.shard == shard && address.is_of(type_key))
+            .count()
+    }
+
     /// Whether `entity` has a live cell.
     pub fn is_live(&self, entity: &EntityAddress) -> bool {
-        self.cells().live.contains_key(entity)
-    }
-
-    /// Addresses of every live entity matching `filter`.
-    pub fn live_where(&self, filter: impl Fn(&EntityAddress) -> bool) -> Vec<EntityAddress> {
-        self.cells()
-            .live
-            .keys()
-            .filter(|address| filter(address))
-            .cloned()
-            .collect()
-    }
-
-    /// The counters of one type, created on first use.
-    pub fn counters(&self, key: &TypeKey) -> Arc<TypeCounters> {
-        if let Some(counters) = self
-            .shared
-            .counters
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(key)
-        {
-            return counters.clone();
-        }
-        self.shared
-            .counters
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .entry(key.clone())
-            .or_default()
-            .clone()
+        self.core.cells().live.contains_key(entity)
     }
 
     /// The counters of every type seen so far.
     pub fn all_counters(&self) -> Vec<(TypeKey, Arc<TypeCounters>)> {
-        self.shared
+        self.core
             .counters
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -348,88 +180,110 @@ impl Entities {
     /// Messages waiting in the mailboxes of each type's live entities.
     pub fn mailbox_depths(&self) -> HashMap<TypeKey, usize> {
         let mut depths = HashMap::new();
-        for (address, handle) in &self.cells().live {
+        for (address, handle) in &self.core.cells().live {
             let depth = handle.sender.max_capacity() - handle.sender.capacity();
             *depths.entry(address.type_key()).or_insert(0) += depth;
         }
         depths
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    pub(crate) fn cells(&self) -> MutexGuard<'_, Cells> {
-        self.shared
-            .cells
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The router entities send through: the region if one is set, else this directory.
-    pub(crate) fn router(&self) -> Arc<dyn Router> {
-        let router = self
-            .shared
-            .router
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        router.unwrap_or_else(|| Arc::new(LocalRouter(Arc::downgrade(&self.shared))))
+    fn senders_where(
+        &self,
+        filter: impl Fn(&EntityAddress, &CellHandle) -> bool,
+    ) -> Vec<mpsc::Sender<CellMessage>> {
+        self.core
+            .cells()
+            .live
+            .iter()
+            .filter(|(address, handle)| filter(address, handle))
+            .map(|(_, handle)| handle.sender.clone())
+            .collect()
     }
 
     fn send(
         &self,
         to: EntityAddress,
+        shard: ShardId,
         message: CellMessage,
     ) -> Result<(), (MessageError, CellMessage)> {
-        let tick = self.shared.clock.fetch_add(1, Ordering::Relaxed);
-        let mut cells = self.cells();
-        if !cells.live.contains_key(&to) {
-            // Only a new cell needs the binding; a live one checks it at each message.
-            let Some(binding) = self.shared.types.get(&to.type_key()) else {
-                return Err((not_registered(&to), message));
-            };
-            if let Err(error) = self.admit(&mut cells, &to, binding.tenant_live_entities_max) {
-                drop(cells);
-                self.counters(&to.type_key()).failed(error.kind);
-                return Err((error, message));
+        let tick = self.core.clock.fetch_add(1, Ordering::Relaxed);
+        let mut cells = self.core.cells();
+        if !cells.live.contains_key(&to)
+            && let Err(error) = self.open_cell(&mut cells, &to, shard, tick)
+        {
+            drop(cells);
+            if error.kind != ErrorKind::EntityTypeNotRegistered {
+                self.core.counters(&to.type_key()).failed(error.kind);
             }
-            let generation = cells.next_generation;
-            cells.next_generation += 1;
-            let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
-            Cell::spawn(self.clone(), to.clone(), generation, receiver);
-            *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
-            cells.live.insert(
-                to.clone(),
-                CellHandle {
-                    sender,
-                    generation,
-                    last_used: AtomicU64::new(tick),
-                    evicting: false,
-                },
-            );
+            return Err((error, message));
         }
         let handle = cells
             .live
             .get(&to)
             .expect("invariant: the cell was found or inserted above under the same lock");
+        debug_assert_eq!(
+            handle.shard, shard,
+            "an entity stays in the shard it started in"
+        );
         handle.last_used.store(tick, Ordering::Relaxed);
         match handle.sender.try_send(message) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(message)) => {
-                self.shared
+                drop(cells);
+                self.core
                     .stats
                     .mailbox_rejections
                     .fetch_add(1, Ordering::Relaxed);
-                drop(cells);
-                self.counters(&to.type_key()).failed(ErrorKind::MailboxFull);
+                self.core
+                    .counters(&to.type_key())
+                    .failed(ErrorKind::MailboxFull);
                 Err((mailbox_full(&to), message))
             }
             Err(mpsc::error::TrySendError::Closed(message)) => Err((
-                MessageError::new(ErrorKind::Unavailable, format!("{to} is stopping")),
+                MessageError::unavailable(format!("{to} is stopping")),
                 message,
             )),
         }
+    }
+
+    /// Starts the cell of `to` (under the cells lock): admits it, spawns its task, records it.
+    fn open_cell(
+        &self,
+        cells: &mut Cells,
+        to: &EntityAddress,
+        shard: ShardId,
+        tick: u64,
+    ) -> Result<(), MessageError> {
+        // Only a new cell needs the binding; a live one checks it at each message.
+        let binding = self
+            .core
+            .types
+            .get(&to.type_key())
+            .ok_or_else(|| not_registered(to))?;
+        self.admit(cells, to, binding.tenant_live_entities_max)?;
+        let generation = cells.next_generation;
+        cells.next_generation += 1;
+        let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
+        Cell::spawn(
+            self.core.clone(),
+            to.clone(),
+            shard,
+            generation,
+            sender.clone(),
+            receiver,
+        );
+        *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
+        cells.live.insert(
+            to.clone(),
+            CellHandle {
+                sender,
+                generation,
+                shard,
+                last_used: AtomicU64::new(tick),
+                evicting: false,
+            },
+        );
+        Ok(())
     }
 
     /// Makes room for a new cell: refuses past the tenant quota, evicts the least recently
@@ -452,7 +306,7 @@ impl Entities {
                 ));
             }
         }
-        let Some(max) = self.shared.config.active_entities_max else {
+        let Some(max) = self.core.config.active_entities_max else {
             return Ok(());
         };
         if cells.live.len() - cells.evicting < max {
@@ -477,9 +331,23 @@ impl Entities {
         if handle.sender.try_send(CellMessage::Passivate).is_ok() {
             handle.evicting = true;
             cells.evicting += 1;
-            self.shared.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            self.core.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+/// Sends each cell a stop request and waits until every one is gone.
+async fn stop(targets: Vec<mpsc::Sender<CellMessage>>) {
+    let mut waiters = Vec::with_capacity(targets.len());
+    for sender in targets {
+        let (done, stopped) = oneshot::channel();
+        if sender.send(CellMessage::Stop(done)).await.is_ok() {
+            waiters.push(stopped);
+        }
+    }
+    for stopped in waiters {
+        let _ = stopped.await;
     }
 }
 
@@ -487,8 +355,7 @@ impl Entities {
 pub(crate) async fn await_reply(reply: oneshot::Receiver<Reply>, timeout: Duration) -> Reply {
     match tokio::time::timeout(timeout, reply).await {
         Ok(Ok(reply)) => reply,
-        Ok(Err(_)) => Err(MessageError::new(
-            ErrorKind::Unavailable,
+        Ok(Err(_)) => Err(MessageError::unavailable(
             "the entity stopped before replying",
         )),
         Err(_) => Err(MessageError::new(
@@ -515,28 +382,31 @@ fn mailbox_full(to: &EntityAddress) -> MessageError {
     )
 }
 
-/// Routes guest messages straight to the cells of this node (no region).
-struct LocalRouter(std::sync::Weak<Shared>);
+/// Routes guest messages straight to the cells of this node (a directory without sharding).
+struct CellRouter(Weak<Core>);
 
-impl LocalRouter {
+impl CellRouter {
     fn entities(&self) -> Result<Entities, MessageError> {
         self.0
             .upgrade()
-            .map(|shared| Entities { shared })
-            .ok_or_else(|| MessageError::new(ErrorKind::Unavailable, "the node is shutting down"))
+            .map(|core| Entities { core })
+            .ok_or_else(|| MessageError::unavailable("the node is shutting down"))
     }
 }
 
-impl Router for LocalRouter {
+impl Router for CellRouter {
     fn tell(
         &self,
         _from: &EntityAddress,
         to: EntityAddress,
         payload: Vec<u8>,
-    ) -> Result<(), MessageError> {
-        self.entities()?
-            .try_deliver(to, Envelope::tell(payload))
-            .map_err(|(error, _)| error)
+    ) -> BoxFuture<'static, Result<(), MessageError>> {
+        let outcome = self.entities().and_then(|entities| {
+            entities
+                .deliver(to, 0, Envelope::tell(payload))
+                .map_err(|refused| refused.0)
+        });
+        Box::pin(async move { outcome })
     }
 
     fn ask(
@@ -545,8 +415,8 @@ impl Router for LocalRouter {
         to: EntityAddress,
         payload: Vec<u8>,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Reply> + Send>> {
+    ) -> BoxFuture<'static, Reply> {
         let entities = self.entities();
-        Box::pin(async move { entities?.ask(to, payload, timeout).await })
+        Box::pin(async move { entities?.ask(to, 0, payload, timeout).await })
     }
 }

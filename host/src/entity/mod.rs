@@ -3,16 +3,20 @@
 //! replying, upgrades it at a message boundary and passivates it (explicitly, when idle, or to
 //! respect the node's active-entity limit).
 //!
-//! [`Entities`] is the directory of a node's live cells and the only way in. It also routes
-//! messages between entities of the node until a sharding region takes over that role through
-//! [`Entities::set_router`]. The plugin each type runs comes from the [`TypeTable`], which the
-//! layers above update on deploy and rollback.
+//! [`Entities`] is the directory of a node's live cells and the only way in: the sharding layer
+//! above delivers to it with the shard it computed, and hands it, at construction, the
+//! [`Router`](crate::contract::Router) guest messages leave through. The plugin each type runs
+//! comes from the [`TypeTable`], which the node updates on deploy, rollback and delete.
+//! Starts and passivations of remembered types are recorded here, through the state layer's
+//! remember writer.
 
 mod cell;
+mod core;
 mod counters;
 mod directory;
 mod types;
 
-pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, ERROR_KINDS, TypeCounters};
-pub use directory::{Entities, EntitiesStats, EntityConfig, Lifecycle};
+pub use self::core::{EntitiesStats, EntityConfig, EntityParts};
+pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, TypeCounters};
+pub use directory::{Entities, Refused};
 pub use types::{TypeBinding, TypeTable};

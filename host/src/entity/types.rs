@@ -1,6 +1,6 @@
 //! The entity types this node can run and the plugin version each is bound to right now.
 
-use crate::envelope::TypeKey;
+use crate::contract::TypeKey;
 use crate::runtime::{InstanceLimits, Plugin};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,8 @@ pub struct TypeBinding {
     pub mailbox_capacity: usize,
     /// The most live entities the type's tenant may have on this node.
     pub tenant_live_entities_max: Option<usize>,
+    /// Whether started entities are remembered and restarted after a restart or a move.
+    pub remember: bool,
 }
 
 /// The types a node can run: `(tenant, type) -> binding`. Readers see a binding change at
@@ -30,7 +32,7 @@ pub struct TypeBinding {
 /// ```no_run
 /// # fn binding() -> tessera_host::entity::TypeBinding { unimplemented!() }
 /// use tessera_host::entity::TypeTable;
-/// use tessera_host::envelope::TypeKey;
+/// use tessera_host::contract::TypeKey;
 /// let types = TypeTable::default();
 /// types.bind(TypeKey::new("acme", "counter"), binding());
 /// assert!(types.get(&TypeKey::new("acme", "counter")).is_some());

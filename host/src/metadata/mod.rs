@@ -1,14 +1,24 @@
-//! Node metadata — tenants, entity types, plugin versions and plugin bytes — changed only by
-//! [`Command`]s applied by a deterministic state machine over redb.
+//! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes
+//! by hash, and the shard allocation table — changed only by [`Command`]s applied by a
+//! deterministic state machine over redb ([`MetadataStore::apply`]).
 //!
-//! On one node [`MetadataStore::apply`] is called directly; in a cluster the same commands are
-//! ordered by the consensus metadata plane and applied on every node. Commands carry every
-//! input (times, hashes) so applying one twice anywhere gives the same result.
+//! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
+//! applies them in order; in a cluster the same commands are ordered by consensus and applied
+//! on every node. Either way the node's [`CatalogObserver`] hears of each applied command and
+//! updates what the layers below run. Commands carry every input (times, hashes, bytes) so
+//! applying the same sequence anywhere gives the same catalog.
 
+mod apply;
 mod command;
+mod error;
+mod limits;
+mod plane;
+mod records;
 mod store;
 
-pub use command::{Applied, Command, Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord};
-pub use store::{
-    MetadataError, MetadataStore, NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, validate_name,
-};
+pub use command::{Applied, Command};
+pub use error::MetadataError;
+pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
+pub use plane::{CatalogObserver, LocalPlane, MetadataPlane};
+pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
+pub use store::MetadataStore;

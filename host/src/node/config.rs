@@ -66,6 +66,8 @@ pub struct NodeConfig {
     pub api: ApiLimits,
     /// Quotas of tenants created without their own.
     pub default_quotas: Quotas,
+    /// Compiled plugins kept in memory beyond those that types are bound to.
+    pub plugin_cache_entries: usize,
 }
 
 impl Default for NodeConfig {
@@ -81,6 +83,7 @@ impl Default for NodeConfig {
             node_id: "node-1".into(),
             api: ApiLimits::default(),
             default_quotas: Quotas::default(),
+            plugin_cache_entries: crate::runtime::PLUGIN_CACHE_ENTRIES_DEFAULT,
         }
     }
 }

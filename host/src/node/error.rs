@@ -1,7 +1,11 @@
-//! What a node operation can fail with, in terms a client can act on.
+//! What a node operation can fail with: the node's own refusals, and each lower layer's error
+//! kept whole (`From` each), so the edge can answer with the right status and code.
 
-use crate::envelope::MessageError;
+use crate::contract::MessageError;
 use crate::metadata::MetadataError;
+use crate::runtime::LoadError;
+use crate::sharding::{ConfigError, CoordinatorError};
+use crate::state::StoreError;
 
 /// Why a node operation failed. Nothing changed when one is returned.
 #[derive(Debug, thiserror::Error)]
@@ -19,39 +23,42 @@ pub enum NodeError {
     /// The request is malformed.
     #[error("{0}")]
     BadRequest(String),
-    /// The uploaded plugin is unusable.
-    #[error("{0}")]
-    BadPlugin(String),
-    /// The thing exists already.
-    #[error("{0}")]
-    Conflict(String),
     /// A body or upload is over its limit.
     #[error("{0}")]
     TooLarge(String),
     /// A tenant quota refused the request.
     #[error("{0}")]
     Quota(String),
+    /// The node's configuration is unusable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The data directory could not be prepared.
+    #[error("cannot use the data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The wasm engine could not start.
+    #[error("the wasm engine could not start: {0}")]
+    Engine(String),
+    /// The uploaded plugin is unusable.
+    #[error(transparent)]
+    BadPlugin(#[from] LoadError),
+    /// The catalog refused or failed a command or read.
+    #[error(transparent)]
+    Catalog(#[from] MetadataError),
+    /// Entity state storage failed.
+    #[error(transparent)]
+    Storage(#[from] StoreError),
+    /// The sharding configuration was refused.
+    #[error(transparent)]
+    Sharding(#[from] ConfigError),
+    /// The shard coordinator failed.
+    #[error(transparent)]
+    Coordinator(#[from] CoordinatorError),
     /// A message to an entity failed.
     #[error(transparent)]
     Message(#[from] MessageError),
-    /// A bug or an I/O failure.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl From<MetadataError> for NodeError {
-    fn from(error: MetadataError) -> Self {
-        match error {
-            MetadataError::InvalidName(_) | MetadataError::InvalidQuotas(_) => {
-                NodeError::BadRequest(error.to_string())
-            }
-            MetadataError::TenantExists(_) => NodeError::Conflict(error.to_string()),
-            MetadataError::NoTenant(_)
-            | MetadataError::NoType(_, _)
-            | MetadataError::NoVersion(_, _)
-            | MetadataError::NoPlugin(_) => NodeError::NotFound(error.to_string()),
-            MetadataError::TooManyVersions(_) => NodeError::Quota(error.to_string()),
-            _ => NodeError::Internal(error.to_string()),
-        }
-    }
 }

@@ -3,13 +3,13 @@
 //! use.
 
 use super::bindings::Entity;
+use super::engine::Runtime;
 use super::guest_log::LogBudget;
 use super::host::{HostState, MessageScope};
 use super::limits::{InstanceLimits, MemoryLimiter};
-use super::plugin::{Plugin, Runtime};
-use super::router::NoRoutes;
-use crate::envelope::EntityAddress;
-use crate::state::StateStore;
+use super::plugin::Plugin;
+use crate::contract::{EntityAddress, NoRoutes};
+use crate::state::EntityState;
 use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime_wasi::WasiCtxBuilder;
@@ -25,7 +25,7 @@ impl RawInstance {
     pub async fn instantiate(
         runtime: &Runtime,
         plugin: &Arc<Plugin>,
-        state: StateStore,
+        state: Arc<dyn EntityState>,
     ) -> anyhow::Result<Self> {
         let data = HostState {
             wasi: WasiCtxBuilder::new().build(),

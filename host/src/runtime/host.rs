@@ -5,9 +5,8 @@ use super::bindings::tessera::entity::{host, types};
 use super::bindings::{Address, GuestError, LogLevel};
 use super::guest_log::{GUEST_LOG_LINE_BYTES_MAX, LogBudget};
 use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
-use super::router::Router;
-use crate::envelope::{EntityAddress, ErrorKind, MessageError};
-use crate::state::{StateChange, StateStore, WriteSet};
+use crate::contract::{EntityAddress, ErrorKind, MessageError, Router};
+use crate::state::{EntityState, StateChange, WriteSet};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -83,7 +82,7 @@ pub(crate) struct HostState {
     pub(crate) table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) address: EntityAddress,
-    pub(crate) state: StateStore,
+    pub(crate) state: Arc<dyn EntityState>,
     pub(crate) router: Arc<dyn Router>,
     pub(crate) limits: InstanceLimits,
     pub(crate) log_budget: Arc<LogBudget>,

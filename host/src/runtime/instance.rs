@@ -4,7 +4,7 @@
 use super::bindings::{Activation, Entity, GuestError};
 use super::host::{HostState, HostTrap, MessageScope};
 use super::plugin::Plugin;
-use crate::envelope::{ErrorKind, MessageError};
+use crate::contract::{ErrorKind, MessageError};
 use crate::state::WriteSet;
 use std::sync::Arc;
 use wasmtime::Store;

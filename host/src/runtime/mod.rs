@@ -6,26 +6,28 @@
 //! `InstancePre` per plugin in a [`Plugin`]. [`EntityInstance`] is one live instance in its own
 //! `Store`, with a memory cap and a per-message CPU deadline; it runs `activate`, `handle` and
 //! `deactivate` and turns every guest failure into a typed [`MessageError`]. The entity layer
-//! above decides when to call it; the [`Router`] it is given decides where `tell`/`ask` go.
+//! above decides when to call it; the [`Router`] it is given decides where `ask`s go, and the
+//! message's `tell`s come back as [`Effects`] for the caller to carry out after the commit.
 //!
-//! [`MessageError`]: crate::envelope::MessageError
+//! [`MessageError`]: crate::contract::MessageError
+//! [`Router`]: crate::contract::Router
 
 #[doc(hidden)]
 pub mod baseline;
 mod bindings;
 mod cache;
 mod config;
+mod engine;
 mod guest_log;
 mod host;
 mod instance;
 mod limits;
 mod plugin;
-mod router;
 
 pub use bindings::Activation;
 pub use config::RuntimeConfig;
+pub use engine::{EntityContext, Runtime};
 pub use guest_log::GUEST_LOG_LINE_BYTES_MAX;
 pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
 pub use limits::InstanceLimits;
-pub use plugin::{LoadError, Plugin, Runtime};
-pub use router::{NoRoutes, Router};
+pub use plugin::{LoadError, PLUGIN_BYTES_MAX, PLUGIN_CACHE_ENTRIES_DEFAULT, Plugin, PluginCache};

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use std::time::Duration;
 
-use crate::sharding::remember::FailurePolicy;
+pub use crate::state::remember::RememberConfig;
 
 /// Configuration for the coordinator and every region of a node. Durations are read from
 /// config files as milliseconds (`request_timeout_ms = 750`, ...).
@@ -66,29 +66,6 @@ impl Default for ShardingConfig {
             max_active_entities: None,
             recovery_rate_per_second: 1000,
             remember: RememberConfig::default(),
-        }
-    }
-}
-
-/// Remember-entities settings. The store itself is handed to the region, not configured here.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RememberConfig {
-    /// Records waiting to be written; a record that finds it full is a store failure
-    /// (reported, and under fail-closed it fails the shard).
-    pub queue_capacity: usize,
-    /// What a store failure does to the shard.
-    pub failure_policy: FailurePolicy,
-    /// Capacity of the remember event feed; slow subscribers miss the oldest events.
-    pub event_buffer: usize,
-}
-
-impl Default for RememberConfig {
-    fn default() -> Self {
-        RememberConfig {
-            queue_capacity: 4096,
-            failure_policy: FailurePolicy::FailOpen,
-            event_buffer: 1024,
         }
     }
 }
@@ -213,6 +190,7 @@ mod option_duration_ms {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::remember::FailurePolicy;
 
     #[test]
     fn defaults_match_the_seed_and_validate() {

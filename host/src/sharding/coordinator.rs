@@ -1,73 +1,36 @@
-//! The coordinator: one task that owns the allocation table. It answers allocation requests
-//! with least-shards placement, gives every allocation a new generation, runs a rebalance round
-//! on every tick and membership change (dead-owner moves uncapped, spread moves capped), and
-//! drives each graceful move as a handoff: the losing region stops the shard's entities and
-//! hands its buffered messages on before the move is announced to everyone. It is reached
-//! only through [`CoordinatorCommand`]s (serializable) and local read-only queries.
+//! The coordinator: one task that decides where shards live. It answers allocation requests
+//! with least-shards placement, runs a rebalance round on every tick and membership change
+//! (dead-owner moves uncapped, spread moves capped), and drives each graceful move as a
+//! handoff: the losing region stops the shard's entities and hands its buffered messages on
+//! before the move is announced to everyone.
+//!
+//! Every allocation and move is a catalog command ([`Command::AssignShards`]), committed through
+//! the [`MetadataPlane`] before any region hears of it; generations come from the catalog. A new
+//! coordinator (a restart, or in a cluster a new metadata primary) starts from the committed
+//! table, so nothing is rebuilt and no generation is reused.
 
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::sharding::allocation::{self, Allocation, AllocationTable, ShardKey};
+use crate::contract::{Allocation, AllocationTable, NodeId, ShardKey};
+use crate::metadata::{Applied, Command, MetadataError, MetadataPlane};
 use crate::sharding::config::{ConfigError, ShardingConfig};
-use crate::sharding::link::{LinkMessage, NodeId, Switchboard};
+use crate::sharding::link::{CoordinatorCommand, LinkMessage, Switchboard};
 use crate::sharding::membership::MemberSet;
 use crate::sharding::rebalance::{
     self, RebalanceHistory, RebalanceReason, RebalanceRound, ShardMovement,
 };
 
-/// A command to the coordinator; plain data so it can cross a network.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CoordinatorCommand {
-    /// Where does `key` live? Answered to `requester` with [`LinkMessage::Allocated`] or
-    /// [`LinkMessage::AllocationFailed`].
-    Allocate {
-        /// The shard.
-        key: ShardKey,
-        /// The region asking.
-        requester: NodeId,
-    },
-    /// The losing region finished handing `key` off (entities stopped, buffer drained).
-    HandoffComplete {
-        /// The shard.
-        key: ShardKey,
-        /// The generation of the move.
-        generation: u64,
-    },
-    /// Moves `key` to `to` (an operator's or a test's move; a graceful handoff).
-    MoveShard {
-        /// The shard.
-        key: ShardKey,
-        /// The new owner; must be eligible.
-        to: NodeId,
-    },
-    /// Merges a surviving region's table (coordinator takeover).
-    MergeTable {
-        /// The table entries as the region knows them.
-        entries: Vec<(ShardKey, Allocation)>,
-    },
-}
+/// Allocation requests folded into one catalog commit.
+pub const ALLOCATIONS_PER_COMMIT_MAX: usize = 1024;
 
 /// A read-only query, answered on a local channel (an admin view; not part of the wire).
 #[derive(Debug)]
-pub enum CoordinatorQuery {
-    /// The allocation table.
+enum CoordinatorQuery {
     Table(oneshot::Sender<AllocationTable>),
-    /// The kept rebalance rounds, oldest first.
     Rounds(oneshot::Sender<Vec<RebalanceRound>>),
-    /// Shards whose handoff is in progress.
     Moving(oneshot::Sender<BTreeSet<ShardKey>>),
-}
-
-/// What the coordinator's inbox carries.
-#[derive(Debug)]
-pub enum CoordinatorMessage {
-    /// A command.
-    Command(CoordinatorCommand),
-    /// A query.
-    Query(CoordinatorQuery),
 }
 
 /// A graceful move waiting for the losing region.
@@ -78,37 +41,63 @@ struct Handoff {
     waiting: BTreeSet<NodeId>,
 }
 
+/// Why the coordinator could not start or answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoordinatorError {
+    /// The configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The committed allocation table could not be read.
+    #[error("cannot read the shard table: {0}")]
+    Catalog(#[from] MetadataError),
+    /// The coordinator task has stopped.
+    #[error("the shard coordinator has stopped")]
+    Stopped,
+}
+
 /// The coordinator task's state.
 pub struct Coordinator {
     config: ShardingConfig,
     table: AllocationTable,
-    next_generation: u64,
     handoffs: BTreeMap<ShardKey, Handoff>,
     history: RebalanceHistory,
     members: watch::Receiver<MemberSet>,
     switchboard: Arc<Switchboard>,
+    plane: Arc<dyn MetadataPlane>,
 }
 
-/// A handle to the coordinator task; clones share it.
+/// A handle to the coordinator task; clones share it. The task stops when every handle is
+/// dropped.
 #[derive(Clone, Debug)]
 pub struct CoordinatorHandle {
-    inbox: mpsc::Sender<CoordinatorMessage>,
+    commands: mpsc::Sender<CoordinatorCommand>,
+    queries: mpsc::Sender<CoordinatorQuery>,
 }
 
 impl Coordinator {
-    /// Validates `config`, starts the coordinator task and connects it to `switchboard`.
-    /// Must be called inside a Tokio runtime.
+    /// Validates `config`, reads the committed allocation table, starts the coordinator task
+    /// and connects it to `switchboard`. Must be called inside a Tokio runtime.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use std::sync::Arc;
+    /// use tessera_host::contract::BoxFuture;
+    /// use tessera_host::metadata::{Applied, CatalogObserver, LocalPlane, MetadataStore};
     /// use tessera_host::sharding::{Coordinator, Membership, ShardingConfig, Switchboard};
+    /// struct Quiet;
+    /// impl CatalogObserver for Quiet {
+    ///     fn applied<'a>(&'a self, _: &'a Applied) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// }
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let database = Arc::new(redb::Database::create(dir.path().join("m.redb")).unwrap());
+    /// let plane = Arc::new(LocalPlane::new(MetadataStore::open(database).unwrap(), Arc::new(Quiet)));
     /// let membership = Membership::new();
     /// membership.join("node-1", Vec::<String>::new());
     /// let switchboard = Arc::new(Switchboard::new());
-    /// let coordinator =
-    ///     Coordinator::start(ShardingConfig::default(), membership.subscribe(), switchboard)
-    ///         .unwrap();
+    /// let coordinator = Coordinator::start(
+    ///     ShardingConfig::default(), membership.subscribe(), switchboard, plane,
+    /// ).unwrap();
     /// assert!(coordinator.allocation_table().await.unwrap().is_empty());
     /// # }
     /// ```
@@ -116,39 +105,46 @@ impl Coordinator {
         config: ShardingConfig,
         members: watch::Receiver<MemberSet>,
         switchboard: Arc<Switchboard>,
-    ) -> Result<CoordinatorHandle, ConfigError> {
+        plane: Arc<dyn MetadataPlane>,
+    ) -> Result<CoordinatorHandle, CoordinatorError> {
         config.validate()?;
-        let (inbox, receiver) = mpsc::channel(config.command_buffer);
-        switchboard.connect_coordinator(inbox.clone());
+        let table = plane.store().shard_table()?;
+        let (commands, command_receiver) = mpsc::channel(config.command_buffer);
+        let (queries, query_receiver) = mpsc::channel(config.command_buffer);
+        switchboard.connect_coordinator(commands.clone());
         let coordinator = Coordinator {
             config,
-            table: AllocationTable::new(),
-            next_generation: 1,
+            table,
             handoffs: BTreeMap::new(),
             history: RebalanceHistory::default(),
             members,
             switchboard,
+            plane,
         };
-        tokio::spawn(coordinator.run(receiver));
-        Ok(CoordinatorHandle { inbox })
+        tokio::spawn(coordinator.run(command_receiver, query_receiver));
+        Ok(CoordinatorHandle { commands, queries })
     }
 
-    async fn run(mut self, mut receiver: mpsc::Receiver<CoordinatorMessage>) {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<CoordinatorCommand>,
+        mut queries: mpsc::Receiver<CoordinatorQuery>,
+    ) {
         let mut tick = tokio::time::interval(self.config.coordinator_tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                message = receiver.recv() => match message {
-                    Some(CoordinatorMessage::Command(command)) => self.on_command(command),
-                    Some(CoordinatorMessage::Query(query)) => self.on_query(query),
+                command = commands.recv() => match command {
+                    Some(command) => self.on_commands(command, &mut commands).await,
                     None => break,
                 },
-                _ = tick.tick() => self.rebalance(),
+                Some(query) = queries.recv() => self.on_query(query),
+                _ = tick.tick() => self.rebalance().await,
                 changed = self.members.changed() => {
                     if changed.is_err() {
                         break;
                     }
-                    self.rebalance();
+                    self.rebalance().await;
                 }
             }
         }
@@ -160,54 +156,35 @@ impl Coordinator {
             .eligible(self.config.role_constraint.as_deref())
     }
 
-    fn take_generation(&mut self) -> u64 {
-        let generation = self.next_generation;
-        self.next_generation += 1;
-        generation
-    }
-
-    fn on_command(&mut self, command: CoordinatorCommand) {
-        match command {
-            CoordinatorCommand::Allocate { key, requester } => self.allocate(key, requester),
-            CoordinatorCommand::HandoffComplete { key, generation } => {
-                if self
-                    .handoffs
-                    .get(&key)
-                    .is_some_and(|handoff| handoff.to.generation == generation)
-                {
-                    self.finish_handoff(&key);
+    /// Handles `first` and whatever else is queued, folding allocation requests into one
+    /// catalog commit.
+    async fn on_commands(
+        &mut self,
+        first: CoordinatorCommand,
+        commands: &mut mpsc::Receiver<CoordinatorCommand>,
+    ) {
+        let mut requests = Vec::new();
+        let mut next = Some(first);
+        while let Some(command) = next.take() {
+            match command {
+                CoordinatorCommand::Allocate { key, requester } => requests.push((key, requester)),
+                CoordinatorCommand::HandoffComplete { key, generation } => {
+                    if self
+                        .handoffs
+                        .get(&key)
+                        .is_some_and(|handoff| handoff.to.generation == generation)
+                    {
+                        self.finish_handoff(&key);
+                    }
                 }
+                CoordinatorCommand::MoveShard { key, to } => self.move_shard(key, to).await,
             }
-            CoordinatorCommand::MoveShard { key, to } => {
-                if !self.eligible().contains(&to) || self.handoffs.contains_key(&key) {
-                    tracing::warn!(%key, %to, "move refused: target not eligible or shard moving");
-                    return;
-                }
-                let Some(current) = self.table.get(&key) else {
-                    tracing::warn!(%key, "move refused: shard is not allocated");
-                    return;
-                };
-                if current.node == to {
-                    return;
-                }
-                let movement = ShardMovement {
-                    key,
-                    from: current.node.clone(),
-                    to,
-                    generation: 0,
-                };
-                let recorded = self.apply_moves(vec![movement]);
-                self.history
-                    .record(RebalanceReason::GracefulSpread, recorded);
+            if requests.len() < ALLOCATIONS_PER_COMMIT_MAX {
+                next = commands.try_recv().ok();
             }
-            CoordinatorCommand::MergeTable { entries } => {
-                // Entry by entry: the same shard may appear several times (one per region).
-                for (key, allocation) in &entries {
-                    allocation::merge_entry(&mut self.table, key, allocation);
-                }
-                let highest = allocation::max_generation(&self.table);
-                self.next_generation = self.next_generation.max(highest + 1);
-            }
+        }
+        if !requests.is_empty() {
+            self.allocate(requests).await;
         }
     }
 
@@ -232,48 +209,145 @@ impl Coordinator {
         }
     }
 
-    fn allocate(&mut self, key: ShardKey, requester: NodeId) {
-        if let Some(handoff) = self.handoffs.get_mut(&key) {
-            handoff.waiting.insert(requester);
+    /// Commits `assignments` to the catalog; the committed allocations, or why not.
+    async fn commit(
+        &self,
+        assignments: Vec<(ShardKey, NodeId)>,
+    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
+        match self
+            .plane
+            .submit(Command::AssignShards { assignments })
+            .await?
+        {
+            Applied::ShardsAssigned(assigned) => Ok(assigned),
+            other => Err(MetadataError::Storage(format!(
+                "shard assignments applied as {other:?}"
+            ))),
+        }
+    }
+
+    /// Answers allocation requests: known homes at once, new ones after one catalog commit.
+    async fn allocate(&mut self, requests: Vec<(ShardKey, NodeId)>) {
+        let eligible = self.eligible();
+        let mut new: BTreeMap<ShardKey, (NodeId, Vec<NodeId>)> = BTreeMap::new();
+        for (key, requester) in requests {
+            if let Some(handoff) = self.handoffs.get_mut(&key) {
+                handoff.waiting.insert(requester);
+                continue;
+            }
+            if let Some((_, requesters)) = new.get_mut(&key) {
+                requesters.push(requester);
+                continue;
+            }
+            match self.table.get(&key) {
+                Some(allocation) if eligible.contains(&allocation.node) => {
+                    let allocation = allocation.clone();
+                    self.send(&requester, LinkMessage::Allocated { key, allocation });
+                }
+                _ => match self.place(&key, &eligible, &new) {
+                    Some(node) => {
+                        new.insert(key, (node, vec![requester]));
+                    }
+                    None => self.refuse(key, &requester),
+                },
+            }
+        }
+        if new.is_empty() {
             return;
         }
-        let eligible = self.eligible();
-        let current = self.table.get(&key).cloned();
-        let allocation = match current {
-            Some(allocation) if eligible.contains(&allocation.node) => allocation,
-            _ => {
-                let Some(node) =
-                    rebalance::least_shards_owner(&self.table, &key.type_key, &eligible)
-                else {
-                    let reason = match &self.config.role_constraint {
-                        Some(role) => format!("no reachable member with role `{role}`"),
-                        None => "no reachable member".to_string(),
-                    };
-                    self.send(&requester, LinkMessage::AllocationFailed { key, reason });
-                    return;
-                };
-                let allocation = Allocation {
-                    node,
-                    generation: self.take_generation(),
-                };
-                self.table.insert(key.clone(), allocation.clone());
-                if allocation.node != requester {
-                    self.send(
-                        &allocation.node,
-                        LinkMessage::Allocated {
+        let assignments = new
+            .iter()
+            .map(|(key, (node, _))| (key.clone(), node.clone()))
+            .collect();
+        match self.commit(assignments).await {
+            Ok(assigned) => {
+                for (key, allocation) in assigned {
+                    self.table.insert(key.clone(), allocation.clone());
+                    let requesters = new.remove(&key).map(|(_, r)| r).unwrap_or_default();
+                    let mut targets: BTreeSet<NodeId> = requesters.into_iter().collect();
+                    targets.insert(allocation.node.clone());
+                    for node in targets {
+                        let message = LinkMessage::Allocated {
                             key: key.clone(),
                             allocation: allocation.clone(),
-                        },
-                    );
+                        };
+                        self.send(&node, message);
+                    }
                 }
-                allocation
             }
+            Err(error) => {
+                tracing::warn!(%error, "shard allocations not committed");
+                for (key, (_, requesters)) in new {
+                    for requester in requesters {
+                        let reason = format!("the allocation could not be committed: {error}");
+                        let message = LinkMessage::AllocationFailed {
+                            key: key.clone(),
+                            reason,
+                        };
+                        self.send(&requester, message);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The least-loaded eligible node for `key` (ties to the smallest id), counting the
+    /// placements of this batch.
+    fn place(
+        &self,
+        key: &ShardKey,
+        eligible: &[NodeId],
+        batch: &BTreeMap<ShardKey, (NodeId, Vec<NodeId>)>,
+    ) -> Option<NodeId> {
+        let mut counts = rebalance::shard_counts(&self.table, &key.type_key, eligible);
+        for (other, (node, _)) in batch {
+            if other.type_key == key.type_key
+                && let Some(count) = counts.get_mut(node)
+            {
+                *count += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .min_by(|(left_node, left), (right_node, right)| {
+                left.cmp(right).then_with(|| left_node.cmp(right_node))
+            })
+            .map(|(node, _)| node)
+    }
+
+    fn refuse(&self, key: ShardKey, requester: &str) {
+        let reason = match &self.config.role_constraint {
+            Some(role) => format!("no reachable member with role `{role}`"),
+            None => "no reachable member".to_string(),
         };
-        self.send(&requester, LinkMessage::Allocated { key, allocation });
+        self.send(requester, LinkMessage::AllocationFailed { key, reason });
+    }
+
+    async fn move_shard(&mut self, key: ShardKey, to: NodeId) {
+        if !self.eligible().contains(&to) || self.handoffs.contains_key(&key) {
+            tracing::warn!(%key, %to, "move refused: target not eligible or shard moving");
+            return;
+        }
+        let Some(current) = self.table.get(&key) else {
+            tracing::warn!(%key, "move refused: shard is not allocated");
+            return;
+        };
+        if current.node == to {
+            return;
+        }
+        let movement = ShardMovement {
+            key,
+            from: current.node.clone(),
+            to,
+            generation: 0,
+        };
+        let recorded = self.apply_moves(vec![movement]).await;
+        self.history
+            .record(RebalanceReason::GracefulSpread, recorded);
     }
 
     /// One rebalance round of each kind; rounds without movements are not recorded.
-    fn rebalance(&mut self) {
+    async fn rebalance(&mut self) {
         let eligible = self.eligible();
         if eligible.is_empty() {
             return;
@@ -291,48 +365,51 @@ impl Coordinator {
         let moving: BTreeSet<ShardKey> = self.handoffs.keys().cloned().collect();
         let mut planned = self.table.clone();
         let dead = rebalance::plan_dead_owner_moves(&mut planned, &eligible, &moving);
-        let recorded = self.apply_moves(dead);
+        let recorded = self.apply_moves(dead).await;
         self.history.record(RebalanceReason::DeadOwner, recorded);
 
         let moving: BTreeSet<ShardKey> = self.handoffs.keys().cloned().collect();
         let mut planned = self.table.clone();
         let cap = self.config.rebalance_per_round;
         let spread = rebalance::plan_spread_moves(&mut planned, &eligible, &moving, cap);
-        let recorded = self.apply_moves(spread);
+        let recorded = self.apply_moves(spread).await;
         self.history
             .record(RebalanceReason::GracefulSpread, recorded);
     }
 
-    /// Applies planned moves: a new generation each; a move from an eligible owner becomes a
-    /// handoff, a move from a dead owner is announced at once.
-    fn apply_moves(&mut self, movements: Vec<ShardMovement>) -> Vec<ShardMovement> {
+    /// Commits planned moves, then acts on them: a move from an eligible owner becomes a
+    /// handoff, a move from a dead owner is announced at once. Returns the committed moves.
+    async fn apply_moves(&mut self, movements: Vec<ShardMovement>) -> Vec<ShardMovement> {
+        if movements.is_empty() {
+            return movements;
+        }
+        let assignments = movements
+            .iter()
+            .map(|movement| (movement.key.clone(), movement.to.clone()))
+            .collect();
+        let assigned = match self.commit(assignments).await {
+            Ok(assigned) => assigned,
+            Err(error) => {
+                tracing::warn!(%error, "shard moves not committed; the next round retries");
+                return Vec::new();
+            }
+        };
         let eligible = self.eligible();
         let mut recorded = Vec::with_capacity(movements.len());
-        for mut movement in movements {
-            movement.generation = self.take_generation();
-            let to = Allocation {
-                node: movement.to.clone(),
-                generation: movement.generation,
-            };
-            self.table.insert(movement.key.clone(), to.clone());
+        for (mut movement, (key, to)) in movements.into_iter().zip(assigned) {
+            debug_assert_eq!(movement.key, key, "assignments commit in the order given");
+            movement.generation = to.generation;
+            self.table.insert(key.clone(), to.clone());
             if eligible.contains(&movement.from) {
-                self.handoffs.insert(
-                    movement.key.clone(),
-                    Handoff {
-                        from: movement.from.clone(),
-                        to: to.clone(),
-                        waiting: BTreeSet::new(),
-                    },
-                );
-                self.send(
-                    &movement.from,
-                    LinkMessage::HandOff {
-                        key: movement.key.clone(),
-                        to,
-                    },
-                );
+                let handoff = Handoff {
+                    from: movement.from.clone(),
+                    to: to.clone(),
+                    waiting: BTreeSet::new(),
+                };
+                self.handoffs.insert(key.clone(), handoff);
+                self.send(&movement.from, LinkMessage::HandOff { key, to });
             } else {
-                self.announce(&movement.key, &to, &BTreeSet::new());
+                self.announce(&key, &to, &BTreeSet::new());
             }
             recorded.push(movement);
         }
@@ -362,20 +439,11 @@ impl Coordinator {
     }
 }
 
-/// Why a coordinator query failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CoordinatorError {
-    /// The coordinator task has stopped.
-    #[error("the shard coordinator has stopped")]
-    Stopped,
-}
-
 impl CoordinatorHandle {
     /// Sends a command, waiting for room in the inbox.
     pub async fn command(&self, command: CoordinatorCommand) -> Result<(), CoordinatorError> {
-        self.inbox
-            .send(CoordinatorMessage::Command(command))
+        self.commands
+            .send(command)
             .await
             .map_err(|_| CoordinatorError::Stopped)
     }
@@ -385,8 +453,8 @@ impl CoordinatorHandle {
         make: impl FnOnce(oneshot::Sender<T>) -> CoordinatorQuery,
     ) -> Result<T, CoordinatorError> {
         let (reply, receiver) = oneshot::channel();
-        self.inbox
-            .send(CoordinatorMessage::Query(make(reply)))
+        self.queries
+            .send(make(reply))
             .await
             .map_err(|_| CoordinatorError::Stopped)?;
         receiver.await.map_err(|_| CoordinatorError::Stopped)
@@ -405,63 +473,5 @@ impl CoordinatorHandle {
     /// Shards with a handoff in progress.
     pub async fn moving_shards(&self) -> Result<BTreeSet<ShardKey>, CoordinatorError> {
         self.query(CoordinatorQuery::Moving).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::envelope::TypeKey;
-    use crate::sharding::membership::Membership;
-
-    #[tokio::test(start_paused = true)]
-    async fn takeover_merges_region_tables_in_any_order_and_generations_keep_growing() {
-        let key = |shard| ShardKey::new(TypeKey::new("t", "e"), shard);
-        let at = |node: &str, generation| Allocation {
-            node: node.into(),
-            generation,
-        };
-        let from_a = vec![(key(1), at("a", 4)), (key(2), at("a", 7))];
-        let from_b = vec![
-            (key(1), at("b", 4)),
-            (key(2), at("b", 6)),
-            (key(3), at("b", 2)),
-        ];
-        let mut tables = Vec::new();
-        for order in [[&from_a, &from_b], [&from_b, &from_a]] {
-            let membership = Membership::new();
-            membership.join("a", Vec::<String>::new());
-            membership.join("b", Vec::<String>::new());
-            let config = ShardingConfig::default();
-            let switchboard = Arc::new(Switchboard::new());
-            let coordinator =
-                Coordinator::start(config, membership.subscribe(), switchboard).unwrap();
-            // One command holding both regions' tables, so no rebalance round runs between
-            // them; the entry order is the merge order.
-            let entries: Vec<_> = order.into_iter().flatten().cloned().collect();
-            let command = CoordinatorCommand::MergeTable { entries };
-            coordinator.command(command).await.unwrap();
-            coordinator
-                .command(CoordinatorCommand::MoveShard {
-                    key: key(3),
-                    to: "a".into(),
-                })
-                .await
-                .unwrap();
-            tables.push(coordinator.allocation_table().await.unwrap());
-        }
-        assert_eq!(tables[0], tables[1]);
-        assert_eq!(
-            tables[0][&key(1)],
-            at("b", 4),
-            "tie on generation: greater node id"
-        );
-        assert_eq!(tables[0][&key(2)], at("a", 7), "highest generation wins");
-        assert_eq!(tables[0][&key(3)].node, "a");
-        assert_eq!(
-            tables[0][&key(3)].generation,
-            8,
-            "new generations follow the merged max"
-        );
     }
 }

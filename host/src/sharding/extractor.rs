@@ -4,8 +4,7 @@
 
 use std::fmt;
 
-/// A shard number within one entity type, in `0..num_shards`.
-pub type ShardId = u32;
+pub use crate::contract::ShardId;
 
 /// Maps an entity id to its shard. Implementations must be pure and identical on every node.
 ///
@@ -15,14 +14,19 @@ pub type ShardId = u32;
 /// struct ByPrefix;
 /// impl ShardExtractor for ByPrefix {
 ///     fn shard_of(&self, id: &str) -> ShardId {
-///         id.split(':').next().and_then(|p| p.parse().ok()).unwrap_or(0)
+///         id.split(':').next().and_then(|p| p.parse().ok()).unwrap_or(0) % 16
 ///     }
+///     fn num_shards(&self) -> u32 { 16 }
 /// }
 /// assert_eq!(ByPrefix.shard_of("7:order-1"), 7);
 /// ```
 pub trait ShardExtractor: fmt::Debug + Send + Sync + 'static {
-    /// The shard of entity `id`.
+    /// The shard of entity `id`; always below [`num_shards`](Self::num_shards) (a region
+    /// refuses the message otherwise).
     fn shard_of(&self, id: &str) -> ShardId;
+
+    /// How many shards this extractor maps ids to.
+    fn num_shards(&self) -> u32;
 }
 
 /// The default extractor: `fnv1a_64(id) % num_shards`.
@@ -44,17 +48,16 @@ impl FnvExtractor {
             num_shards: num_shards.max(1),
         }
     }
-
-    /// The shard count.
-    pub fn num_shards(&self) -> u32 {
-        self.num_shards
-    }
 }
 
 impl ShardExtractor for FnvExtractor {
     fn shard_of(&self, id: &str) -> ShardId {
         let shard = fnv1a_64(id.as_bytes()) % u64::from(self.num_shards);
         ShardId::try_from(shard).expect("a value modulo a u32 shard count fits in u32")
+    }
+
+    fn num_shards(&self) -> u32 {
+        self.num_shards
     }
 }
 

@@ -6,8 +6,7 @@
 use std::collections::VecDeque;
 use tokio::time::Instant;
 
-use crate::envelope::{EntityAddress, ReplyPort};
-use crate::sharding::allocation::{Allocation, ShardKey};
+use crate::contract::{EntityAddress, ReplyPort, ShardId, ShardKey};
 use crate::sharding::link::ReplyTo;
 
 /// Where the reply to a buffered message goes.
@@ -40,17 +39,37 @@ pub enum BufferedBody {
     Passivate,
 }
 
+impl BufferedBody {
+    /// Whether nobody waits for an answer (a tell or a passivation).
+    pub fn is_one_way(&self) -> bool {
+        matches!(
+            self,
+            BufferedBody::Message {
+                reply: ReplyRoute::None,
+                ..
+            } | BufferedBody::Passivate
+        )
+    }
+}
+
 /// One envelope a region holds or routes.
 #[derive(Debug)]
 pub struct Buffered {
     /// The target entity.
     pub address: EntityAddress,
-    /// Its shard.
-    pub key: ShardKey,
+    /// Its shard within the entity's type.
+    pub shard: ShardId,
     /// Regions it has passed through.
     pub hops: u8,
     /// Message or passivation.
     pub body: BufferedBody,
+}
+
+impl Buffered {
+    /// The shard key of the target (allocates; off the local fast path).
+    pub fn key(&self) -> ShardKey {
+        ShardKey::new(self.address.type_key(), self.shard)
+    }
 }
 
 /// A bounded FIFO of envelopes for one shard.
@@ -75,6 +94,7 @@ impl ShardBuffer {
             return Err(Box::new(item));
         }
         self.items.push_back(item);
+        debug_assert!(self.items.len() <= self.capacity);
         Ok(())
     }
 
@@ -92,15 +112,4 @@ impl ShardBuffer {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
-}
-
-/// A shard this region is handing off: where it goes and what arrived meanwhile.
-#[derive(Debug)]
-pub struct Handoff {
-    /// The shard.
-    pub key: ShardKey,
-    /// The new home.
-    pub to: Allocation,
-    /// Envelopes that arrived during the handoff.
-    pub buffer: ShardBuffer,
 }

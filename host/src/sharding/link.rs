@@ -8,12 +8,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use tokio::sync::mpsc;
 
-use crate::envelope::{EntityAddress, MessageError, Reply};
-use crate::sharding::allocation::{Allocation, ShardKey};
-use crate::sharding::coordinator::CoordinatorMessage;
-
-/// A node's id, as membership knows it.
-pub type NodeId = String;
+use crate::contract::{Allocation, EntityAddress, MessageError, NodeId, Reply, ShardKey};
 
 /// Where the reply to a forwarded ask goes: the asking node's pending-ask table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +118,34 @@ pub enum LinkMessage {
     },
 }
 
+/// A command to the coordinator from a region (or an operator); plain data so it can cross a
+/// network.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorCommand {
+    /// Where does `key` live? Answered to `requester` with [`LinkMessage::Allocated`] or
+    /// [`LinkMessage::AllocationFailed`].
+    Allocate {
+        /// The shard.
+        key: ShardKey,
+        /// The region asking.
+        requester: NodeId,
+    },
+    /// The losing region finished handing `key` off (entities stopped, buffer drained).
+    HandoffComplete {
+        /// The shard.
+        key: ShardKey,
+        /// The generation of the move.
+        generation: u64,
+    },
+    /// Moves `key` to `to` (an operator's or a test's move; a graceful handoff).
+    MoveShard {
+        /// The shard.
+        key: ShardKey,
+        /// The new owner; must be eligible.
+        to: NodeId,
+    },
+}
+
 /// Why a link could not take a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -146,7 +169,7 @@ pub enum LinkError {
 #[derive(Debug, Default)]
 pub struct Switchboard {
     regions: RwLock<HashMap<NodeId, mpsc::Sender<LinkMessage>>>,
-    coordinator: RwLock<Option<mpsc::Sender<CoordinatorMessage>>>,
+    coordinator: RwLock<Option<mpsc::Sender<CoordinatorCommand>>>,
 }
 
 impl Switchboard {
@@ -168,7 +191,7 @@ impl Switchboard {
     }
 
     /// Connects the coordinator.
-    pub fn connect_coordinator(&self, inbox: mpsc::Sender<CoordinatorMessage>) {
+    pub fn connect_coordinator(&self, inbox: mpsc::Sender<CoordinatorCommand>) {
         let mut coordinator = self.coordinator.write().unwrap_or_else(|p| p.into_inner());
         *coordinator = Some(inbox);
     }
@@ -217,7 +240,7 @@ impl Switchboard {
     }
 
     /// Sends `message` to the coordinator without waiting.
-    pub fn send_to_coordinator(&self, message: CoordinatorMessage) -> Result<(), LinkError> {
+    pub fn send_to_coordinator(&self, message: CoordinatorCommand) -> Result<(), LinkError> {
         let inbox = {
             let coordinator = self.coordinator.read().unwrap_or_else(|p| p.into_inner());
             coordinator.clone()

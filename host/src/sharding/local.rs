@@ -1,57 +1,81 @@
-//! The seam between a region and the entities of its own node. The entity layer implements
-//! [`LocalEntities`]; the sharding layer never imports it. Lifecycle news flows back through
-//! [`RegionHandle::entity_started`](crate::sharding::RegionHandle::entity_started) and
-//! [`RegionHandle::entity_passivated`](crate::sharding::RegionHandle::entity_passivated).
+//! The seam between a region and the entities of its own node: [`LocalEntities`], which the
+//! entity layer's [`Entities`] implements (here, in the layer above it) and tests replace with
+//! a fake. The region hands every local delivery the shard it computed, so the entity layer
+//! never recomputes it.
 
-use std::future::Future;
-use std::pin::Pin;
-
-use crate::envelope::{EntityAddress, Envelope, TypeKey};
-use crate::sharding::extractor::ShardId;
-
-/// A future the region can hold without knowing its type.
-pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
+use crate::entity::{Entities, Refused};
 
 /// What a region needs from the entities living on its own node.
 ///
-/// Every method is called from the region's task and must not block: queue the work and
-/// return. The implementation learns an entity's shard from `stop_shard`/`live_in_shard`
-/// arguments only; it records, per live entity, the shard the region named when it first
-/// delivered to or started it (`shard` parameters below).
+/// Every method is called with the region's shard lock or task in hand and must not block:
+/// queue the work and return.
 ///
 /// ```
-/// use std::sync::Mutex;
-/// use tessera_host::envelope::{EntityAddress, Envelope, TypeKey};
-/// use tessera_host::sharding::{LocalEntities, ShardId, local::BoxFuture};
+/// use tessera_host::contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
+/// use tessera_host::entity::Refused;
+/// use tessera_host::sharding::LocalEntities;
 ///
 /// /// Answers every ask with its own payload and keeps nothing alive.
 /// struct Echo;
 /// impl LocalEntities for Echo {
-///     fn deliver(&self, _to: EntityAddress, _shard: ShardId, envelope: Envelope) {
+///     fn deliver(&self, _to: EntityAddress, _shard: ShardId, envelope: Envelope) -> Result<(), Refused> {
 ///         let payload = envelope.payload.clone();
 ///         envelope.answer(Ok(payload));
+///         Ok(())
 ///     }
 ///     fn start(&self, _to: EntityAddress, _shard: ShardId) {}
 ///     fn passivate(&self, _to: &EntityAddress) {}
-///     fn stop_shard(&self, _type_key: &TypeKey, _shard: ShardId) -> BoxFuture {
+///     fn stop_shard(&self, _type_key: &TypeKey, _shard: ShardId) -> BoxFuture<'static, ()> {
 ///         Box::pin(async {})
 ///     }
 ///     fn live_in_shard(&self, _type_key: &TypeKey, _shard: ShardId) -> usize { 0 }
 /// }
 /// ```
 pub trait LocalEntities: Send + Sync + 'static {
-    /// Hands `envelope` to entity `to` of shard `shard`, starting it on its first message.
-    /// Failures (mailbox full, unknown type, ...) are answered on the envelope's reply port by
-    /// the implementation. Calls for one entity arrive in the order its messages must run.
-    fn deliver(&self, to: EntityAddress, shard: ShardId, envelope: Envelope);
+    /// Hands `envelope` to entity `to` of shard `shard`, starting it on its first message. A
+    /// refusal (mailbox full, unknown type, quota) gives the envelope back with the reason.
+    /// Calls for one entity arrive in the order its messages must run.
+    fn deliver(&self, to: EntityAddress, shard: ShardId, envelope: Envelope)
+    -> Result<(), Refused>;
     /// Starts entity `to` without a message (remember-entities recovery). A no-op if live.
     fn start(&self, to: EntityAddress, shard: ShardId);
-    /// Passivates one entity after the messages already in its mailbox. The implementation
-    /// then calls `RegionHandle::entity_passivated`.
+    /// Passivates one entity after the messages already in its mailbox.
     fn passivate(&self, to: &EntityAddress);
     /// Stops every live entity of `type_key` in `shard` (handoff); resolves when all are
-    /// stopped. Must NOT report them as passivated: a handed-off entity stays remembered.
-    fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture;
+    /// stopped. They are not forgotten: a handed-off entity stays remembered.
+    fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture<'static, ()>;
     /// Live entities of `type_key` in `shard`.
     fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize;
+}
+
+impl LocalEntities for Entities {
+    fn deliver(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        envelope: Envelope,
+    ) -> Result<(), Refused> {
+        Entities::deliver(self, to, shard, envelope)
+    }
+
+    fn start(&self, to: EntityAddress, shard: ShardId) {
+        if let Err(error) = Entities::start(self, to.clone(), shard) {
+            tracing::warn!(entity = %to, %error, "could not respawn a remembered entity");
+        }
+    }
+
+    fn passivate(&self, to: &EntityAddress) {
+        if let Err(error) = Entities::passivate(self, to) {
+            tracing::warn!(entity = %to, %error, "could not passivate");
+        }
+    }
+
+    fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture<'static, ()> {
+        Entities::stop_shard(self, type_key, shard)
+    }
+
+    fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize {
+        Entities::live_in_shard(self, type_key, shard)
+    }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::watch;
 
-use crate::sharding::link::NodeId;
+use crate::contract::NodeId;
 
 /// A member's status as the failure detector sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

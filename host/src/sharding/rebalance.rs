@@ -5,9 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::envelope::TypeKey;
-use crate::sharding::allocation::{AllocationTable, ShardKey};
-use crate::sharding::link::NodeId;
+use crate::contract::{AllocationTable, NodeId, ShardId, ShardKey, TypeKey};
 
 /// Rebalance rounds kept for inspection; older rounds are dropped first. Bounds the
 /// coordinator's memory however long it runs.
@@ -89,10 +87,10 @@ pub fn shard_counts(
 ) -> BTreeMap<NodeId, usize> {
     let mut counts: BTreeMap<NodeId, usize> =
         eligible.iter().map(|node| (node.clone(), 0)).collect();
-    for (key, allocation) in table {
-        if &key.type_key == type_key
-            && let Some(count) = counts.get_mut(&allocation.node)
-        {
+    let first = ShardKey::new(type_key.clone(), 0);
+    let last = ShardKey::new(type_key.clone(), ShardId::MAX);
+    for (_, allocation) in table.range(first..=last) {
+        if let Some(count) = counts.get_mut(&allocation.node) {
             *count += 1;
         }
     }
@@ -102,8 +100,8 @@ pub fn shard_counts(
 /// The eligible node with the fewest shards of `type_key`; ties go to the smallest node id.
 ///
 /// ```
-/// use tessera_host::envelope::TypeKey;
-/// use tessera_host::sharding::{AllocationTable, rebalance::least_shards_owner};
+/// use tessera_host::contract::{AllocationTable, TypeKey};
+/// use tessera_host::sharding::rebalance::least_shards_owner;
 /// let table = AllocationTable::new();
 /// let nodes = vec!["b".to_string(), "a".to_string()];
 /// assert_eq!(least_shards_owner(&table, &TypeKey::new("t", "e"), &nodes), Some("a".into()));
@@ -214,7 +212,7 @@ pub fn plan_spread_moves(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharding::allocation::Allocation;
+    use crate::contract::Allocation;
 
     fn table_with(owners: &[(&str, u32)]) -> AllocationTable {
         let mut table = AllocationTable::new();

@@ -1,57 +1,28 @@
-//! The commit path: the narrow [`StateCommit`] trait the entity layer writes through, the
-//! [`GroupCommitter`] that batches many messages into one durable transaction, and the
-//! [`DirectCommitter`] (one transaction per message) it is measured against.
+//! The one writer: a thread that folds the write sets of many messages, and the remembered-id
+//! batches of the write-behind queue, into one durable redb transaction, then releases each
+//! waiter. Never one fsync per message.
 
-use super::store::{StateStore, StoreError};
+use super::error::CommitError;
+use super::remember::RememberOp;
+use super::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use super::write_set::WriteSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// Why a write set was not made durable. The message that produced it fails; nothing of it is
-/// visible.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CommitError {
-    /// The storage engine failed the transaction.
-    #[error("commit failed: {0}")]
-    Storage(String),
-    /// The committer has shut down.
-    #[error("the committer is shut down")]
-    Closed,
-}
-
-impl From<StoreError> for CommitError {
-    fn from(error: StoreError) -> Self {
-        CommitError::Storage(error.to_string())
-    }
-}
-
-/// A pending commit; resolves once the writes are durable (or failed).
-pub type CommitFuture = Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send>>;
-
-/// Makes a message's write set durable. The entity layer sends a reply only after the future
-/// resolves `Ok`. Today: a local group commit; later: a replicated partition commit.
-pub trait StateCommit: Send + Sync + 'static {
-    /// Commits `writes` atomically.
-    fn commit(&self, writes: WriteSet) -> CommitFuture;
-}
-
 /// Tuning of the [`GroupCommitter`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GroupCommitConfig {
-    /// Write sets waiting for the writer; a full queue makes committers wait (backpressure).
+    /// Items waiting for the writer; a full queue makes committers wait (backpressure).
     pub queue_capacity: usize,
-    /// The most write sets folded into one transaction.
+    /// The most items (write sets or remembered-id batches) folded into one transaction.
     pub batch_write_sets_max: usize,
     /// The most payload bytes folded into one transaction.
     pub batch_bytes_max: usize,
-    /// How long the writer lingers for more write sets when a batch is not full. Zero batches
-    /// only what queued while the previous transaction was syncing.
+    /// How long the writer lingers for more items when a batch is not full. Zero batches only
+    /// what queued while the previous transaction was syncing.
     pub batch_wait_us: u64,
 }
 
@@ -73,21 +44,38 @@ pub struct GroupCommitStats {
     pub transactions: AtomicU64,
     /// Write sets committed in them.
     pub write_sets: AtomicU64,
+    /// Remembered-id operations committed in them.
+    pub remember_ops: AtomicU64,
     /// Transactions that failed.
     pub failures: AtomicU64,
 }
 
-struct PendingCommit {
-    writes: WriteSet,
+/// What one waiter hands the writer.
+pub(crate) enum Work {
+    Writes(WriteSet),
+    Remember(Vec<RememberOp>),
+}
+
+impl Work {
+    fn bytes(&self) -> usize {
+        match self {
+            Work::Writes(writes) => writes.payload_bytes(),
+            Work::Remember(ops) => ops.iter().map(|op| op.id().id.len() + 16).sum(),
+        }
+    }
+}
+
+struct Pending {
+    work: Work,
     done: oneshot::Sender<Result<(), CommitError>>,
 }
 
-/// Folds the write sets of many messages into one durable redb transaction, on a writer
-/// thread of its own, and releases each message once its transaction is durable.
+/// The writer thread and the queue into it. Dropping it commits what is queued, then joins the
+/// thread, so the database is released when the drop returns.
 ///
 /// ```
-/// use tessera_host::envelope::EntityAddress;
-/// use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateCommit, StateStore, WriteSet};
+/// use tessera_host::contract::EntityAddress;
+/// use tessera_host::state::{GroupCommitConfig, GroupCommitter, StateStore, WriteSet};
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let dir = tempfile::tempdir().unwrap();
 /// let store = StateStore::open(&dir.path().join("tessera.redb")).unwrap();
@@ -100,7 +88,7 @@ struct PendingCommit {
 /// # });
 /// ```
 pub struct GroupCommitter {
-    queue: mpsc::Sender<PendingCommit>,
+    queue: mpsc::Sender<Pending>,
     stats: Arc<GroupCommitStats>,
     writer: Option<std::thread::JoinHandle<()>>,
 }
@@ -126,11 +114,31 @@ impl GroupCommitter {
     pub fn stats(&self) -> &Arc<GroupCommitStats> {
         &self.stats
     }
+
+    /// Commits `writes`; resolves once they are durable.
+    pub async fn commit(&self, writes: WriteSet) -> Result<(), CommitError> {
+        submit(self.queue.clone(), Work::Writes(writes)).await
+    }
+
+    /// A future that commits `work` through this writer, detached from `self`.
+    pub(crate) fn submit(
+        &self,
+        work: Work,
+    ) -> impl std::future::Future<Output = Result<(), CommitError>> + Send + 'static {
+        submit(self.queue.clone(), work)
+    }
+}
+
+async fn submit(queue: mpsc::Sender<Pending>, work: Work) -> Result<(), CommitError> {
+    let (done, outcome) = oneshot::channel();
+    queue
+        .send(Pending { work, done })
+        .await
+        .map_err(|_| CommitError::Closed)?;
+    outcome.await.map_err(|_| CommitError::Closed)?
 }
 
 impl Drop for GroupCommitter {
-    /// Closes the queue and waits for the writer to commit what is queued and release the
-    /// database, so a node can reopen it right after.
     fn drop(&mut self) {
         let (closed, _) = mpsc::channel(1);
         drop(std::mem::replace(&mut self.queue, closed));
@@ -140,29 +148,15 @@ impl Drop for GroupCommitter {
     }
 }
 
-impl StateCommit for GroupCommitter {
-    fn commit(&self, writes: WriteSet) -> CommitFuture {
-        let queue = self.queue.clone();
-        Box::pin(async move {
-            let (done, outcome) = oneshot::channel();
-            queue
-                .send(PendingCommit { writes, done })
-                .await
-                .map_err(|_| CommitError::Closed)?;
-            outcome.await.map_err(|_| CommitError::Closed)?
-        })
-    }
-}
-
 fn run_writer(
     store: StateStore,
     config: GroupCommitConfig,
-    mut receiver: mpsc::Receiver<PendingCommit>,
+    mut receiver: mpsc::Receiver<Pending>,
     stats: Arc<GroupCommitStats>,
 ) {
     let batch_wait = Duration::from_micros(config.batch_wait_us);
     while let Some(first) = receiver.blocking_recv() {
-        let mut bytes = first.writes.payload_bytes();
+        let mut bytes = first.work.bytes();
         let mut batch = vec![first];
         fill_batch(&mut receiver, &mut batch, &mut bytes, &config);
         if !batch_wait.is_zero() && batch.len() < config.batch_write_sets_max {
@@ -171,15 +165,10 @@ fn run_writer(
         }
         let outcome = commit_batch(&store, &batch);
         match &outcome {
-            Ok(()) => {
-                stats.transactions.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .write_sets
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            }
+            Ok(()) => count(&stats, &batch),
             Err(error) => {
                 stats.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, write_sets = batch.len(), "group commit failed");
+                tracing::error!(%error, items = batch.len(), "group commit failed");
             }
         }
         for pending in batch {
@@ -188,16 +177,28 @@ fn run_writer(
     }
 }
 
+fn count(stats: &GroupCommitStats, batch: &[Pending]) {
+    stats.transactions.fetch_add(1, Ordering::Relaxed);
+    for pending in batch {
+        match &pending.work {
+            Work::Writes(_) => stats.write_sets.fetch_add(1, Ordering::Relaxed),
+            Work::Remember(ops) => stats
+                .remember_ops
+                .fetch_add(ops.len() as u64, Ordering::Relaxed),
+        };
+    }
+}
+
 fn fill_batch(
-    receiver: &mut mpsc::Receiver<PendingCommit>,
-    batch: &mut Vec<PendingCommit>,
+    receiver: &mut mpsc::Receiver<Pending>,
+    batch: &mut Vec<Pending>,
     bytes: &mut usize,
     config: &GroupCommitConfig,
 ) {
     while batch.len() < config.batch_write_sets_max && *bytes < config.batch_bytes_max {
         match receiver.try_recv() {
             Ok(pending) => {
-                *bytes += pending.writes.payload_bytes();
+                *bytes += pending.work.bytes();
                 batch.push(pending);
             }
             Err(_) => break,
@@ -205,47 +206,30 @@ fn fill_batch(
     }
 }
 
-fn commit_batch(store: &StateStore, batch: &[PendingCommit]) -> Result<(), CommitError> {
+fn commit_batch(store: &StateStore, batch: &[Pending]) -> Result<(), CommitError> {
     let transaction = store
         .database()
         .begin_write()
         .map_err(|e| CommitError::Storage(e.to_string()))?;
-    StateStore::apply_all(&transaction, batch.iter().map(|pending| &pending.writes))?;
+    let write_sets = batch.iter().filter_map(|pending| match &pending.work {
+        Work::Writes(writes) => Some(writes),
+        Work::Remember(_) => None,
+    });
+    apply_write_sets(&transaction, write_sets)?;
+    let remember_ops = batch.iter().flat_map(|pending| match &pending.work {
+        Work::Remember(ops) => ops.as_slice(),
+        Work::Writes(_) => &[],
+    });
+    apply_remember_ops(&transaction, remember_ops)?;
     transaction
         .commit()
         .map_err(|e| CommitError::Storage(e.to_string()))
 }
 
-/// One durable transaction per message, on the blocking pool: the baseline the group
-/// committer is judged against, and a simple choice for tools.
-#[derive(Clone)]
-pub struct DirectCommitter {
-    store: StateStore,
-}
-
-impl DirectCommitter {
-    /// A committer over `store`.
-    pub fn new(store: StateStore) -> Self {
-        DirectCommitter { store }
-    }
-}
-
-impl StateCommit for DirectCommitter {
-    fn commit(&self, writes: WriteSet) -> CommitFuture {
-        let store = self.store.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.commit_one(&writes))
-                .await
-                .map_err(|_| CommitError::Closed)?
-                .map_err(CommitError::from)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::EntityAddress;
+    use crate::contract::EntityAddress;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_commits_share_transactions_and_all_land() {
@@ -280,28 +264,5 @@ mod tests {
             stats.transactions.load(Ordering::Relaxed) < 500,
             "500 concurrent commits must share transactions"
         );
-    }
-
-    #[test]
-    fn deletes_and_versions_are_applied() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(&dir.path().join("db.redb")).unwrap();
-        let entity = EntityAddress::new("t", "c", "e");
-        let mut writes = WriteSet::new(entity.clone());
-        writes.put("a", vec![1]);
-        writes.put("b", vec![2]);
-        writes.set_version(3);
-        store.commit_one(&writes).unwrap();
-        let mut writes = WriteSet::new(entity.clone());
-        writes.delete("a");
-        store.commit_one(&writes).unwrap();
-        assert_eq!(
-            store.entries(&entity).unwrap(),
-            vec![("b".to_string(), vec![2])]
-        );
-        assert_eq!(store.version(&entity).unwrap(), Some(3));
-        let other = EntityAddress::new("t", "c", "e2");
-        assert_eq!(store.entries(&other).unwrap(), vec![]);
-        assert_eq!(store.version(&other).unwrap(), None);
     }
 }

@@ -1,17 +1,24 @@
-//! Durable per-entity state and the commit path, on one redb database per node.
+//! Durable per-entity state, remembered entity ids and the commit path, on one redb database
+//! per node.
 //!
-//! [`StateStore`] owns the database and the entity tables and answers reads. A message's writes
-//! are gathered in a [`WriteSet`] and handed to a [`StateCommit`]: today the
-//! [`GroupCommitter`], which folds the write sets of many messages into one durable redb
-//! transaction; later a consensus partition, without the entity layer noticing.
+//! The layers above see two traits: [`EntityState`] (reads, per-entity [`EntityMeta`] and
+//! atomic commits of a message's [`WriteSet`]) and [`RememberStore`] (remembered ids per shard).
+//! [`LocalState`] implements both over [`StateStore`]'s tables, writing only through the
+//! [`GroupCommitter`]'s thread, which folds many messages (and remembered-id batches) into one
+//! durable transaction; a replicated partition can later implement the same traits.
+//! [`remember`] holds the remember-entities vocabulary and its write-behind queue.
 
+mod backend;
 mod commit;
-mod store;
+mod error;
+mod local;
+pub mod remember;
+mod tables;
 mod write_set;
 
-pub use commit::{
-    CommitError, CommitFuture, DirectCommitter, GroupCommitConfig, GroupCommitStats,
-    GroupCommitter, StateCommit,
-};
-pub use store::{StateStore, StoreError};
+pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore};
+pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
+pub use error::{CommitError, StoreError};
+pub use local::LocalState;
+pub use tables::StateStore;
 pub use write_set::{StateChange, WriteSet};

@@ -1,6 +1,6 @@
 //! The writes one message makes, kept apart until they are committed or discarded.
 
-use crate::envelope::EntityAddress;
+use crate::contract::EntityAddress;
 use std::collections::BTreeMap;
 
 /// One pending change to a state key.
@@ -16,7 +16,7 @@ pub enum StateChange {
 /// ran on. Reads inside the message consult it first (read-your-writes).
 ///
 /// ```
-/// use tessera_host::envelope::EntityAddress;
+/// use tessera_host::contract::EntityAddress;
 /// use tessera_host::state::{StateChange, WriteSet};
 /// let mut writes = WriteSet::new(EntityAddress::new("t", "counter", "c1"));
 /// writes.put("value", vec![1]);

@@ -2,7 +2,7 @@
 
 use super::ApiError;
 use crate::api::auth::Admin;
-use crate::node::Node;
+use crate::node::{METRICS_CONTENT_TYPE, Node};
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
@@ -16,14 +16,12 @@ pub async fn health() -> Json<Value> {
 }
 
 /// `GET /metrics` → the Prometheus text format (admin token).
-pub async fn metrics(State(node): State<Arc<Node>>, _: Admin) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        node.render_metrics(),
-    )
+pub async fn metrics(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+) -> Result<impl IntoResponse, ApiError> {
+    let text = node.render_metrics()?;
+    Ok(([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text))
 }
 
 /// `GET /v1/cluster/members` → `{"members": [node ids]}`.

@@ -3,17 +3,18 @@
 
 use super::{ApiError, path, query};
 use crate::api::auth::TenantAuth;
-use crate::api::body::{message_payload, read_limited, reply_response};
-use crate::api::codec::msgpack_to_json;
-use crate::envelope::EntityAddress;
+use crate::api::body::{RequestBody, message_payload, reply_response};
+use crate::contract::EntityAddress;
 use crate::node::Node;
 use axum::Json;
-use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde::Deserialize;
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,10 +53,9 @@ pub async fn tell(
     TenantAuth(tenant): TenantAuth,
     entity: EntityPath,
     headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let to = address(&tenant, entity)?;
-    let bytes = read_limited(&headers, body, node.config().api.request_body_bytes_max).await?;
     let payload = message_payload(&headers, &bytes)?;
     node.tell(to, payload).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
@@ -68,7 +68,7 @@ pub async fn ask(
     entity: EntityPath,
     options: Result<Query<AskQuery>, QueryRejection>,
     headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<Response, ApiError> {
     let to = address(&tenant, entity)?;
     let options = query(options)?;
@@ -83,7 +83,6 @@ pub async fn ask(
             ),
         ));
     }
-    let bytes = read_limited(&headers, body, limits.request_body_bytes_max).await?;
     let payload = message_payload(&headers, &bytes)?;
     let reply = node
         .ask(to, payload, Duration::from_millis(timeout_ms))
@@ -105,32 +104,66 @@ pub async fn passivate(
     ))
 }
 
+/// One committed key of an entity, as `GET .../state` shows it.
+#[derive(Debug, Serialize)]
+pub struct StateEntry {
+    /// The state key.
+    pub key: String,
+    /// The value's JSON form (see the codec mapping in `docs/api.md`), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Box<RawValue>>,
+    /// The raw bytes in standard base64, when the value is not MessagePack with a JSON form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_base64: Option<String>,
+}
+
+/// The body of `GET .../state`.
+#[derive(Debug, Serialize)]
+pub struct EntityState {
+    /// The entity type.
+    #[serde(rename = "type")]
+    pub entity_type: String,
+    /// The entity id.
+    pub id: String,
+    /// Its committed keys, in key order.
+    pub entries: Vec<StateEntry>,
+    /// Keys plus values, in bytes.
+    pub bytes_total: usize,
+}
+
 /// `GET /v1/entities/{type}/{id}/state` → its committed entries: `value` where the bytes are
-/// MessagePack with a JSON form, else `bytes` (an array of byte values).
+/// MessagePack with a JSON form, else `raw_base64`.
 pub async fn state(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
     entity: EntityPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EntityState>, ApiError> {
     let address = address(&tenant, entity)?;
     let entries = node.entity_state(&address)?;
     let bytes_total: usize = entries
         .iter()
         .map(|(key, value)| key.len() + value.len())
         .sum();
-    let entries: Vec<Value> = entries
+    let entries = entries
         .into_iter()
-        .map(|(key, value)| match msgpack_to_json(&value) {
-            Ok(json) => json!({ "key": key, "value": json }),
-            Err(_) => json!({ "key": key, "bytes": value }),
+        .map(|(key, value)| {
+            let json = crate::codec::msgpack_to_json_string(&value)
+                .ok()
+                .and_then(|text| RawValue::from_string(text).ok());
+            let raw_base64 = json.is_none().then(|| BASE64_STANDARD.encode(&value));
+            StateEntry {
+                key,
+                value: json,
+                raw_base64,
+            }
         })
         .collect();
-    Ok(Json(json!({
-        "type": address.entity_type,
-        "id": address.id,
-        "entries": entries,
-        "bytes_total": bytes_total,
-    })))
+    Ok(Json(EntityState {
+        entity_type: address.entity_type,
+        id: address.id,
+        entries,
+        bytes_total,
+    }))
 }
 
 /// `GET /v1/status` → per type: active version, live and remembered entities.

@@ -2,14 +2,13 @@
 
 use super::{ApiError, path};
 use crate::api::auth::Admin;
-use crate::api::body::{parse_json, read_limited};
+use crate::api::body::{RequestBody, parse_json};
 use crate::metadata::{Quotas, Tenant};
 use crate::node::Node;
 use axum::Json;
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -53,13 +52,11 @@ impl From<Tenant> for TenantView {
 pub async fn create(
     State(node): State<Arc<Node>>,
     _: Admin,
-    headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<(StatusCode, Json<TenantView>), ApiError> {
-    let bytes = read_limited(&headers, body, node.config().api.request_body_bytes_max).await?;
     let request: CreateTenant = parse_json(&bytes)?;
     tracing::Span::current().record("tenant", request.name.as_str());
-    let (tenant, token) = node.create_tenant(&request.name, request.quotas)?;
+    let (tenant, token) = node.create_tenant(&request.name, request.quotas).await?;
     let mut view = TenantView::from(tenant);
     view.token = Some(token);
     Ok((StatusCode::CREATED, Json(view)))
@@ -86,11 +83,9 @@ pub async fn update_quotas(
     State(node): State<Arc<Node>>,
     _: Admin,
     name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<Json<TenantView>, ApiError> {
     let name = path(name)?;
-    let bytes = read_limited(&headers, body, node.config().api.request_body_bytes_max).await?;
     let quotas: Quotas = parse_json(&bytes)?;
     quotas
         .validate()

@@ -3,11 +3,10 @@
 
 use super::{ApiError, path, query};
 use crate::api::auth::TenantAuth;
-use crate::api::body::{media_type, parse_json, read_limited};
+use crate::api::body::{RequestBody, media_type, parse_json};
 use crate::metadata::{TypeOptions, TypeRecord, VersionRecord};
 use crate::node::Node;
 use axum::Json;
-use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -51,7 +50,7 @@ pub async fn deploy(
     entity_type: Result<Path<String>, PathRejection>,
     options: Result<Query<DeployQuery>, QueryRejection>,
     headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<(StatusCode, Json<Deployed>), ApiError> {
     let entity_type = path(entity_type)?;
     tracing::Span::current().record("entity_type", entity_type.as_str());
@@ -66,12 +65,13 @@ pub async fn deploy(
             ));
         }
     }
-    let bytes = read_limited(&headers, body, node.config().api.plugin_body_bytes_max).await?;
     let options = TypeOptions {
         remember: options.remember,
         passivate_idle_ms: options.passivate_idle_ms,
     };
-    let version = node.deploy(&tenant, &entity_type, bytes, options).await?;
+    let version = node
+        .deploy(&tenant, &entity_type, Vec::from(bytes), options)
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(Deployed {
@@ -106,12 +106,10 @@ pub async fn set_active(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
     entity_type: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    RequestBody(bytes): RequestBody,
 ) -> Result<Json<TypeRecord>, ApiError> {
     let entity_type = path(entity_type)?;
     tracing::Span::current().record("entity_type", entity_type.as_str());
-    let bytes = read_limited(&headers, body, node.config().api.request_body_bytes_max).await?;
     let request: SetActive = parse_json(&bytes)?;
     node.entity_type(&tenant, &entity_type)?;
     Ok(Json(

@@ -1,0 +1,74 @@
+//! The bookkeeping of the two multi-step protocols a replica runs besides normal operation:
+//! the votes of a view change ([`ViewChangeState`]) and the answers of a recovery
+//! ([`RecoveryState`]). The protocols themselves live in `view_change` and `recovery`; the
+//! replica holds one of each.
+
+use super::message::{Entry, OpNumber, Status, ViewNumber};
+
+/// A do-view-change vote as held by the new primary.
+#[derive(Clone, Debug)]
+pub(super) struct DoViewChangeVote {
+    pub(super) log_view: ViewNumber,
+    pub(super) log: Vec<Entry>,
+    pub(super) commit: OpNumber,
+}
+
+/// Progress of the view change for the replica's current view.
+#[derive(Clone, Debug)]
+pub(super) struct ViewChangeState {
+    pub(super) start_view_change_votes: Vec<bool>,
+    pub(super) do_view_change_votes: Vec<Option<DoViewChangeVote>>,
+    pub(super) do_view_change_sent: bool,
+    pub(super) started_tick: u64,
+    pub(super) request_start_view_allowed_tick: u64,
+}
+
+impl ViewChangeState {
+    pub(super) fn new(replica_count: usize) -> ViewChangeState {
+        ViewChangeState {
+            start_view_change_votes: vec![false; replica_count],
+            do_view_change_votes: vec![None; replica_count],
+            do_view_change_sent: false,
+            started_tick: 0,
+            request_start_view_allowed_tick: 0,
+        }
+    }
+
+    pub(super) fn reset(&mut self, now_ticks: u64) {
+        self.start_view_change_votes
+            .iter_mut()
+            .for_each(|vote| *vote = false);
+        self.do_view_change_votes
+            .iter_mut()
+            .for_each(|vote| *vote = None);
+        self.do_view_change_sent = false;
+        self.started_tick = now_ticks;
+    }
+}
+
+/// One peer's answer to a recovery request.
+#[derive(Clone, Debug)]
+pub(super) struct Answer {
+    pub(super) view: ViewNumber,
+    pub(super) status: Status,
+    pub(super) log: Option<Vec<Entry>>,
+    pub(super) commit: OpNumber,
+}
+
+/// Progress of one recovery.
+#[derive(Clone, Debug)]
+pub(super) struct RecoveryState {
+    pub(super) nonce: u64,
+    pub(super) answers: Vec<Option<Answer>>,
+    pub(super) sent_tick: Option<u64>,
+}
+
+impl RecoveryState {
+    pub(super) fn new(nonce: u64, replica_count: u8) -> RecoveryState {
+        RecoveryState {
+            nonce,
+            answers: vec![None; usize::from(replica_count)],
+            sent_tick: None,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The small contracts every layer shares, at the bottom of the layer order: entity and shard
+//! addresses ([`address`]), the error a sender sees ([`error`]), a message with its reply port
+//! ([`envelope`]) and the trait through which a running entity reaches other entities
+//! ([`routing`]). Nothing here knows about wasm, redb, regions or HTTP; every layer above may
+//! import it and it imports none of them.
+
+pub mod address;
+pub mod envelope;
+pub mod error;
+pub mod routing;
+
+pub use address::{Allocation, AllocationTable, EntityAddress, NodeId, ShardId, ShardKey, TypeKey};
+pub use envelope::{Envelope, Reply, ReplyPort};
+pub use error::{ErrorKind, MessageError};
+pub use routing::{BoxFuture, NoRoutes, Router};

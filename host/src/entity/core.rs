@@ -1,0 +1,182 @@
+//! What every cell of a node shares with the directory that made it: the runtime and state
+//! backends, the type table, the table of live cells, the router guest `ask`s and `tell`s go
+//! through, the remember-entities writer and the layer's counters.
+
+use super::counters::TypeCounters;
+use super::types::TypeTable;
+use crate::contract::{EntityAddress, Router, ShardId, TypeKey};
+use crate::runtime::Runtime;
+use crate::state::EntityState;
+use crate::state::remember::RememberWriter;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+/// Node-wide settings of the entity layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EntityConfig {
+    /// The most live entities on this node; starting one more passivates the least recently
+    /// used. `None` means no limit beyond the runtime's instance pool.
+    pub active_entities_max: Option<usize>,
+    /// The most timers one activation may have armed at once.
+    pub timers_per_entity_max: usize,
+}
+
+impl Default for EntityConfig {
+    fn default() -> Self {
+        EntityConfig {
+            active_entities_max: None,
+            timers_per_entity_max: 1024,
+        }
+    }
+}
+
+/// Counters of the entity layer.
+#[derive(Debug, Default)]
+pub struct EntitiesStats {
+    /// Activations (instance created and `activate` ran).
+    pub activations: AtomicU64,
+    /// Cells that ended by passivation.
+    pub passivations: AtomicU64,
+    /// Live cells passivated to respect the active-entity limit.
+    pub evictions: AtomicU64,
+    /// Messages refused because a mailbox was full.
+    pub mailbox_rejections: AtomicU64,
+    /// Messages handled (successfully or not).
+    pub messages: AtomicU64,
+    /// Messages that failed.
+    pub message_failures: AtomicU64,
+    /// Instances discarded after a trap, deadline, memory cap or oversized reply.
+    pub instance_discards: AtomicU64,
+    /// Tells produced by entities that their target refused.
+    pub dropped_tells: AtomicU64,
+    /// Timers not armed because the activation had too many.
+    pub dropped_timers: AtomicU64,
+    /// Guest stdout/stderr/log lines dropped by the per-message log budget.
+    pub guest_log_lines_dropped: AtomicU64,
+}
+
+/// What a cell's mailbox carries.
+pub(crate) enum CellMessage {
+    /// A message for the entity.
+    Deliver(crate::contract::Envelope),
+    /// Activate without a message (remember-entities respawn).
+    Activate,
+    /// Passivate after the messages ahead of this one.
+    Passivate,
+    /// Passivate and report when the cell is gone (handoff, shutdown); not a passivation for
+    /// remember-entities, so the entity stays remembered.
+    Stop(oneshot::Sender<()>),
+}
+
+/// The directory's record of one live cell.
+pub(crate) struct CellHandle {
+    pub(crate) sender: mpsc::Sender<CellMessage>,
+    pub(crate) generation: u64,
+    pub(crate) shard: ShardId,
+    pub(crate) last_used: AtomicU64,
+    pub(crate) evicting: bool,
+}
+
+/// The live cells of a node and the per-tenant counts the quota reads.
+#[derive(Default)]
+pub(crate) struct Cells {
+    pub(crate) live: HashMap<EntityAddress, CellHandle>,
+    pub(crate) tenants: HashMap<String, usize>,
+    pub(crate) evicting: usize,
+    pub(crate) next_generation: u64,
+}
+
+impl Cells {
+    /// Removes the cell of `entity` if it is still generation `generation`.
+    pub(crate) fn remove(&mut self, entity: &EntityAddress, generation: u64) -> bool {
+        match self.live.get(entity) {
+            Some(handle) if handle.generation == generation => {}
+            _ => return false,
+        }
+        if let Some(handle) = self.live.remove(entity) {
+            if handle.evicting {
+                self.evicting -= 1;
+            }
+            if let Some(count) = self.tenants.get_mut(&entity.tenant) {
+                *count = count.saturating_sub(1);
+            }
+        }
+        debug_assert!(
+            self.evicting <= self.live.len(),
+            "evicting cells are live cells"
+        );
+        true
+    }
+}
+
+/// The parts a node hands the entity layer.
+pub struct EntityParts {
+    /// The engine entities run on.
+    pub runtime: Arc<Runtime>,
+    /// Where entity state is read and committed.
+    pub state: Arc<dyn EntityState>,
+    /// What each type runs.
+    pub types: Arc<TypeTable>,
+    /// Records started and passivated entities of remembered types (`None`: remember nothing).
+    pub remember: Option<RememberWriter>,
+    /// Layer settings.
+    pub config: EntityConfig,
+}
+
+pub(crate) struct Core {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) state: Arc<dyn EntityState>,
+    pub(crate) types: Arc<TypeTable>,
+    pub(crate) remember: Option<RememberWriter>,
+    pub(crate) config: EntityConfig,
+    pub(crate) router: Arc<dyn Router>,
+    pub(crate) cells: Mutex<Cells>,
+    pub(crate) stats: EntitiesStats,
+    pub(crate) counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
+    pub(crate) clock: AtomicU64,
+}
+
+impl Core {
+    pub(crate) fn new(parts: EntityParts, router: Arc<dyn Router>) -> Self {
+        Core {
+            runtime: parts.runtime,
+            state: parts.state,
+            types: parts.types,
+            remember: parts.remember,
+            config: parts.config,
+            router,
+            cells: Mutex::default(),
+            stats: EntitiesStats::default(),
+            counters: RwLock::default(),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn cells(&self) -> MutexGuard<'_, Cells> {
+        self.cells
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The counters of one type, created on first use.
+    pub(crate) fn counters(&self, key: &TypeKey) -> Arc<TypeCounters> {
+        if let Some(counters) = self
+            .counters
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(key)
+        {
+            return counters.clone();
+        }
+        self.counters
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+}

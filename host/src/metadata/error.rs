@@ -1,0 +1,43 @@
+//! Why a catalog command or read failed. A refused command changes nothing.
+
+use super::limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
+
+/// Why a command or query failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetadataError {
+    /// A name is empty, too long or has characters outside `[A-Za-z0-9_.-]`.
+    #[error("invalid name {0:?}: use 1 to {NAME_BYTES_MAX} characters from A-Z a-z 0-9 _ . -")]
+    InvalidName(String),
+    /// The tenant exists already.
+    #[error("tenant {0} already exists")]
+    TenantExists(String),
+    /// No such tenant.
+    #[error("no tenant {0}")]
+    NoTenant(String),
+    /// No such type.
+    #[error("no entity type {1} in tenant {0}")]
+    NoType(String, String),
+    /// No such version.
+    #[error("entity type {0} has no version {1}")]
+    NoVersion(String, u32),
+    /// The plugin bytes are neither stored nor given.
+    #[error("no stored plugin with hash {0}")]
+    NoPlugin(String),
+    /// A type has too many versions.
+    #[error("entity type {0} already has {VERSIONS_PER_TYPE_MAX} versions")]
+    TooManyVersions(String),
+    /// Quotas are unusable.
+    #[error("invalid quotas: {0}")]
+    InvalidQuotas(String),
+    /// The storage engine failed.
+    #[error("metadata storage failed: {0}")]
+    Storage(String),
+    /// The metadata plane cannot take commands (shutting down, no quorum).
+    #[error("the metadata plane is unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub(crate) fn storage(error: impl std::fmt::Display) -> MetadataError {
+    MetadataError::Storage(error.to_string())
+}

@@ -1,0 +1,173 @@
+//! The records the catalog keeps: tenants and their quotas, entity types and their versions.
+
+use super::error::MetadataError;
+use serde::{Deserialize, Serialize};
+
+use super::limits::NAME_BYTES_MAX;
+
+/// Checks a tenant or type name.
+///
+/// ```
+/// use tessera_host::metadata::validate_name;
+/// assert!(validate_name("counter-v2").is_ok());
+/// assert!(validate_name("no spaces").is_err());
+/// ```
+pub fn validate_name(name: &str) -> Result<(), MetadataError> {
+    let valid = !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(MetadataError::InvalidName(name.to_string()))
+    }
+}
+
+/// What a tenant may use. Every limit has a default; a tenant is created with them unless it
+/// says otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Quotas {
+    /// Linear memory per entity instance.
+    pub memory_bytes_max: usize,
+    /// CPU time per message.
+    pub message_deadline_ms: u64,
+    /// Live entities of the tenant on a node.
+    pub live_entities_max: usize,
+    /// Messages waiting in one entity's mailbox.
+    pub mailbox_capacity: usize,
+    /// Sustained messages per second accepted from clients (token bucket rate).
+    pub messages_per_second: u32,
+    /// Messages accepted in a burst above the rate (token bucket size).
+    pub messages_burst: u32,
+    /// Size of one uploaded plugin.
+    pub plugin_bytes_max: usize,
+    /// State bytes (keys plus values) one entity may hold.
+    pub entity_state_bytes_max: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            memory_bytes_max: 64 << 20,
+            message_deadline_ms: 500,
+            live_entities_max: 10_000,
+            mailbox_capacity: 1024,
+            messages_per_second: 10_000,
+            messages_burst: 20_000,
+            plugin_bytes_max: 32 << 20,
+            entity_state_bytes_max: 16 << 20,
+        }
+    }
+}
+
+impl Quotas {
+    /// Checks every value is usable.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks = [
+            (
+                self.memory_bytes_max < 64 * 1024,
+                "memory_bytes_max must be at least 65536",
+            ),
+            (
+                self.message_deadline_ms == 0,
+                "message_deadline_ms must be at least 1",
+            ),
+            (
+                self.live_entities_max == 0,
+                "live_entities_max must be at least 1",
+            ),
+            (
+                self.mailbox_capacity == 0,
+                "mailbox_capacity must be at least 1",
+            ),
+            (
+                self.messages_per_second == 0,
+                "messages_per_second must be at least 1",
+            ),
+            (
+                self.messages_burst == 0,
+                "messages_burst must be at least 1",
+            ),
+            (
+                self.plugin_bytes_max == 0,
+                "plugin_bytes_max must be at least 1",
+            ),
+            (
+                self.entity_state_bytes_max == 0,
+                "entity_state_bytes_max must be at least 1",
+            ),
+        ];
+        match checks.iter().find(|(bad, _)| *bad) {
+            Some((_, message)) => Err((*message).to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A tenant: a namespace with its own plugins, entities, quotas and token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// The tenant's name (also its id).
+    pub name: String,
+    /// Hex SHA-256 of the tenant's API token; the token itself is never stored.
+    pub token_sha256: String,
+    /// The tenant's limits.
+    pub quotas: Quotas,
+    /// When it was created (ms since the Unix epoch).
+    pub created_ms: u64,
+}
+
+/// Options of an entity type, given with each deployed version.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TypeOptions {
+    /// Remember started entities and bring them back after a restart.
+    pub remember: bool,
+    /// Passivate an entity after this long without a message.
+    pub passivate_idle_ms: Option<u64>,
+}
+
+/// One deployed version of a type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    /// Counted from 1 per type.
+    pub version: u32,
+    /// Hex SHA-256 of the component bytes.
+    pub sha256: String,
+    /// Size of the component.
+    pub size_bytes: u64,
+    /// The options deployed with it.
+    pub options: TypeOptions,
+    /// When it was deployed (ms since the Unix epoch).
+    pub deployed_ms: u64,
+}
+
+/// An entity type of a tenant and its versions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeRecord {
+    /// The tenant.
+    pub tenant: String,
+    /// The type name.
+    pub name: String,
+    /// The version new messages run on.
+    pub active_version: u32,
+    /// Every version, oldest first.
+    pub versions: Vec<VersionRecord>,
+}
+
+impl TypeRecord {
+    /// The active version's record.
+    pub fn active(&self) -> Option<&VersionRecord> {
+        self.version(self.active_version)
+    }
+
+    /// A version's record.
+    pub fn version(&self, version: u32) -> Option<&VersionRecord> {
+        self.versions
+            .iter()
+            .find(|record| record.version == version)
+    }
+}

@@ -1,0 +1,237 @@
+//! The node's view of the catalog: the one [`CatalogObserver`] that turns applied commands into
+//! what the layers below run — type bindings in the entity layer's [`TypeTable`], type settings
+//! in the region, compiled plugins in a bounded [`PluginCache`] — and the in-memory tenants and
+//! token index that authentication and quotas read (no database read per request).
+
+use crate::contract::{BoxFuture, TypeKey};
+use crate::entity::{Entities, TypeBinding, TypeTable};
+use crate::metadata::{Applied, CatalogObserver, MetadataStore, Tenant, TypeRecord};
+use crate::node::NodeConfig;
+use crate::runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
+use crate::sharding::{RegionHandle, TypeSettings};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// Tenants by name and by token hash, as the catalog last applied them.
+#[derive(Default)]
+pub(crate) struct TenantIndex {
+    by_name: HashMap<String, Arc<Tenant>>,
+    by_token: HashMap<String, Arc<Tenant>>,
+}
+
+impl TenantIndex {
+    fn insert(&mut self, tenant: Tenant) {
+        if let Some(previous) = self.by_name.get(&tenant.name) {
+            self.by_token.remove(&previous.token_sha256);
+        }
+        let tenant = Arc::new(tenant);
+        self.by_token
+            .insert(tenant.token_sha256.clone(), tenant.clone());
+        self.by_name.insert(tenant.name.clone(), tenant);
+    }
+}
+
+/// Applies catalog changes to the running node.
+pub(crate) struct NodeCatalog {
+    pub(crate) store: MetadataStore,
+    runtime: Arc<Runtime>,
+    plugins: PluginCache,
+    /// Plugins compiled for a deploy in flight, used (and persisted) if its command applies.
+    staged: Mutex<HashMap<String, Arc<Plugin>>>,
+    types: Arc<TypeTable>,
+    region: RegionHandle,
+    entities: Entities,
+    tenants: RwLock<TenantIndex>,
+    num_shards: u32,
+    default_idle: Option<Duration>,
+}
+
+impl NodeCatalog {
+    pub(crate) fn new(
+        store: MetadataStore,
+        runtime: Arc<Runtime>,
+        types: Arc<TypeTable>,
+        region: RegionHandle,
+        entities: Entities,
+        config: &NodeConfig,
+    ) -> Self {
+        NodeCatalog {
+            store,
+            runtime,
+            plugins: PluginCache::new(config.plugin_cache_entries),
+            staged: Mutex::default(),
+            types,
+            region,
+            entities,
+            tenants: RwLock::default(),
+            num_shards: config.sharding.num_shards,
+            default_idle: config.sharding.passivation_idle_timeout,
+        }
+    }
+
+    /// Loads every tenant and binds every type from the applied catalog (node start).
+    pub(crate) async fn load(&self) -> Result<(), crate::metadata::MetadataError> {
+        for tenant in self.store.tenants()? {
+            self.tenants_mut().insert(tenant);
+        }
+        for record in self.store.entity_types(None)? {
+            self.bind(&record).await;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn tenant(&self, name: &str) -> Option<Arc<Tenant>> {
+        self.tenants_read().by_name.get(name).cloned()
+    }
+
+    pub(crate) fn tenant_by_token_hash(&self, token_sha256: &str) -> Option<Arc<Tenant>> {
+        self.tenants_read().by_token.get(token_sha256).cloned()
+    }
+
+    pub(crate) fn tenants(&self) -> Vec<Arc<Tenant>> {
+        let mut tenants: Vec<Arc<Tenant>> = self.tenants_read().by_name.values().cloned().collect();
+        tenants.sort_by(|a, b| a.name.cmp(&b.name));
+        tenants
+    }
+
+    /// Keeps `plugin` for the deploy in flight; [`unstage`](Self::unstage) after it.
+    pub(crate) fn stage(&self, plugin: Arc<Plugin>) {
+        self.staged_lock()
+            .insert(plugin.content_hash().to_string(), plugin);
+    }
+
+    pub(crate) fn unstage(&self, content_hash: &str) {
+        self.staged_lock().remove(content_hash);
+    }
+
+    /// The compiled plugin for `sha256`: staged, cached, or compiled from the stored bytes
+    /// (and then cached on disk and in memory).
+    async fn plugin(&self, sha256: &str) -> Result<Arc<Plugin>, String> {
+        let staged = self.staged_lock().get(sha256).cloned();
+        if let Some(plugin) = staged {
+            let runtime = self.runtime.clone();
+            let persisted = plugin.clone();
+            let _ = tokio::task::spawn_blocking(move || runtime.persist(&persisted)).await;
+            self.plugins.insert(plugin.clone());
+            return Ok(plugin);
+        }
+        if let Some(plugin) = self.plugins.get(sha256) {
+            return Ok(plugin);
+        }
+        let bytes = self
+            .store
+            .plugin_bytes(sha256)
+            .map_err(|error| error.to_string())?
+            .ok_or_else(|| format!("plugin {sha256} is not stored"))?;
+        let runtime = self.runtime.clone();
+        let hash = sha256.to_string();
+        let plugin = tokio::task::spawn_blocking(move || runtime.load_hashed(&bytes, hash))
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| error.to_string())?;
+        self.plugins.insert(plugin.clone());
+        Ok(plugin)
+    }
+
+    /// Points the type table and the region at a type's active version, with its tenant's
+    /// quotas. A plugin that cannot be loaded leaves the type unbound (its messages fail with
+    /// `entity_type_not_registered`) and is logged; the node goes on.
+    async fn bind(&self, record: &TypeRecord) {
+        let key = TypeKey::new(record.tenant.clone(), record.name.clone());
+        let Some(version) = record.active() else {
+            tracing::error!(entity_type = %key, "type has no active version; not bound");
+            return;
+        };
+        let plugin = match self.plugin(&version.sha256).await {
+            Ok(plugin) => plugin,
+            Err(error) => {
+                tracing::error!(entity_type = %key, %error, "plugin could not be loaded; type unavailable");
+                self.types.unbind(&key);
+                self.region.unregister_type(&key);
+                return;
+            }
+        };
+        let Some(tenant) = self.tenant(&record.tenant) else {
+            tracing::error!(entity_type = %key, "type of an unknown tenant; not bound");
+            return;
+        };
+        let quotas = &tenant.quotas;
+        let options = &version.options;
+        let binding = TypeBinding {
+            plugin,
+            version: version.version,
+            limits: InstanceLimits {
+                memory_bytes_max: quotas.memory_bytes_max,
+                message_deadline_ms: quotas.message_deadline_ms,
+                entity_state_bytes_max: quotas.entity_state_bytes_max,
+                ..InstanceLimits::default()
+            },
+            passivate_idle: options
+                .passivate_idle_ms
+                .map(Duration::from_millis)
+                .or(self.default_idle),
+            mailbox_capacity: quotas.mailbox_capacity,
+            tenant_live_entities_max: Some(quotas.live_entities_max),
+            remember: options.remember,
+        };
+        self.types.bind(key.clone(), binding);
+        let mut settings = TypeSettings::new(self.num_shards);
+        if options.remember {
+            settings = settings.remembered();
+        }
+        if let Err(error) = self.region.register_type(key.clone(), settings).await {
+            tracing::error!(entity_type = %key, %error, "type not registered with the region");
+        }
+    }
+
+    async fn unbind(&self, key: &TypeKey) {
+        self.types.unbind(key);
+        self.region.unregister_type(key);
+        self.entities.stop_type(key).await;
+    }
+
+    async fn on_applied(&self, applied: &Applied) {
+        match applied {
+            Applied::Tenant(tenant) => {
+                self.tenants_mut().insert(tenant.clone());
+                // New quotas reach the tenant's types at their next activation.
+                match self.store.entity_types(Some(&tenant.name)) {
+                    Ok(records) => {
+                        for record in records {
+                            self.bind(&record).await;
+                        }
+                    }
+                    Err(error) => tracing::error!(%error, "types not rebound after a quota change"),
+                }
+            }
+            Applied::Type(record) => self.bind(record).await,
+            Applied::TypeDeleted {
+                tenant,
+                entity_type,
+            } => {
+                self.unbind(&TypeKey::new(tenant.clone(), entity_type.clone()))
+                    .await
+            }
+            _ => {}
+        }
+    }
+
+    fn staged_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Plugin>>> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tenants_read(&self) -> std::sync::RwLockReadGuard<'_, TenantIndex> {
+        self.tenants.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tenants_mut(&self) -> std::sync::RwLockWriteGuard<'_, TenantIndex> {
+        self.tenants.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CatalogObserver for NodeCatalog {
+    fn applied<'a>(&'a self, applied: &'a Applied) -> BoxFuture<'a, ()> {
+        Box::pin(self.on_applied(applied))
+    }
+}

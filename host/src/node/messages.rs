@@ -1,0 +1,167 @@
+//! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
+//! passivation, state inspection, per-type status, the shard table, and shutdown.
+
+use super::{Node, NodeError};
+use crate::contract::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use crate::state::EntityState;
+use std::time::Duration;
+
+/// The most keys one state inspection returns, so inspecting a huge entity cannot exhaust host
+/// memory.
+pub const ENTITY_ENTRIES_MAX: usize = 10_000;
+
+/// The state of one entity type, for `tessera status`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TypeStatus {
+    /// Type name.
+    pub entity_type: String,
+    /// The active version.
+    pub active_version: u32,
+    /// Versions deployed.
+    pub versions: usize,
+    /// Whether started entities are remembered.
+    pub remember: bool,
+    /// Live entities on this node.
+    pub live_entities: usize,
+    /// Remembered entities.
+    pub remembered_entities: usize,
+}
+
+impl Node {
+    /// Sends a one-way message, after the tenant's rate quota admits it. Returns once the
+    /// message is in the entity's mailbox, buffered for its shard, or forwarded.
+    pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
+        self.admit(&to)?;
+        Ok(self.region.tell(to, payload).await?)
+    }
+
+    /// Sends a message and waits for its reply.
+    pub async fn ask(
+        &self,
+        to: EntityAddress,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, NodeError> {
+        self.admit(&to)?;
+        Ok(self.region.ask(to, payload, Some(timeout)).await?)
+    }
+
+    /// Passivates an entity after its queued messages.
+    pub async fn passivate(&self, entity: &EntityAddress) -> Result<(), NodeError> {
+        self.require_type(entity)?;
+        Ok(self.region.passivate(entity.clone()).await?)
+    }
+
+    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys).
+    pub fn entity_state(
+        &self,
+        entity: &EntityAddress,
+    ) -> Result<Vec<(String, Vec<u8>)>, NodeError> {
+        self.require_type(entity)?;
+        Ok(self.state.entries(entity, ENTITY_ENTRIES_MAX)?)
+    }
+
+    /// Per type of `tenant`: active version, live and remembered entities.
+    pub fn status(&self, tenant: &str) -> Result<Vec<TypeStatus>, NodeError> {
+        let live = self.entities.live_by_type();
+        Ok(self
+            .types(tenant)?
+            .into_iter()
+            .map(|record| {
+                let key = TypeKey::new(record.tenant.clone(), record.name.clone());
+                TypeStatus {
+                    remember: record
+                        .active()
+                        .is_some_and(|version| version.options.remember),
+                    live_entities: live.get(&key).copied().unwrap_or(0),
+                    remembered_entities: self.remembered_count(&key),
+                    active_version: record.active_version,
+                    versions: record.versions.len(),
+                    entity_type: record.name,
+                }
+            })
+            .collect())
+    }
+
+    /// The shard allocation table: `(tenant/type, shard) -> (node, generation)`.
+    pub async fn shards(&self) -> Result<Vec<(String, u32, String, u64)>, NodeError> {
+        let table = self.coordinator.allocation_table().await?;
+        Ok(table
+            .into_iter()
+            .map(|(key, allocation)| {
+                (
+                    key.type_key.to_string(),
+                    key.shard,
+                    allocation.node,
+                    allocation.generation,
+                )
+            })
+            .collect())
+    }
+
+    /// The cluster members this node sees.
+    pub fn members(&self) -> Vec<String> {
+        self.membership
+            .snapshot()
+            .members()
+            .map(|member| member.node.clone())
+            .collect()
+    }
+
+    /// Stops every entity (their commits complete first), flushes remembered ids and stops
+    /// the region (graceful shutdown). Stopped entities stay remembered.
+    pub async fn shutdown(&self) {
+        self.entities.stop_all().await;
+        if let Err(error) = self.region.flush_remembered().await {
+            tracing::warn!(%error, "remembered ids could not be flushed");
+        }
+        self.region.shutdown().await;
+        tracing::info!("node stopped");
+    }
+
+    fn remembered_count(&self, key: &TypeKey) -> usize {
+        let store = self.state.store();
+        let Ok(shards) = store.remembered_shards(key) else {
+            return 0;
+        };
+        shards
+            .into_iter()
+            .filter_map(|shard| store.remembered_ids(key, shard).ok())
+            .map(|ids| ids.len())
+            .sum()
+    }
+
+    /// Admits a client message by the tenant's rate quota.
+    fn admit(&self, to: &EntityAddress) -> Result<(), NodeError> {
+        let tenant = self
+            .catalog
+            .tenant(&to.tenant)
+            .ok_or_else(|| NodeError::NotFound(format!("no tenant {}", to.tenant)))?;
+        let quotas = &tenant.quotas;
+        if !self.rate.try_take(
+            &to.tenant,
+            quotas.messages_per_second,
+            quotas.messages_burst,
+        ) {
+            self.count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
+            return Err(NodeError::Message(MessageError::new(
+                ErrorKind::QuotaExceeded,
+                format!(
+                    "tenant {} is over its message rate of {} per second",
+                    to.tenant, quotas.messages_per_second
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    fn require_type(&self, entity: &EntityAddress) -> Result<(), NodeError> {
+        if self.entities.types().get(&entity.type_key()).is_none() {
+            return Err(NodeError::NotFound(format!(
+                "no entity type {} in tenant {}",
+                entity.entity_type, entity.tenant
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,488 @@
+//! The region: one per node. Senders route through a [`RegionHandle`]: a message for a shard
+//! this node owns goes straight from the sender to the entity's mailbox (the shard-home table in
+//! [`homes`]); the region task ([`task`]) is involved only on a miss — allocating a shard
+//! through the coordinator (buffering, bounded, meanwhile), forwarding to the shard's owner on
+//! another node, answering asks forwarded from there, and handing shards off when the
+//! coordinator moves them. Remembered entities of acquired shards are restarted by [`recovery`];
+//! guest `tell`s and `ask`s enter through the region's [`Router`] ([`router`]).
+
+mod forward;
+mod homes;
+mod recovery;
+mod route;
+mod router;
+mod task;
+
+pub use homes::TypeSettings;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::contract::{
+    EntityAddress, ErrorKind, MessageError, NodeId, Reply, Router, ShardId, ShardKey, TypeKey,
+    error::ERROR_KIND_COUNT,
+};
+use crate::sharding::config::{ConfigError, ShardingConfig};
+use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
+use crate::sharding::link::Switchboard;
+use crate::sharding::local::LocalEntities;
+use crate::state::StoreError;
+use crate::state::remember::{RememberEvent, RememberWriter};
+use homes::{Homes, RegisteredType};
+use route::{Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
+
+/// What a region refused or dropped, for the metrics layer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegionCounters {
+    /// Envelopes refused, by [`ErrorKind::code`].
+    pub refused: BTreeMap<&'static str, u64>,
+    /// Tells that failed after they were accepted (no reply port to report on).
+    pub tells_dropped: u64,
+    /// Envelopes forwarded to another region.
+    pub forwarded: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct RegionStats {
+    refused: [AtomicU64; ERROR_KIND_COUNT],
+    tells_dropped: AtomicU64,
+    forwarded: AtomicU64,
+}
+
+impl RegionStats {
+    pub(crate) fn count_refused(&self, kind: ErrorKind, tell: bool) {
+        self.refused[kind.index()].fetch_add(1, Ordering::Relaxed);
+        if tell {
+            self.tells_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn count_forwarded(&self) {
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> RegionCounters {
+        let refused = ErrorKind::all()
+            .map(|kind| {
+                (
+                    kind.code(),
+                    self.refused[kind.index()].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, count)| *count > 0)
+            .collect();
+        RegionCounters {
+            refused,
+            tells_dropped: self.tells_dropped.load(Ordering::Relaxed),
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A request from a handle to the region task (local only, never on the wire).
+pub(crate) enum Request {
+    /// A sender found the shard unknown and set it allocating: ask the coordinator.
+    Allocate(ShardKey),
+    /// Route this envelope from the task (the shard is remote): forward it in order.
+    Route {
+        item: Buffered,
+        accepted: oneshot::Sender<Result<(), MessageError>>,
+    },
+    /// Restart the remembered entities of a newly registered type.
+    RecoverType(TypeKey),
+    /// Stop the task.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Work the region task sends itself when a spawned step finishes.
+pub(crate) enum Internal {
+    HandoffStopped(ShardKey),
+    RememberedShards(TypeKey, Vec<ShardId>),
+}
+
+/// State shared by the region task and every handle.
+pub(crate) struct Shared {
+    pub(crate) node: NodeId,
+    pub(crate) config: ShardingConfig,
+    pub(crate) homes: Homes,
+    pub(crate) local: Arc<dyn LocalEntities>,
+    pub(crate) remember: Option<RememberWriter>,
+    pub(crate) switchboard: Arc<Switchboard>,
+    pub(crate) requests: mpsc::Sender<Request>,
+    pub(crate) stats: RegionStats,
+}
+
+/// What a region is built from.
+pub struct RegionParts {
+    /// This node's id.
+    pub node: NodeId,
+    /// Sharding settings.
+    pub config: ShardingConfig,
+    /// How regions and the coordinator reach each other.
+    pub switchboard: Arc<Switchboard>,
+    /// The remember-entities writer (also given to the entity layer), if enabled.
+    pub remember: Option<RememberWriter>,
+}
+
+/// Starts regions.
+pub struct Region;
+
+impl Region {
+    /// Validates the config and starts the region of `parts.node`. `build_local` gets the
+    /// [`Router`] guest messages must leave through and returns the node's entity layer (plus
+    /// anything the caller wants back), so the two are built in one pass, with no setter: the
+    /// router holds the region weakly. Must be called inside a Tokio runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use tessera_host::contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
+    /// use tessera_host::entity::Refused;
+    /// use tessera_host::metadata::{Applied, CatalogObserver, LocalPlane, MetadataStore};
+    /// use tessera_host::sharding::{
+    ///     Coordinator, LocalEntities, Membership, Region, RegionParts, ShardingConfig,
+    ///     Switchboard, TypeSettings,
+    /// };
+    /// struct Echo;
+    /// impl LocalEntities for Echo {
+    ///     fn deliver(&self, _: EntityAddress, _: ShardId, envelope: Envelope) -> Result<(), Refused> {
+    ///         let payload = envelope.payload.clone();
+    ///         envelope.answer(Ok(payload));
+    ///         Ok(())
+    ///     }
+    ///     fn start(&self, _: EntityAddress, _: ShardId) {}
+    ///     fn passivate(&self, _: &EntityAddress) {}
+    ///     fn stop_shard(&self, _: &TypeKey, _: ShardId) -> BoxFuture<'static, ()> { Box::pin(async {}) }
+    ///     fn live_in_shard(&self, _: &TypeKey, _: ShardId) -> usize { 0 }
+    /// }
+    /// struct Quiet;
+    /// impl CatalogObserver for Quiet {
+    ///     fn applied<'a>(&'a self, _: &'a Applied) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// }
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let database = Arc::new(redb::Database::create(dir.path().join("m.redb")).unwrap());
+    /// let plane = Arc::new(LocalPlane::new(MetadataStore::open(database).unwrap(), Arc::new(Quiet)));
+    /// let config = ShardingConfig::default();
+    /// let switchboard = Arc::new(Switchboard::new());
+    /// let parts = RegionParts {
+    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None,
+    /// };
+    /// let (region, ()) = Region::start(parts, |_router| (Arc::new(Echo) as Arc<dyn LocalEntities>, ())).unwrap();
+    /// let membership = Membership::new();
+    /// membership.join("node-1", Vec::<String>::new());
+    /// let _coordinator = Coordinator::start(config, membership.subscribe(), switchboard, plane).unwrap();
+    /// let counter = TypeKey::new("acme", "counter");
+    /// region.register_type(counter.clone(), TypeSettings::new(128)).await.unwrap();
+    /// let reply = region.ask(counter.entity("c-1"), b"hi".to_vec(), None).await;
+    /// assert_eq!(reply.unwrap(), b"hi");
+    /// # }
+    /// ```
+    pub fn start<T>(
+        parts: RegionParts,
+        build_local: impl FnOnce(Arc<dyn Router>) -> (Arc<dyn LocalEntities>, T),
+    ) -> Result<(RegionHandle, T), ConfigError> {
+        parts.config.validate()?;
+        let capacity = parts.config.command_buffer;
+        let (requests, request_receiver) = mpsc::channel(capacity);
+        let mut extra = None;
+        let shared = Arc::new_cyclic(|weak| {
+            let router: Arc<dyn Router> = Arc::new(router::RegionRouter::new(weak.clone()));
+            let (local, built) = build_local(router);
+            extra = Some(built);
+            Shared {
+                node: parts.node,
+                config: parts.config,
+                homes: Homes::default(),
+                local,
+                remember: parts.remember,
+                switchboard: parts.switchboard,
+                requests,
+                stats: RegionStats::default(),
+            }
+        });
+        let extra = extra.expect("invariant: new_cyclic ran the closure that builds the entities");
+        task::RegionTask::spawn(shared.clone(), request_receiver);
+        Ok((RegionHandle { shared }, extra))
+    }
+}
+
+/// A handle to a region; clones share it. The region task stops on
+/// [`RegionHandle::shutdown`].
+#[derive(Clone)]
+pub struct RegionHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RegionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionHandle")
+            .field("node", &self.shared.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegionHandle {
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        RegionHandle { shared }
+    }
+
+    /// The node this region runs on.
+    pub fn node(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// Registers (or re-registers) an entity type. For a remembered type with a store, the
+    /// shards remembered for it are resolved and their entities restarted where they land.
+    pub async fn register_type(
+        &self,
+        type_key: TypeKey,
+        settings: TypeSettings,
+    ) -> Result<(), MessageError> {
+        let remember = settings.remember && self.shared.remember.is_some();
+        if let Some(replaced) = self.shared.homes.register(type_key.clone(), settings) {
+            self.fail_waiting(
+                &replaced,
+                "the type was re-registered with another shard count",
+            );
+        }
+        if remember {
+            self.shared
+                .requests
+                .send(Request::RecoverType(type_key))
+                .await
+                .map_err(|_| stopped())?;
+        }
+        Ok(())
+    }
+
+    /// Unregisters a type: its messages then fail with `EntityTypeNotRegistered`, and the ones
+    /// waiting for its shards fail now.
+    pub fn unregister_type(&self, type_key: &TypeKey) {
+        if let Some(removed) = self.shared.homes.unregister(type_key) {
+            self.fail_waiting(&removed, "the type was unregistered");
+        }
+    }
+
+    fn fail_waiting(&self, ty: &RegisteredType, why: &str) {
+        let error = MessageError::new(
+            ErrorKind::EntityTypeNotRegistered,
+            format!("entity type {}: {why}", ty.key),
+        );
+        for shard in 0..ty.num_shards() {
+            if let Some(mut home) = ty.slot(shard)
+                && let homes::Home::Allocating { buffer, .. }
+                | homes::Home::HandingOff { buffer, .. } = &mut *home
+            {
+                fail_all(&self.shared, buffer, &error);
+            }
+        }
+    }
+
+    /// The registered type of `address` and the shard it maps to.
+    fn resolve(
+        &self,
+        address: &EntityAddress,
+    ) -> Result<(Arc<RegisteredType>, ShardId), MessageError> {
+        let ty = self
+            .shared
+            .homes
+            .get(&address.tenant, &address.entity_type)
+            .ok_or_else(|| not_registered(&address.type_key()))?;
+        let shard = ty.extractor.shard_of(&address.id);
+        if shard >= ty.num_shards() {
+            return Err(MessageError::new(
+                ErrorKind::Internal,
+                format!(
+                    "the shard extractor of {} mapped {:?} to shard {shard}, outside 0..{}",
+                    ty.key,
+                    address.id,
+                    ty.num_shards()
+                ),
+            ));
+        }
+        Ok((ty, shard))
+    }
+
+    /// Routes `item` from the sender: straight to a local mailbox or a waiting buffer under
+    /// the shard's lock; through the region task only for a new allocation or a remote shard.
+    async fn dispatch(&self, ty: Arc<RegisteredType>, item: Buffered) -> Result<(), MessageError> {
+        let routed = {
+            let mut home = ty
+                .slot(item.shard)
+                .expect("invariant: resolve() checked the shard is in range");
+            route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Sender)?
+        };
+        match routed {
+            Routed::Done => Ok(()),
+            Routed::Allocate(key) => self.request_allocation(&ty, key),
+            Routed::Remote(item, _) => self.submit(item).await,
+        }
+    }
+
+    /// Tells the region task to ask the coordinator for `key`; if it cannot take the request,
+    /// what waits for the shard fails now.
+    fn request_allocation(&self, ty: &RegisteredType, key: ShardKey) -> Result<(), MessageError> {
+        let shard = key.shard;
+        match self.shared.requests.try_send(Request::Allocate(key)) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                let error = MessageError::unavailable("the region inbox is full; retry later");
+                if let Some(mut home) = ty.slot(shard)
+                    && let homes::Home::Allocating { buffer, .. } = &mut *home
+                {
+                    fail_all(&self.shared, buffer, &error);
+                    *home = homes::Home::Unknown;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Hands `item` to the region task and waits until it is routed (so one sender's messages
+    /// stay in order), at most `request_timeout`.
+    async fn submit(&self, item: Buffered) -> Result<(), MessageError> {
+        let (accepted, receiver) = oneshot::channel();
+        let wait = self.shared.config.request_timeout;
+        let request = Request::Route { item, accepted };
+        match tokio::time::timeout(wait, self.shared.requests.send(request)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(stopped()),
+            Err(_) => {
+                return Err(MessageError::unavailable(format!(
+                    "region inbox stayed full for {} ms",
+                    wait.as_millis()
+                )));
+            }
+        }
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its
+    /// shard, or forwarded; an error means it was not accepted (unregistered type, full
+    /// mailbox or buffer, failed shard, ...).
+    ///
+    /// See [`Region::start`] for a complete setup.
+    pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {
+        let (ty, shard) = self.resolve(&address)?;
+        let body = BufferedBody::Message {
+            payload,
+            reply: ReplyRoute::None,
+        };
+        let item = Buffered {
+            address,
+            shard,
+            hops: 0,
+            body,
+        };
+        self.dispatch(ty, item).await
+    }
+
+    /// Sends a message and waits for the reply until `timeout` (default: `request_timeout`).
+    ///
+    /// See [`Region::start`] for a complete setup.
+    pub async fn ask(
+        &self,
+        address: EntityAddress,
+        payload: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Reply {
+        let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
+        let deadline = Instant::now() + timeout;
+        let (ty, shard) = self.resolve(&address)?;
+        let (port, receiver) = oneshot::channel();
+        let body = BufferedBody::Message {
+            payload,
+            reply: ReplyRoute::Local { port, deadline },
+        };
+        let item = Buffered {
+            address,
+            shard,
+            hops: 0,
+            body,
+        };
+        let timed_out = || {
+            MessageError::new(
+                ErrorKind::Timeout,
+                format!("no reply within {} ms", timeout.as_millis()),
+            )
+        };
+        match tokio::time::timeout_at(deadline, self.dispatch(ty, item)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(timed_out()),
+        }
+        match tokio::time::timeout_at(deadline, receiver).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(MessageError::unavailable(
+                "the message was dropped without a reply",
+            )),
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    /// Asks the entity's owner to passivate it after the messages already sent to it.
+    pub async fn passivate(&self, address: EntityAddress) -> Result<(), MessageError> {
+        let (ty, shard) = self.resolve(&address)?;
+        let item = Buffered {
+            address,
+            shard,
+            hops: 0,
+            body: BufferedBody::Passivate,
+        };
+        self.dispatch(ty, item).await
+    }
+
+    /// Whether this region owns `key` right now.
+    pub fn owns(&self, key: &ShardKey) -> bool {
+        self.shared.owns(key)
+    }
+
+    /// What this region refused, dropped and forwarded so far.
+    pub fn counters(&self) -> RegionCounters {
+        self.shared.stats.snapshot()
+    }
+
+    /// Waits until every remember record queued before this call is durable.
+    pub async fn flush_remembered(&self) -> Result<(), StoreError> {
+        match &self.shared.remember {
+            Some(writer) => writer.flush().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The remember event feed, if remember-entities is enabled.
+    pub fn remember_events(&self) -> Option<broadcast::Receiver<RememberEvent>> {
+        self.shared.remember.as_ref().map(RememberWriter::subscribe)
+    }
+
+    /// Stops the region: disconnects it and flushes remembered ids. Other handles then fail
+    /// on misses; the local fast path keeps delivering to whatever entities still run.
+    pub async fn shutdown(&self) {
+        let (reply, receiver) = oneshot::channel();
+        if self
+            .shared
+            .requests
+            .send(Request::Shutdown(reply))
+            .await
+            .is_ok()
+        {
+            let _ = receiver.await;
+        }
+    }
+}
+
+impl Shared {
+    /// Whether this region owns `key` right now (recovery checks it before every start).
+    pub(crate) fn owns(&self, key: &ShardKey) -> bool {
+        self.homes
+            .get_key(&key.type_key)
+            .and_then(|ty| {
+                ty.slot(key.shard)
+                    .map(|home| matches!(*home, homes::Home::Local { .. }))
+            })
+            .unwrap_or(false)
+    }
+}

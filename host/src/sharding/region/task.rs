@@ -1,0 +1,416 @@
+//! The region task: everything that is not the local fast path. It asks the coordinator for
+//! unknown shards and settles their buffers when the answer comes, forwards envelopes for
+//! remote shards (through its [`Forwarder`]), takes envelopes forwarded by peers, hands shards
+//! off when the coordinator moves them, and times out allocations and asks that waited too
+//! long.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::forward::Forwarder;
+use super::homes::{Home, RegisteredType};
+use super::route::{Routed, Waiting, fail_all, not_registered, refuse, route_in_slot};
+use super::{Internal, Request, Shared, recovery};
+use crate::contract::{Allocation, MessageError, Reply, ShardKey, TypeKey};
+use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
+use crate::sharding::link::{CoordinatorCommand, LinkMessage, WireBody, WireEnvelope};
+
+pub(crate) struct RegionTask {
+    shared: Arc<Shared>,
+    link_inbox: mpsc::Sender<LinkMessage>,
+    internal: mpsc::Sender<Internal>,
+    recovery: Option<recovery::Recovery>,
+    /// Shards whose slot waits for the coordinator.
+    allocating: HashSet<ShardKey>,
+    forwarder: Forwarder,
+}
+
+impl RegionTask {
+    pub(crate) fn spawn(shared: Arc<Shared>, requests: mpsc::Receiver<Request>) {
+        let capacity = shared.config.command_buffer;
+        let (link_inbox, links) = mpsc::channel(capacity);
+        let (internal, internal_receiver) = mpsc::channel(capacity);
+        shared
+            .switchboard
+            .connect_region(shared.node.clone(), link_inbox.clone());
+        let recovery = recovery::Recovery::start(&shared, internal.clone());
+        let task = RegionTask {
+            shared,
+            link_inbox,
+            internal,
+            recovery,
+            allocating: HashSet::new(),
+            forwarder: Forwarder::new(),
+        };
+        tokio::spawn(task.run(requests, links, internal_receiver));
+    }
+
+    async fn run(
+        mut self,
+        mut requests: mpsc::Receiver<Request>,
+        mut links: mpsc::Receiver<LinkMessage>,
+        mut internal: mpsc::Receiver<Internal>,
+    ) {
+        let mut tick = tokio::time::interval(self.shared.config.coordinator_tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown_reply = None;
+        loop {
+            // Biased: peer messages first, so that anything a peer sent before a handoff
+            // finished is buffered and drained with it rather than chasing it later.
+            tokio::select! {
+                biased;
+                Some(message) = links.recv() => self.on_link(message),
+                request = requests.recv() => match request {
+                    Some(Request::Allocate(key)) => self.request_allocation(key),
+                    Some(Request::Route { item, accepted }) => {
+                        let _ = accepted.send(self.route(item, Waiting::Sender));
+                    }
+                    Some(Request::RecoverType(type_key)) => {
+                        if let Some(recovery) = &self.recovery {
+                            recovery.list_shards(type_key);
+                        }
+                    }
+                    Some(Request::Shutdown(reply)) => {
+                        shutdown_reply = Some(reply);
+                        break;
+                    }
+                    None => break,
+                },
+                Some(message) = internal.recv() => self.on_internal(message),
+                _ = tick.tick() => self.on_tick(),
+            }
+        }
+        self.shared
+            .switchboard
+            .disconnect_region_if(&self.shared.node, &self.link_inbox);
+        if let Some(writer) = &self.shared.remember
+            && let Err(error) = writer.flush().await
+        {
+            tracing::warn!(%error, "remember flush at region shutdown failed");
+        }
+        if let Some(reply) = shutdown_reply {
+            let _ = reply.send(());
+        }
+    }
+
+    fn registered(&self, type_key: &TypeKey) -> Option<Arc<RegisteredType>> {
+        self.shared.homes.get_key(type_key)
+    }
+
+    /// Routes one envelope from the task: like the fast path, but forwarding and allocation
+    /// requests happen here and now.
+    fn route(&mut self, item: Buffered, waiting: Waiting) -> Result<(), MessageError> {
+        let Some(ty) = self.registered(&item.address.type_key()) else {
+            let error = not_registered(&item.address.type_key());
+            refuse(&self.shared, item, error.clone(), waiting);
+            return Err(error);
+        };
+        let routed = {
+            let Some(mut home) = ty.slot(item.shard) else {
+                let error = MessageError::unavailable(format!(
+                    "shard {} is outside the {} shards of its type",
+                    item.shard,
+                    ty.num_shards()
+                ));
+                refuse(&self.shared, item, error.clone(), waiting);
+                return Err(error);
+            };
+            route_in_slot(&self.shared, &ty, &mut home, item, waiting)?
+        };
+        match routed {
+            Routed::Done => Ok(()),
+            Routed::Allocate(key) => {
+                self.request_allocation(key);
+                Ok(())
+            }
+            Routed::Remote(item, allocation) => {
+                self.forwarder
+                    .forward(&self.shared, item, allocation, waiting)
+            }
+        }
+    }
+
+    /// Asks the coordinator where `key` lives; if it cannot be asked, what waits fails now.
+    fn request_allocation(&mut self, key: ShardKey) {
+        let command = CoordinatorCommand::Allocate {
+            key: key.clone(),
+            requester: self.shared.node.clone(),
+        };
+        match self.shared.switchboard.send_to_coordinator(command) {
+            Ok(()) => {
+                self.allocating.insert(key);
+            }
+            Err(error) => {
+                let error =
+                    MessageError::unavailable(format!("cannot resolve shard {key}: {error}"));
+                self.settle_allocating(&key, &error);
+            }
+        }
+    }
+
+    /// Fails what waits for `key`'s allocation and forgets the attempt.
+    fn settle_allocating(&mut self, key: &ShardKey, error: &MessageError) {
+        self.allocating.remove(key);
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        if let Some(mut home) = ty.slot(key.shard)
+            && let Home::Allocating { buffer, .. } = &mut *home
+        {
+            fail_all(&self.shared, buffer, error);
+            *home = Home::Unknown;
+        }
+    }
+
+    fn on_link(&mut self, message: LinkMessage) {
+        match message {
+            LinkMessage::Deliver(envelope) => self.on_forwarded(envelope),
+            LinkMessage::AskReply { request_id, reply } => {
+                self.forwarder.answer(request_id, Reply::from(reply));
+            }
+            LinkMessage::Allocated { key, allocation } => self.learn(&key, allocation),
+            LinkMessage::AllocationFailed { key, reason } => {
+                let error = MessageError::unavailable(format!("shard {key} has no home: {reason}"));
+                self.settle_allocating(&key, &error);
+            }
+            LinkMessage::HandOff { key, to } => self.begin_handoff(key, to),
+        }
+    }
+
+    fn on_forwarded(&mut self, envelope: WireEnvelope) {
+        let WireEnvelope {
+            address,
+            key,
+            allocation,
+            hops,
+            body,
+        } = envelope;
+        self.learn(&key, allocation);
+        let body = match body {
+            WireBody::Passivate => BufferedBody::Passivate,
+            WireBody::Message { payload, reply_to } => BufferedBody::Message {
+                payload,
+                reply: reply_to.map_or(ReplyRoute::None, ReplyRoute::Remote),
+            },
+        };
+        let item = Buffered {
+            address,
+            shard: key.shard,
+            hops,
+            body,
+        };
+        // A refusal was answered to the asker already; nothing else to tell here.
+        let _ = self.route(item, Waiting::Nobody);
+    }
+
+    /// Records where `key` lives (unless this region knows a newer allocation or is handing
+    /// the shard off), drains whatever waited for the answer, in order, and starts recovery if
+    /// the shard just became this node's.
+    fn learn(&mut self, key: &ShardKey, allocation: Allocation) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        let ours = allocation.node == self.shared.node;
+        let mut forwards = Vec::new();
+        let was_local = {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            if matches!(*home, Home::HandingOff { .. })
+                || home
+                    .known_generation()
+                    .is_some_and(|known| known >= allocation.generation)
+            {
+                return;
+            }
+            let was_local = matches!(*home, Home::Local { .. });
+            if ours && !was_local {
+                // Before anything is delivered here: recovery restarts only what was
+                // remembered before this acquisition.
+                self.on_acquired(key, &ty);
+            }
+            let next = if ours {
+                Home::Local {
+                    generation: allocation.generation,
+                }
+            } else {
+                Home::Remote(allocation)
+            };
+            if let Home::Allocating { mut buffer, .. } = std::mem::replace(&mut *home, next) {
+                for item in buffer.drain().collect::<Vec<_>>() {
+                    if let Ok(Routed::Remote(item, to)) =
+                        route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Nobody)
+                    {
+                        forwards.push((item, to));
+                    }
+                }
+            }
+            was_local
+        };
+        self.allocating.remove(key);
+        for (item, to) in forwards {
+            let _ = self
+                .forwarder
+                .forward(&self.shared, item, to, Waiting::Nobody);
+        }
+        if was_local && !ours {
+            // Moved away without a handoff (this node was thought gone): stop what runs here.
+            let stopping = self.shared.local.stop_shard(&key.type_key, key.shard);
+            tokio::spawn(stopping);
+        }
+    }
+
+    fn on_acquired(&self, key: &ShardKey, ty: &RegisteredType) {
+        if let (true, Some(recovery)) = (ty.remembers(), &self.recovery) {
+            recovery.recover_shard(key.clone());
+        }
+    }
+
+    fn begin_handoff(&mut self, key: ShardKey, to: Allocation) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            self.complete_handoff(key, to.generation);
+            return;
+        };
+        {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            if matches!(*home, Home::HandingOff { .. }) {
+                return;
+            }
+            let buffer = match std::mem::take(&mut *home) {
+                // Envelopes that waited for an allocation came first; keep them first.
+                Home::Allocating { buffer, .. } => buffer,
+                _ => ShardBuffer::new(self.shared.config.allocation_buffer),
+            };
+            *home = Home::HandingOff { to, buffer };
+        }
+        self.allocating.remove(&key);
+        let stopping = self.shared.local.stop_shard(&key.type_key, key.shard);
+        let internal = self.internal.clone();
+        let drain_delay = self.shared.config.handoff_drain_delay;
+        tokio::spawn(async move {
+            stopping.await;
+            if !drain_delay.is_zero() {
+                tokio::time::sleep(drain_delay).await;
+            }
+            let _ = internal.send(Internal::HandoffStopped(key)).await;
+        });
+    }
+
+    fn finish_handoff(&mut self, key: ShardKey) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        let (to, forwards) = {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            let Home::HandingOff { to, mut buffer } = std::mem::take(&mut *home) else {
+                return;
+            };
+            *home = if to.node == self.shared.node {
+                Home::Local {
+                    generation: to.generation,
+                }
+            } else {
+                Home::Remote(to.clone())
+            };
+            let mut forwards = Vec::new();
+            for item in buffer.drain().collect::<Vec<_>>() {
+                if let Ok(Routed::Remote(item, next)) =
+                    route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Nobody)
+                {
+                    forwards.push((item, next));
+                }
+            }
+            (to, forwards)
+        };
+        for (item, next) in forwards {
+            let _ = self
+                .forwarder
+                .forward(&self.shared, item, next, Waiting::Nobody);
+        }
+        self.complete_handoff(key, to.generation);
+    }
+
+    fn complete_handoff(&self, key: ShardKey, generation: u64) {
+        let command = CoordinatorCommand::HandoffComplete {
+            key: key.clone(),
+            generation,
+        };
+        if let Err(error) = self.shared.switchboard.send_to_coordinator(command) {
+            tracing::warn!(%key, %error, "handoff completion not delivered to the coordinator");
+        }
+    }
+
+    fn on_internal(&mut self, message: Internal) {
+        match message {
+            Internal::HandoffStopped(key) => self.finish_handoff(key),
+            Internal::RememberedShards(type_key, shards) => {
+                let Some(ty) = self.registered(&type_key) else {
+                    return;
+                };
+                for shard in shards {
+                    let key = ShardKey::new(type_key.clone(), shard);
+                    let unknown = {
+                        let Some(mut home) = ty.slot(shard) else {
+                            continue;
+                        };
+                        match &*home {
+                            Home::Local { .. } => false,
+                            Home::Unknown => {
+                                *home = Home::Allocating {
+                                    since: Instant::now(),
+                                    buffer: ShardBuffer::new(self.shared.config.allocation_buffer),
+                                };
+                                true
+                            }
+                            _ => continue,
+                        }
+                    };
+                    if unknown {
+                        self.request_allocation(key);
+                    } else {
+                        self.on_acquired(&key, &ty);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        self.forwarder.forget_expired(now);
+        let timeout = self.shared.config.request_timeout;
+        let mut stale = Vec::new();
+        for key in &self.allocating {
+            let Some(ty) = self.registered(&key.type_key) else {
+                stale.push((key.clone(), None));
+                continue;
+            };
+            let waited = ty.slot(key.shard).and_then(|home| match &*home {
+                Home::Allocating { since, .. } => Some(now.duration_since(*since)),
+                _ => None,
+            });
+            match waited {
+                Some(waited) if waited < timeout => {}
+                Some(_) => stale.push((key.clone(), Some(()))),
+                None => stale.push((key.clone(), None)),
+            }
+        }
+        for (key, timed_out) in stale {
+            if timed_out.is_some() {
+                let error = MessageError::unavailable(format!(
+                    "no allocation for shard {key} within {} ms",
+                    timeout.as_millis()
+                ));
+                self.settle_allocating(&key, &error);
+            } else {
+                self.allocating.remove(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! The seam between the layers above and wherever entity state lives. [`EntityState`] is what
+//! the entity layer and the runtime read and commit through; [`RememberStore`] is where
+//! remembered entity ids go. Today both are implemented by [`LocalState`](super::LocalState)
+//! (one redb database, one group-committing writer); a replicated partition can implement the
+//! same traits without the layers above noticing.
+
+use super::error::{CommitError, StoreError};
+use super::remember::RememberOp;
+use super::write_set::WriteSet;
+use crate::contract::{BoxFuture, EntityAddress, ShardId, TypeKey};
+
+/// A pending commit; resolves once the writes are durable (or failed).
+pub type CommitFuture = BoxFuture<'static, Result<(), CommitError>>;
+
+/// What the store keeps about one entity beside its keys: the plugin version it last committed
+/// under and the exact bytes (keys plus values) it holds, both updated by every commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntityMeta {
+    /// The plugin version of its last commit; `None` if it never committed (a first start).
+    pub version: Option<u32>,
+    /// Total bytes of its state keys plus values.
+    pub state_bytes: u64,
+}
+
+/// Durable per-entity state: reads, the entity's metadata, and atomic commits of a message's
+/// writes. Reads may block briefly (they run on the caller's thread); commits are group
+/// committed by the implementation.
+pub trait EntityState: Send + Sync + 'static {
+    /// The committed value of `key` for `entity`.
+    fn get(&self, entity: &EntityAddress, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The entity's version and state size.
+    fn meta(&self, entity: &EntityAddress) -> Result<EntityMeta, StoreError>;
+
+    /// Up to `limit` committed keys and values of `entity`, in key order (inspection).
+    fn entries(
+        &self,
+        entity: &EntityAddress,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// Commits `writes` atomically; the future resolves once they are durable.
+    fn commit(&self, writes: WriteSet) -> CommitFuture;
+}
+
+/// Durable storage of remembered entity ids, per `(type, shard)`.
+pub trait RememberStore: Send + Sync + 'static {
+    /// Applies `batch` in order as one atomic, durable write: on `Ok` every operation is
+    /// durable, on `Err` none is.
+    fn apply(&self, batch: Vec<RememberOp>) -> CommitFuture;
+
+    /// Shards of `type_key` that hold at least one remembered id, ascending.
+    fn list_shards(&self, type_key: &TypeKey) -> Result<Vec<ShardId>, StoreError>;
+
+    /// Remembered ids of one shard, ascending.
+    fn list_ids(&self, type_key: &TypeKey, shard: ShardId) -> Result<Vec<String>, StoreError>;
+}

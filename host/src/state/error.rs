@@ -1,0 +1,54 @@
+//! What the state layer fails with: [`StoreError`] for reads and for opening the database,
+//! [`CommitError`] for a write that did not become durable.
+
+/// A failure of the storage engine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database could not be opened, created or migrated.
+    #[error("cannot open the state database: {0}")]
+    Open(String),
+    /// A read or write failed.
+    #[error("state storage failed: {0}")]
+    Io(String),
+    /// The writer has shut down (node stopping).
+    #[error("the state writer is shut down")]
+    Closed,
+}
+
+impl StoreError {
+    pub(crate) fn io(error: impl std::fmt::Display) -> Self {
+        StoreError::Io(error.to_string())
+    }
+}
+
+/// Why a write set (or a batch of remembered ids) was not made durable. The message that
+/// produced it fails; nothing of it is visible.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The storage engine failed the transaction.
+    #[error("commit failed: {0}")]
+    Storage(String),
+    /// The committer has shut down.
+    #[error("the committer is shut down")]
+    Closed,
+}
+
+impl From<StoreError> for CommitError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Closed => CommitError::Closed,
+            other => CommitError::Storage(other.to_string()),
+        }
+    }
+}
+
+impl From<CommitError> for StoreError {
+    fn from(error: CommitError) -> Self {
+        match error {
+            CommitError::Closed => StoreError::Closed,
+            CommitError::Storage(message) => StoreError::Io(message),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The state backend of a single node: one redb database, read directly, written only by the
+//! [`GroupCommitter`]'s thread. It implements both seams of the layer, [`EntityState`] and
+//! [`RememberStore`], so entity writes and remembered ids share one writer and one fsync.
+
+use super::backend::{CommitFuture, EntityMeta, EntityState, RememberStore};
+use super::commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter, Work};
+use super::error::{CommitError, StoreError};
+use super::remember::RememberOp;
+use super::tables::StateStore;
+use super::write_set::WriteSet;
+use crate::contract::{EntityAddress, ShardId, TypeKey};
+use std::sync::Arc;
+
+/// How a [`LocalState`] makes writes durable.
+enum Writer {
+    /// Many messages per transaction (the default).
+    Group(GroupCommitter),
+    /// One transaction per message on the blocking pool: the baseline group commit is judged
+    /// against.
+    PerMessage,
+}
+
+/// Entity state and remembered ids over one redb database.
+///
+/// ```
+/// use tessera_host::contract::EntityAddress;
+/// use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore, WriteSet};
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = StateStore::open(&dir.path().join("tessera.redb")).unwrap();
+/// let state = LocalState::new(store, GroupCommitConfig::default());
+/// let entity = EntityAddress::new("t", "counter", "c1");
+/// let mut writes = WriteSet::new(entity.clone());
+/// writes.put("value", vec![1]);
+/// state.commit(writes).await.unwrap();
+/// assert_eq!(state.get(&entity, "value").unwrap(), Some(vec![1]));
+/// # });
+/// ```
+pub struct LocalState {
+    store: StateStore,
+    writer: Writer,
+}
+
+impl LocalState {
+    /// A group-committing backend over `store`.
+    pub fn new(store: StateStore, config: GroupCommitConfig) -> Self {
+        let committer = GroupCommitter::start(store.clone(), config);
+        LocalState {
+            store,
+            writer: Writer::Group(committer),
+        }
+    }
+
+    /// A backend that commits each message in its own durable transaction (benchmark
+    /// baseline; never what a node runs).
+    pub fn unbatched(store: StateStore) -> Self {
+        LocalState {
+            store,
+            writer: Writer::PerMessage,
+        }
+    }
+
+    /// The tables and reads under this backend.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    /// The group committer's counters (`None` for an unbatched backend).
+    pub fn commit_stats(&self) -> Option<&Arc<GroupCommitStats>> {
+        match &self.writer {
+            Writer::Group(committer) => Some(committer.stats()),
+            Writer::PerMessage => None,
+        }
+    }
+
+    fn write(&self, work: Work) -> CommitFuture {
+        match &self.writer {
+            Writer::Group(committer) => Box::pin(committer.submit(work)),
+            Writer::PerMessage => {
+                let store = self.store.clone();
+                Box::pin(async move {
+                    tokio::task::spawn_blocking(move || commit_alone(&store, &work))
+                        .await
+                        .map_err(|_| CommitError::Closed)?
+                })
+            }
+        }
+    }
+}
+
+fn commit_alone(store: &StateStore, work: &Work) -> Result<(), CommitError> {
+    match work {
+        Work::Writes(writes) => store.commit_one(writes).map_err(CommitError::from),
+        Work::Remember(ops) => {
+            let transaction = store
+                .database()
+                .begin_write()
+                .map_err(|e| CommitError::Storage(e.to_string()))?;
+            super::tables::apply_remember_ops(&transaction, ops.iter())?;
+            transaction
+                .commit()
+                .map_err(|e| CommitError::Storage(e.to_string()))
+        }
+    }
+}
+
+impl EntityState for LocalState {
+    fn get(&self, entity: &EntityAddress, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(entity, key)
+    }
+
+    fn meta(&self, entity: &EntityAddress) -> Result<EntityMeta, StoreError> {
+        self.store.meta(entity)
+    }
+
+    fn entries(
+        &self,
+        entity: &EntityAddress,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.store.entries(entity, limit)
+    }
+
+    fn commit(&self, writes: WriteSet) -> CommitFuture {
+        self.write(Work::Writes(writes))
+    }
+}
+
+impl RememberStore for LocalState {
+    fn apply(&self, batch: Vec<RememberOp>) -> CommitFuture {
+        self.write(Work::Remember(batch))
+    }
+
+    fn list_shards(&self, type_key: &TypeKey) -> Result<Vec<ShardId>, StoreError> {
+        self.store.remembered_shards(type_key)
+    }
+
+    fn list_ids(&self, type_key: &TypeKey, shard: ShardId) -> Result<Vec<String>, StoreError> {
+        self.store.remembered_ids(type_key, shard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::remember::RememberedId;
+
+    #[tokio::test]
+    async fn entity_writes_and_remembered_ids_share_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("db.redb")).unwrap();
+        let state = LocalState::new(store, GroupCommitConfig::default());
+        let entity = EntityAddress::new("t", "c", "e");
+        let mut writes = WriteSet::new(entity.clone());
+        writes.put("k", vec![1]);
+        let id = RememberedId::new(&entity, 4);
+        let (committed, remembered) = tokio::join!(
+            state.commit(writes),
+            state.apply(vec![RememberOp::Started(id)])
+        );
+        committed.unwrap();
+        remembered.unwrap();
+        assert_eq!(state.list_ids(&entity.type_key(), 4).unwrap(), vec!["e"]);
+        let stats = state.commit_stats().unwrap();
+        use std::sync::atomic::Ordering;
+        assert_eq!(stats.write_sets.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.remember_ops.load(Ordering::Relaxed), 1);
+    }
+}

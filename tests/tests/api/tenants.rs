@@ -1,0 +1,228 @@
+//! Health, metrics, tenants, bad JSON and tokens, and the admin-only cluster view.
+
+use super::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_needs_no_token_and_metrics_need_the_admin() {
+    let server = Server::start().await;
+    let health = server.http.get("/v1/health", None).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json(), json!({"status": "ok"}));
+    server
+        .http
+        .get("/metrics", None)
+        .await
+        .assert_error(401, "unauthorized");
+    let token = server.tenant("acme", None).await;
+    server
+        .http
+        .get("/metrics", Some(&token))
+        .await
+        .assert_error(403, "forbidden");
+    server.deploy(&token, "counter", COUNTER, "").await;
+    assert_eq!(
+        server
+            .ask(&token, "counter/c1", json!({"Add": 1}))
+            .await
+            .status,
+        200
+    );
+    let metrics = server.http.get("/metrics", Some(ADMIN)).await;
+    assert_eq!(metrics.status, 200);
+    assert!(metrics.content_type.starts_with("text/plain"));
+    assert!(
+        metrics.text().contains("tessera_messages_total"),
+        "{}",
+        metrics.text()
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_are_created_listed_shown_and_requoted_by_the_admin() {
+    let server = Server::start().await;
+    let created = server
+        .http
+        .post_json("/v1/tenants", Some(ADMIN), &json!({"name": "acme"}))
+        .await;
+    assert_eq!(created.status, 201);
+    let created = created.json();
+    assert_eq!(created["name"], json!("acme"));
+    assert!(created["token"].as_str().unwrap().len() >= 32);
+    assert!(
+        created.get("token_sha256").is_none(),
+        "the hash stays inside"
+    );
+    server
+        .http
+        .post_json("/v1/tenants", Some(ADMIN), &json!({"name": "acme"}))
+        .await
+        .assert_error(409, "conflict");
+    let list = server.http.get("/v1/tenants", Some(ADMIN)).await.json();
+    assert_eq!(list["tenants"].as_array().unwrap().len(), 1);
+    assert!(
+        list["tenants"][0].get("token").is_none(),
+        "tokens are shown once"
+    );
+    let shown = server.http.get("/v1/tenants/acme", Some(ADMIN)).await;
+    assert_eq!(shown.json()["quotas"]["live_entities_max"], json!(10_000));
+    server
+        .http
+        .get("/v1/tenants/nobody", Some(ADMIN))
+        .await
+        .assert_error(404, "not_found");
+    let updated = server
+        .http
+        .put_json(
+            "/v1/tenants/acme/quotas",
+            Some(ADMIN),
+            &json!({"live_entities_max": 7}),
+        )
+        .await;
+    assert_eq!(updated.status, 200, "{}", updated.text());
+    let shown = server
+        .http
+        .get("/v1/tenants/acme", Some(ADMIN))
+        .await
+        .json();
+    assert_eq!(shown["quotas"]["live_entities_max"], json!(7));
+    server
+        .http
+        .put_json(
+            "/v1/tenants/acme/quotas",
+            Some(ADMIN),
+            &json!({"live_entities_max": 0}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .http
+        .put_json("/v1/tenants/nobody/quotas", Some(ADMIN), &json!({}))
+        .await
+        .assert_error(404, "not_found");
+    let shown = server
+        .http
+        .get("/v1/tenants/acme", Some(ADMIN))
+        .await
+        .json();
+    assert_eq!(
+        shown["quotas"]["live_entities_max"],
+        json!(7),
+        "refused changes nothing"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_json_and_bad_tokens_are_refused_and_change_nothing() {
+    let server = Server::start().await;
+    let malformed = server
+        .http
+        .send(
+            "POST",
+            "/v1/tenants",
+            Some(ADMIN),
+            Some(("application/json", b"{\"name\": ".to_vec())),
+            None,
+        )
+        .await;
+    malformed.assert_error(400, "malformed_body");
+    server
+        .http
+        .post_json(
+            "/v1/tenants",
+            Some(ADMIN),
+            &json!({"name": "x", "colour": 1}),
+        )
+        .await
+        .assert_error(400, "malformed_body");
+    server
+        .http
+        .post_json("/v1/tenants", Some(ADMIN), &json!({"name": "bad name!"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .http
+        .post_json("/v1/tenants", None, &json!({"name": "x"}))
+        .await
+        .assert_error(401, "unauthorized");
+    server
+        .http
+        .post_json(
+            "/v1/tenants",
+            Some("not-a-real-token"),
+            &json!({"name": "x"}),
+        )
+        .await
+        .assert_error(401, "unauthorized");
+    let token = server.tenant("acme", None).await;
+    for path in ["/v1/tenants", "/v1/tenants/acme", "/v1/cluster/members"] {
+        server
+            .http
+            .get(path, Some(&token))
+            .await
+            .assert_error(403, "forbidden");
+    }
+    server
+        .http
+        .get("/v1/types", Some(ADMIN))
+        .await
+        .assert_error(403, "forbidden");
+    server
+        .http
+        .get("/v1/types", None)
+        .await
+        .assert_error(401, "unauthorized");
+    server
+        .http
+        .get("/v1/nothing-here", None)
+        .await
+        .assert_error(404, "not_found");
+    server
+        .http
+        .send("DELETE", "/v1/health", None, None, None)
+        .await
+        .assert_error(405, "method_not_allowed");
+    let list = server.http.get("/v1/tenants", Some(ADMIN)).await.json();
+    assert_eq!(
+        list["tenants"].as_array().unwrap().len(),
+        1,
+        "only acme exists"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cluster_view_is_for_the_admin() {
+    let server = Server::start().await;
+    let token = server.tenant("acme", None).await;
+    server.deploy(&token, "counter", COUNTER, "").await;
+    assert_eq!(
+        server.ask(&token, "counter/c1", json!("Get")).await.status,
+        200
+    );
+    let members = server
+        .http
+        .get("/v1/cluster/members", Some(ADMIN))
+        .await
+        .json();
+    assert_eq!(members, json!({"members": ["node-1"]}));
+    let shards = server
+        .http
+        .get("/v1/cluster/shards", Some(ADMIN))
+        .await
+        .json();
+    let shards = shards["shards"].as_array().unwrap();
+    assert!(
+        shards
+            .iter()
+            .any(|shard| shard["type"] == json!("acme/counter")),
+        "{shards:?}"
+    );
+    server
+        .http
+        .get("/v1/cluster/shards", Some(&token))
+        .await
+        .assert_error(403, "forbidden");
+    server.stop().await;
+}
