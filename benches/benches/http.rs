@@ -1,7 +1,9 @@
 //! HTTP API overhead: asks to one counter over loopback HTTP (ureq, keep-alive) beside the same
 //! ask made in-process with `Node::ask`. Criterion measures one sequential ask each way; a
-//! closing run then drives both with 32 concurrent clients and prints throughput, p50 and p99
-//! latency and the HTTP / in-process ratios (recorded in `docs/performance.md`).
+//! closing run measures sequential asks again with CPU accounting (the server's CPU per HTTP
+//! ask is the process's CPU minus the client thread's) and drives both with 32 concurrent
+//! clients, printing throughput, p50 and p99 latency and the HTTP / in-process ratios
+//! (recorded in `docs/performance.md`).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -173,6 +175,42 @@ fn concurrent_in_process(bench: &Bench) -> Run {
     })
 }
 
+/// Sequential asks measured for the closing table.
+const SEQUENTIAL_ASKS: usize = 20_000;
+
+/// CPU time of `clock` (`CLOCK_PROCESS_CPUTIME_ID` or `CLOCK_THREAD_CPUTIME_ID`).
+fn cpu_time(clock: libc::clockid_t) -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec and both clocks exist on Linux.
+    let status = unsafe { libc::clock_gettime(clock, &mut now) };
+    assert_eq!(status, 0, "clock_gettime");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// Asks per second and CPU per ask: all of the process's for in-process asks, the process's
+/// minus this (client) thread's for HTTP asks.
+fn sequential_with_cpu(
+    asks: usize,
+    mut ask: impl FnMut(),
+    exclude_caller: bool,
+) -> (f64, Duration) {
+    let process = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let caller = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
+    let started = Instant::now();
+    for _ in 0..asks {
+        ask();
+    }
+    let elapsed = started.elapsed();
+    let mut used = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID) - process;
+    if exclude_caller {
+        used -= cpu_time(libc::CLOCK_THREAD_CPUTIME_ID) - caller;
+    }
+    (asks as f64 / elapsed.as_secs_f64(), used / asks as u32)
+}
+
 fn http_ask(c: &mut Criterion) {
     let bench = Arc::new(Bench::new());
     let agent = Bench::agent();
@@ -184,6 +222,27 @@ fn http_ask(c: &mut Criterion) {
         b.iter(|| bench.runtime.block_on(Bench::node_ask(&bench.node, "seq")))
     });
     group.finish();
+
+    let (http_rate, server_cpu) =
+        sequential_with_cpu(SEQUENTIAL_ASKS, || bench.http_ask(&agent, "seq"), true);
+    let (local_rate, local_cpu) = sequential_with_cpu(
+        SEQUENTIAL_ASKS,
+        || bench.runtime.block_on(Bench::node_ask(&bench.node, "seq")),
+        false,
+    );
+    println!("\nsequential, {SEQUENTIAL_ASKS} asks each:");
+    println!(
+        "http (keep-alive)        {http_rate:>10.0} asks/s   server CPU {:>6.1} µs per ask",
+        server_cpu.as_secs_f64() * 1e6
+    );
+    println!(
+        "in-process Node::ask     {local_rate:>10.0} asks/s   CPU        {:>6.1} µs per ask",
+        local_cpu.as_secs_f64() * 1e6
+    );
+    println!(
+        "http / in-process: throughput {:.2}x (target >= 0.35x)",
+        http_rate / local_rate
+    );
 
     let http = concurrent_http(&bench);
     let local = concurrent_in_process(&bench);

@@ -1,11 +1,13 @@
 //! Tessera's host: runs entities (virtual actors) as sandboxed WebAssembly components.
 //!
 //! Layers, top to bottom (a lower layer never imports a higher one): [`api`] and [`cli`] speak
-//! to users; [`metadata`] holds tenants, types and plugin versions as replayable commands;
-//! [`sharding`] decides where each entity lives; [`entity`] runs one entity at a time through
-//! its mailbox; [`runtime`] sandboxes one instance in wasmtime; [`state`] keeps entity state
-//! durable in redb. [`envelope`] is the vocabulary they share, [`metrics`] what they count,
-//! [`node`] assembles them, and [`consensus`] is the replication core the cluster will use.
+//! to users; [`node`] builds every layer in one pass and offers the operations; [`sharding`]
+//! decides where each entity lives and routes to it; [`entity`] runs one entity at a time
+//! through its mailbox; [`runtime`] sandboxes one instance in wasmtime; [`state`] keeps entity
+//! state durable in redb; [`metadata`] is the catalog of tenants, types and shard allocations,
+//! changed by replayable commands. [`contract`] is the vocabulary they share, [`codec`] the
+//! lossless JSON/MessagePack transcoding of the edge, and [`consensus`] the replication core
+//! the cluster uses. `docs/architecture.md` draws the layers and walks one message through.
 
 pub mod api;
 pub mod cli;
@@ -18,3 +20,6 @@ pub mod node;
 pub mod runtime;
 pub mod sharding;
 pub mod state;
+
+#[cfg(test)]
+mod layer_order;

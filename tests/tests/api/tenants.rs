@@ -226,3 +226,83 @@ async fn the_cluster_view_is_for_the_admin() {
         .assert_error(403, "forbidden");
     server.stop().await;
 }
+
+/// `/metrics` in the real exposition format: a Prometheus parser reads every family with its
+/// type, the commit histogram whole, and no label value a client chose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_parse_as_prometheus_and_carry_no_client_chosen_labels() {
+    let server = Server::start().await;
+    let token = server.tenant("acme", None).await;
+    server.deploy(&token, "counter", COUNTER, "").await;
+    for index in 0..5 {
+        let entity = format!("counter/c{index}");
+        assert_eq!(
+            server.ask(&token, &entity, json!({"Add": 1})).await.status,
+            200
+        );
+    }
+    for index in 0..20 {
+        server
+            .ask(&token, &format!("bogus-{index}/x"), json!("Get"))
+            .await
+            .assert_error(404, "entity_type_not_registered");
+    }
+    let text = server.http.get("/metrics", Some(ADMIN)).await.text();
+    let lines = text.lines().map(|line| Ok(line.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the exposition parses");
+    for sample in &scrape.samples {
+        for (label, value) in sample.labels.iter() {
+            assert!(
+                !value.starts_with("bogus-"),
+                "{} carries {label}={value} from a request path",
+                sample.metric
+            );
+        }
+    }
+    let commit = scrape
+        .samples
+        .iter()
+        .find(|sample| sample.metric == "tessera_commit_seconds")
+        .expect("the commit histogram");
+    let prometheus_parse::Value::Histogram(buckets) = &commit.value else {
+        panic!(
+            "tessera_commit_seconds is not a histogram: {:?}",
+            commit.value
+        );
+    };
+    let infinite = buckets
+        .iter()
+        .find(|bucket| bucket.less_than.is_infinite())
+        .expect("a +Inf bucket");
+    assert_eq!(infinite.count, 5.0, "five committed messages");
+    assert!(text.contains("# TYPE tessera_commit_seconds histogram"));
+    assert!(text.contains("tessera_commit_seconds_sum{"));
+    for family in [
+        "tessera_messages_total",
+        "tessera_activations_total",
+        "tessera_entities_live",
+        "tessera_region_refused_total",
+        "tessera_region_forwarded_total",
+        "tessera_entity_evictions_total",
+        "tessera_instances_discarded_total",
+        "tessera_guest_tells_dropped_total",
+        "tessera_guest_log_lines_dropped_total",
+        "tessera_commit_transactions_total",
+        "tessera_remember_dropped_total",
+        "tessera_plugin_compilations_total",
+    ] {
+        assert!(
+            scrape.samples.iter().any(|sample| sample.metric == family),
+            "{family} missing from:\n{text}"
+        );
+    }
+    let refused_unknown = scrape.samples.iter().find(|sample| {
+        sample.metric == "tessera_region_refused_total"
+            && sample.labels.get("kind") == Some("entity_type_not_registered")
+    });
+    assert!(
+        refused_unknown.is_some(),
+        "the refusals are counted:\n{text}"
+    );
+    server.stop().await;
+}

@@ -109,6 +109,15 @@ async fn types_are_deployed_listed_rolled_back_and_deleted() {
         .ask(&token, "counter/c1", json!("Get"))
         .await
         .assert_error(404, "entity_type_not_registered");
+    server
+        .http
+        .post_json(
+            "/v1/entities/counter/c1/tell",
+            Some(&token),
+            &json!({"Add": 1}),
+        )
+        .await
+        .assert_error(404, "entity_type_not_registered");
     server.stop().await;
 }
 
@@ -193,6 +202,23 @@ async fn bad_uploads_are_refused_and_the_running_version_keeps_serving() {
         .assert_error(400, "bad_request");
     let after = server.http.get("/v1/types", Some(&token)).await.json();
     assert_eq!(before, after, "no refused upload changed the type list");
+    let refused_hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(EMPTY_COMPONENT))
+    };
+    let cached = std::fs::read_dir(tessera_tests::compiled_cache_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&refused_hash)
+        });
+    assert!(
+        !cached,
+        "a component refused by the world check is not cached on disk"
+    );
     assert_eq!(
         server
             .ask_json(&token, "counter/c1", json!({"Add": 1}))

@@ -38,7 +38,7 @@ use route::{Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
 /// What a region refused or dropped, for the metrics layer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegionCounters {
-    /// Envelopes refused, by [`ErrorKind::code`].
+    /// Envelopes refused, by [`ErrorKind::code`] (every kind, zero included).
     pub refused: BTreeMap<&'static str, u64>,
     /// Tells that failed after they were accepted (no reply port to report on).
     pub tells_dropped: u64,
@@ -287,11 +287,11 @@ impl RegionHandle {
         &self,
         address: &EntityAddress,
     ) -> Result<(Arc<RegisteredType>, ShardId), MessageError> {
-        let ty = self
-            .shared
-            .homes
-            .get(&address.tenant, &address.entity_type)
-            .ok_or_else(|| not_registered(&address.type_key()))?;
+        let Some(ty) = self.shared.homes.get(&address.tenant, &address.entity_type) else {
+            let error = not_registered(&address.type_key());
+            self.shared.stats.count_refused(error.kind, false);
+            return Err(error);
+        };
         let shard = ty.extractor.shard_of(&address.id);
         if shard >= ty.num_shards() {
             return Err(MessageError::new(
