@@ -197,15 +197,10 @@ impl Cell {
     }
 
     async fn process(&mut self, envelope: Envelope) {
-        self.core.stats.messages.fetch_add(1, Ordering::Relaxed);
-        self.counters.messages.fetch_add(1, Ordering::Relaxed);
+        self.counters.messages.add(1);
         let outcome = self.handle(&envelope.payload).await;
         if let Err(error) = &outcome {
             self.counters.failed(error.kind);
-            self.core
-                .stats
-                .message_failures
-                .fetch_add(1, Ordering::Relaxed);
         }
         envelope.answer(outcome);
     }

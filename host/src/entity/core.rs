@@ -45,10 +45,6 @@ pub struct EntitiesStats {
     pub evictions: AtomicU64,
     /// Messages refused because a mailbox was full.
     pub mailbox_rejections: AtomicU64,
-    /// Messages handled (successfully or not).
-    pub messages: AtomicU64,
-    /// Messages that failed.
-    pub message_failures: AtomicU64,
     /// Instances discarded after a trap, deadline, memory cap or oversized reply.
     pub instance_discards: AtomicU64,
     /// Tells produced by entities that their target refused.
@@ -81,11 +77,12 @@ pub(crate) struct CellHandle {
     pub(crate) evicting: bool,
 }
 
-/// The live cells of a node and the per-tenant counts the quota reads.
+/// The live cells of a node and the per-tenant counts the quota reads. The maps hash with
+/// foldhash (seeded per process): they are on every message's path.
 #[derive(Default)]
 pub(crate) struct Cells {
-    pub(crate) live: HashMap<EntityAddress, CellHandle>,
-    pub(crate) tenants: HashMap<String, usize>,
+    pub(crate) live: foldhash::HashMap<EntityAddress, CellHandle>,
+    pub(crate) tenants: foldhash::HashMap<String, usize>,
     pub(crate) evicting: usize,
     pub(crate) next_generation: u64,
 }
@@ -137,7 +134,8 @@ pub(crate) struct Core {
     pub(crate) cells: Mutex<Cells>,
     pub(crate) stats: EntitiesStats,
     pub(crate) counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
-    pub(crate) clock: AtomicU64,
+    /// When the directory was made: cells' last use is kept in milliseconds since then.
+    pub(crate) started: std::time::Instant,
 }
 
 impl Core {
@@ -152,7 +150,7 @@ impl Core {
             cells: Mutex::default(),
             stats: EntitiesStats::default(),
             counters: RwLock::default(),
-            clock: AtomicU64::new(0),
+            started: std::time::Instant::now(),
         }
     }
 

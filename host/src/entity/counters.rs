@@ -14,11 +14,59 @@ pub const COMMIT_BUCKETS_US: [u64; 10] = [
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
 ];
 
+/// Stripes of a [`StripedCounter`]: enough that the worker threads of a small node rarely share
+/// one, few enough that reading the sum stays cheap.
+pub const COUNTER_STRIPES: usize = 8;
+
+/// One counter cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Stripe(AtomicU64);
+
+/// A counter bumped on every message from every worker thread: each thread adds to its own
+/// cache line, so counting does not make the threads contend; reading sums the stripes.
+///
+/// ```
+/// use tessera_host::entity::StripedCounter;
+/// let counter = StripedCounter::default();
+/// counter.add(2);
+/// counter.add(3);
+/// assert_eq!(counter.sum(), 5);
+/// ```
+#[derive(Debug, Default)]
+pub struct StripedCounter {
+    stripes: [Stripe; COUNTER_STRIPES],
+}
+
+thread_local! {
+    /// This thread's stripe, assigned round-robin on first use.
+    static STRIPE: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        (NEXT.fetch_add(1, Ordering::Relaxed) as usize) % COUNTER_STRIPES
+    };
+}
+
+impl StripedCounter {
+    /// Adds `value` on this thread's stripe.
+    pub fn add(&self, value: u64) {
+        let stripe = STRIPE.with(|stripe| *stripe);
+        self.stripes[stripe].0.fetch_add(value, Ordering::Relaxed);
+    }
+
+    /// The total over every stripe.
+    pub fn sum(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| stripe.0.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
 /// Counters of one `(tenant, type)`.
 #[derive(Debug, Default)]
 pub struct TypeCounters {
     /// Messages handled.
-    pub messages: AtomicU64,
+    pub messages: StripedCounter,
     /// Failed messages by [`ErrorKind::index`].
     pub failures: [AtomicU64; ERROR_KIND_COUNT],
     /// Activations by [`ACTIVATION_REASONS`] index.

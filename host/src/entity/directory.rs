@@ -206,7 +206,9 @@ impl Entities {
         shard: ShardId,
         message: CellMessage,
     ) -> Result<(), (MessageError, CellMessage)> {
-        let tick = self.core.clock.fetch_add(1, Ordering::Relaxed);
+        // A cell's last use, for least-recently-used eviction: a per-thread clock read, not a
+        // shared counter every sender would contend on.
+        let tick = self.core.started.elapsed().as_millis() as u64;
         let mut cells = self.core.cells();
         if !cells.live.contains_key(&to)
             && let Err(error) = self.open_cell(&mut cells, &to, shard, tick)

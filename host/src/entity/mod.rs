@@ -17,6 +17,6 @@ mod directory;
 mod types;
 
 pub use self::core::{EntitiesStats, EntityConfig, EntityParts};
-pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, TypeCounters};
+pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
 pub use directory::{Entities, Refused};
 pub use types::{TypeBinding, TypeTable};

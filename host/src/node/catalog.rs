@@ -16,8 +16,8 @@ use std::time::Duration;
 /// Tenants by name and by token hash, as the catalog last applied them.
 #[derive(Default)]
 pub(crate) struct TenantIndex {
-    by_name: HashMap<String, Arc<Tenant>>,
-    by_token: HashMap<String, Arc<Tenant>>,
+    by_name: foldhash::HashMap<String, Arc<Tenant>>,
+    by_token: foldhash::HashMap<String, Arc<Tenant>>,
 }
 
 impl TenantIndex {

@@ -140,7 +140,7 @@ impl Node {
             };
             snapshot
                 .family("tessera_messages", "Messages handled.", Kind::Counter)
-                .push(Sample::counter(labels(), load(&counters.messages)));
+                .push(Sample::counter(labels(), counters.messages.sum()));
             let errors = snapshot.family(
                 "tessera_message_errors",
                 "Messages that failed, by error kind.",

@@ -1,6 +1,5 @@
 //! Per-tenant token buckets for the message-rate quota.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -20,7 +19,7 @@ struct Bucket {
 /// ```
 #[derive(Default)]
 pub struct RateLimiter {
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<foldhash::HashMap<String, Bucket>>,
 }
 
 impl RateLimiter {

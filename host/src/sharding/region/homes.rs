@@ -5,7 +5,6 @@
 //! task takes the same lock to change a slot, which is what keeps buffered messages ahead of
 //! later ones.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::time::Instant;
@@ -118,7 +117,7 @@ impl RegisteredType {
 /// Every registered type, by tenant then type name (looked up without building a key).
 #[derive(Default)]
 pub(crate) struct Homes {
-    types: RwLock<HashMap<String, HashMap<String, Arc<RegisteredType>>>>,
+    types: RwLock<foldhash::HashMap<String, foldhash::HashMap<String, Arc<RegisteredType>>>>,
 }
 
 impl Homes {
