@@ -118,6 +118,7 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
                         state: state.clone(),
                         router: Arc::new(NoRoutes),
                         entity_state_bytes: 0,
+                        last_timer: 0,
                     };
                     let mut instance = runtime
                         .instantiate(&plugin, address.clone(), InstanceLimits::default(), context)

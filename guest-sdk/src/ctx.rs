@@ -205,8 +205,14 @@ impl Ctx {
         self.backend.put(key, value);
     }
 
-    /// Sends a one-way message to another entity of the same tenant. `Ok` means the target
-    /// accepted it into its mailbox.
+    /// Sends a one-way message to another entity of the same tenant, **effectively once**.
+    ///
+    /// The tell is committed with this message's state writes (if the message fails, nothing
+    /// is sent) and delivered after the commit, retried until the receiver has committed it;
+    /// the receiver drops duplicates, and tells from one sender arrive in the order sent. It
+    /// survives passivation, upgrades and host restarts. This is how effects across entities
+    /// belong: withdraw here and tell the other side to credit, in one message. `Ok` means the
+    /// tell was queued; `Err` means this message may send no more (its per-message bound).
     ///
     /// ```
     /// use tessera_sdk::prelude::*;
@@ -244,6 +250,13 @@ impl Ctx {
     /// Sends a message to another entity of the same tenant and waits for its reply, at most
     /// `timeout` (rounded down to milliseconds, saturating at `u32::MAX` ms). An entity may not
     /// ask itself. A reply that does not decode as `R` is an [`Error::Failed`].
+    ///
+    /// What an ask does **not** guarantee: it is not atomic with this message's writes. The
+    /// target may commit its part and this message still fail (a timeout, a later error), or
+    /// the reverse. Use asks to read; put effects on other entities in [`tell`](Ctx::tell)s.
+    /// An ask that would wait on an entity already waiting on this one (`A → B → A`) fails at
+    /// once with a `deadlock` error naming the chain; an ask whose timeout passes before the
+    /// target starts it is not executed there.
     ///
     /// ```
     /// use tessera_sdk::prelude::*;
@@ -295,8 +308,13 @@ impl Ctx {
         self.backend.ask(to, payload, timeout_ms)
     }
 
-    /// Sends `msg` to this entity after `delay` (in whole milliseconds). Timers live as long as
-    /// the activation: passivation cancels them.
+    /// Sends `msg` to this entity after `delay` (in whole milliseconds): a **durable reminder**.
+    ///
+    /// The reminder is committed with this message's writes (nothing is scheduled if the
+    /// message fails), survives passivation, upgrades and host restarts, activates the entity
+    /// when it fires and is delivered effectively once. An entity holds a bounded number of
+    /// reminders (the host's `reminders_per_entity_max`); past it the message fails with a
+    /// quota error.
     ///
     /// If the message cannot be encoded, no timer is made, the current message fails with
     /// [`Error::Failed`], and the returned id names no timer.
@@ -340,7 +358,8 @@ impl Ctx {
         TimerId::from_raw(self.backend.schedule(delay_ms, payload))
     }
 
-    /// Cancels a timer made by [`schedule`](Ctx::schedule). Unknown or fired timers are ignored.
+    /// Cancels a reminder made by [`schedule`](Ctx::schedule), durably, with this message's
+    /// commit. Unknown or fired timers are ignored.
     ///
     /// ```
     /// use tessera_sdk::prelude::*;

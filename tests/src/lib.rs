@@ -65,6 +65,14 @@ impl TestNode {
 
     /// A node over `data_dir` with `config`.
     pub fn with_config(data_dir: &Path, config: EntityConfig) -> Self {
+        let node = Self::paused(data_dir, config);
+        node.entities.start_messaging();
+        node
+    }
+
+    /// A node whose committed tells and reminders wait in the store until
+    /// `entities.start_messaging()` is called.
+    pub fn paused(data_dir: &Path, config: EntityConfig) -> Self {
         let store = StateStore::open(&data_dir.join("tessera.redb")).expect("the store opens");
         let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
         let types = Arc::new(TypeTable::default());

@@ -74,6 +74,7 @@ pub fn message_status(kind: ErrorKind) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Deadlock => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -180,6 +181,7 @@ mod tests {
             (ErrorKind::Unavailable, 503),
             (ErrorKind::QuotaExceeded, 429),
             (ErrorKind::Timeout, 504),
+            (ErrorKind::Deadlock, 409),
             (ErrorKind::EntityTypeNotRegistered, 404),
             (ErrorKind::Instantiation, 500),
             (ErrorKind::Internal, 500),

@@ -44,8 +44,12 @@ pub enum ErrorKind {
     BufferOverflow,
     /// No plugin is deployed for this entity type.
     EntityTypeNotRegistered,
-    /// An ask did not get its reply before its deadline.
+    /// An ask did not get its reply before its deadline, or its deadline passed before the
+    /// target started it (then it was not executed).
     Timeout,
+    /// An ask would wait on an entity that is itself waiting on this ask (`A → B → A`): it
+    /// fails at once, naming the chain, instead of timing out.
+    Deadlock,
     /// A tenant quota (live entities, rate, ...) refused the message.
     QuotaExceeded,
     /// The target cannot take messages right now (stopping, shard failed, store down).

@@ -10,6 +10,6 @@ pub mod error;
 pub mod routing;
 
 pub use address::{Allocation, AllocationTable, EntityAddress, NodeId, ShardId, ShardKey, TypeKey};
-pub use envelope::{Envelope, Reply, ReplyPort};
+pub use envelope::{Envelope, MessageMeta, Origin, Reply, ReplyPort};
 pub use error::{ErrorKind, MessageError};
 pub use routing::{BoxFuture, NoRoutes, Router};

@@ -1,18 +1,20 @@
 //! One live entity: the task that owns its instance and works through its mailbox one message
 //! at a time — activating or upgrading at a message boundary, committing each message's writes
-//! before its reply and its effects, and passivating when asked, idle or evicted.
+//! together with its tells, reminders and the receipt of the message itself before replying,
+//! and passivating when asked, idle or evicted. A message that already committed (a duplicate
+//! delivery) is acknowledged without running; an ask whose deadline passed is not run.
 
 use super::core::{CellMessage, Core};
 use super::counters::TypeCounters;
+use super::reminders::now_ms;
 use super::types::TypeBinding;
-use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
+use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, Origin, ShardId};
 use crate::runtime::{Activation, Effects, EntityContext, EntityInstance};
 use crate::state::remember::{RememberOp, RememberedId};
-use std::collections::HashMap;
+use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
 
 enum Next {
     Message(CellMessage),
@@ -25,8 +27,6 @@ pub(crate) struct Cell {
     address: EntityAddress,
     shard: ShardId,
     generation: u64,
-    /// This cell's own mailbox, for its timers.
-    mailbox: mpsc::WeakSender<CellMessage>,
     receiver: mpsc::Receiver<CellMessage>,
     counters: Arc<TypeCounters>,
     /// The type's binding as of a type-table generation, so the hot path skips the lookup.
@@ -35,7 +35,10 @@ pub(crate) struct Cell {
     running_version: u32,
     version_to_record: Option<u32>,
     activated_before: bool,
-    timers: HashMap<u64, AbortHandle>,
+    /// The outbox sequence number of this entity's next tell (durable, read at activation).
+    next_seq: u64,
+    /// The highest timer id this entity committed.
+    last_timer: u64,
     stop_waiters: Vec<oneshot::Sender<()>>,
     passivate_requested: bool,
 }
@@ -46,7 +49,6 @@ impl Cell {
         address: EntityAddress,
         shard: ShardId,
         generation: u64,
-        mailbox: mpsc::Sender<CellMessage>,
         receiver: mpsc::Receiver<CellMessage>,
     ) {
         let counters = core.counters(&address.type_key());
@@ -57,13 +59,13 @@ impl Cell {
             address,
             shard,
             generation,
-            mailbox: mailbox.downgrade(),
             receiver,
             instance: None,
             running_version: 0,
             version_to_record: None,
             activated_before: false,
-            timers: HashMap::new(),
+            next_seq: 0,
+            last_timer: 0,
             stop_waiters: Vec::new(),
             passivate_requested: false,
         };
@@ -163,6 +165,12 @@ impl Cell {
             .state
             .meta(&self.address)
             .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        let sequences = core
+            .state
+            .sequences(&self.address)
+            .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        self.next_seq = sequences.next_seq;
+        self.last_timer = sequences.last_timer;
         let recorded = meta.version;
         let reason = match (upgraded_from, recorded) {
             (Some(from), _) => Activation::Upgraded(from),
@@ -175,6 +183,7 @@ impl Cell {
             state: core.state.clone(),
             router: core.router.clone(),
             entity_state_bytes: meta.state_bytes,
+            last_timer: sequences.last_timer,
         };
         let mut instance = core
             .runtime
@@ -196,22 +205,65 @@ impl Cell {
         Ok(())
     }
 
-    async fn process(&mut self, envelope: Envelope) {
+    async fn process(&mut self, mut envelope: Envelope) {
+        if envelope
+            .meta
+            .deadline
+            .is_some_and(|deadline| std::time::Instant::now() >= deadline)
+        {
+            self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
+            envelope.answer(Err(MessageError::new(
+                ErrorKind::Timeout,
+                "the ask's deadline passed before the entity started it; it was not executed",
+            )));
+            return;
+        }
+        let receipt = envelope
+            .meta
+            .origin
+            .take()
+            .map(|origin| receipt_of(*origin));
+        if let Some(receipt) = &receipt {
+            match self.core.state.is_duplicate(&self.address, receipt) {
+                Ok(true) => {
+                    self.core
+                        .stats
+                        .duplicates_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    envelope.answer(Ok(Vec::new()));
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    envelope.answer(Err(MessageError::new(
+                        ErrorKind::Internal,
+                        error.to_string(),
+                    )));
+                    return;
+                }
+            }
+        }
         self.counters.messages.add(1);
-        let outcome = self.handle(&envelope.payload).await;
+        let chain = std::mem::take(&mut envelope.meta.chain);
+        let outcome = self.handle(&envelope.payload, chain, receipt).await;
         if let Err(error) = &outcome {
             self.counters.failed(error.kind);
         }
         envelope.answer(outcome);
     }
 
-    async fn handle(&mut self, payload: &[u8]) -> Result<Vec<u8>, MessageError> {
+    async fn handle(
+        &mut self,
+        payload: &[u8],
+        chain: Vec<EntityAddress>,
+        receipt: Option<Receipt>,
+    ) -> Result<Vec<u8>, MessageError> {
         self.ready().await?;
         let instance = self
             .instance
             .as_mut()
             .expect("invariant: ready() left a running instance");
-        let outcome = match instance.handle(payload).await {
+        let outcome = match instance.handle_in_chain(payload, chain).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 if instance.is_poisoned() {
@@ -220,7 +272,15 @@ impl Cell {
                 return Err(error);
             }
         };
-        if let Some(mut writes) = outcome.writes {
+        let mut writes = outcome
+            .writes
+            .unwrap_or_else(|| WriteSet::new(self.address.clone()));
+        if let Err(error) = self.add_messaging(&mut writes, &outcome.effects, receipt) {
+            // The instance saw a message whose effects will not land: start afresh.
+            self.discard_instance(&error).await;
+            return Err(error);
+        }
+        if !writes.is_empty() {
             if let Some(version) = self.version_to_record {
                 writes.set_version(version);
             }
@@ -235,47 +295,105 @@ impl Cell {
             }
             self.version_to_record = None;
         }
-        self.carry_out(outcome.effects).await;
+        self.carry_out(&outcome.effects);
         Ok(outcome.reply)
     }
 
-    /// Sends tells, arms and cancels timers, and notes a passivation request: only after the
-    /// message's writes are durable.
-    async fn carry_out(&mut self, effects: Effects) {
-        let core = self.core.clone();
-        for (to, payload) in effects.tells {
-            if let Err(error) = core.router.tell(&self.address, to.clone(), payload).await {
-                core.stats.dropped_tells.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(from = %self.address, %to, %error, "tell refused");
+    /// Adds the message's tells, reminders and receipt to its writes, refusing it when the
+    /// entity's outbox or reminders would pass their bounds.
+    fn add_messaging(
+        &mut self,
+        writes: &mut WriteSet,
+        effects: &Effects,
+        receipt: Option<Receipt>,
+    ) -> Result<(), MessageError> {
+        let config = &self.core.config;
+        let (tells, schedules) = (effects.tells.len() as u64, effects.schedules.len() as u64);
+        if tells > 0 || schedules > 0 {
+            let internal = |error: crate::state::StoreError| {
+                MessageError::new(ErrorKind::Internal, error.to_string())
+            };
+            let held = self.core.state.sequences(&self.address).map_err(internal)?;
+            if held.outbox + tells > config.outbox_per_entity_max {
+                return Err(MessageError::new(
+                    ErrorKind::QuotaExceeded,
+                    format!(
+                        "the outbox of {} holds {} unacknowledged tells; {} more would pass its \
+                         bound of {}",
+                        self.address, held.outbox, tells, config.outbox_per_entity_max
+                    ),
+                ));
             }
-        }
-        for timer in effects.cancels {
-            if let Some(handle) = self.timers.remove(&timer) {
-                handle.abort();
-            }
-        }
-        self.timers.retain(|_, handle| !handle.is_finished());
-        for scheduled in effects.schedules {
-            if self.timers.len() >= core.config.timers_per_entity_max {
-                core.stats.dropped_timers.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(entity = %self.address, "too many timers; one was not armed");
-                continue;
-            }
-            let mailbox = self.mailbox.clone();
-            let address = self.address.clone();
-            let task = tokio::spawn(async move {
-                tokio::time::sleep(scheduled.delay).await;
-                let delivered = match mailbox.upgrade() {
-                    Some(mailbox) => mailbox
-                        .try_send(CellMessage::Deliver(Envelope::tell(scheduled.payload)))
-                        .is_ok(),
-                    None => false,
-                };
-                if !delivered {
-                    tracing::warn!(entity = %address, "timer message refused: mailbox full or gone");
+            let mut cancelled = 0;
+            for timer in &effects.cancels {
+                if self
+                    .core
+                    .state
+                    .reminder(&self.address, *timer)
+                    .map_err(internal)?
+                    .is_some()
+                {
+                    cancelled += 1;
                 }
+            }
+            let reminders = (held.reminders + schedules).saturating_sub(cancelled);
+            if schedules > 0 && reminders > config.reminders_per_entity_max {
+                return Err(MessageError::new(
+                    ErrorKind::QuotaExceeded,
+                    format!(
+                        "{} would hold {reminders} reminders, over its bound of {}",
+                        self.address, config.reminders_per_entity_max
+                    ),
+                ));
+            }
+        }
+        let now = now_ms();
+        let messaging = writes.messaging_mut();
+        for (offset, (to, payload)) in effects.tells.iter().enumerate() {
+            messaging.outbox.push(OutboxEntry {
+                seq: self.next_seq + offset as u64,
+                to: to.clone(),
+                payload: payload.clone(),
             });
-            self.timers.insert(scheduled.timer, task.abort_handle());
+        }
+        for scheduled in &effects.schedules {
+            messaging.reminders.push(Reminder {
+                timer: scheduled.timer,
+                due_ms: now.saturating_add(scheduled.delay.as_millis() as u64),
+                payload: scheduled.payload.clone(),
+            });
+        }
+        messaging.cancels.clone_from(&effects.cancels);
+        messaging.receipt = receipt;
+        let last_timer = effects
+            .schedules
+            .iter()
+            .map(|scheduled| scheduled.timer)
+            .max()
+            .map_or(self.last_timer, |timer| timer.max(self.last_timer));
+        if tells > 0 || last_timer != self.last_timer {
+            messaging.counters = Some((self.next_seq + tells, last_timer));
+        }
+        Ok(())
+    }
+
+    /// After the commit: advances the entity's counters, wakes the delivery of its outbox and
+    /// the reminder clock, and notes a passivation request.
+    fn carry_out(&mut self, effects: &Effects) {
+        let tells = effects.tells.len() as u64;
+        self.next_seq += tells;
+        if let Some(timer) = effects.schedules.iter().map(|s| s.timer).max() {
+            self.last_timer = self.last_timer.max(timer);
+        }
+        if tells > 0 {
+            self.core
+                .stats
+                .outbox_enqueued
+                .fetch_add(tells, Ordering::Relaxed);
+            super::delivery::wake(&self.core, &self.address);
+        }
+        if !effects.schedules.is_empty() {
+            self.core.reminders.ring();
         }
         if effects.passivate {
             self.passivate_requested = true;
@@ -300,9 +418,6 @@ impl Cell {
                 .stats
                 .guest_log_lines_dropped
                 .fetch_add(instance.log_lines_dropped(), Ordering::Relaxed);
-        }
-        for (_, timer) in self.timers.drain() {
-            timer.abort();
         }
     }
 
@@ -335,5 +450,14 @@ impl Cell {
         if let (true, Some(writer)) = (remembered, &self.core.remember) {
             writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
+    }
+}
+
+/// What the receiver records for a message from `origin`.
+fn receipt_of(origin: Origin) -> Receipt {
+    match origin {
+        Origin::Entity { sender, seq } => Receipt::Entity { sender, seq },
+        Origin::Reminder { timer } => Receipt::Reminder { timer },
+        Origin::Client { key } => Receipt::Client { key },
     }
 }

@@ -3,6 +3,8 @@
 //! through, the remember-entities writer and the layer's counters.
 
 use super::counters::TypeCounters;
+use super::delivery::{Delivery, DeliveryConfig};
+use super::reminders::ReminderClock;
 use super::types::TypeTable;
 use crate::contract::{EntityAddress, Router, ShardId, TypeKey};
 use crate::runtime::Runtime;
@@ -21,15 +23,23 @@ pub struct EntityConfig {
     /// The most live entities on this node; starting one more passivates the least recently
     /// used. `None` means no limit beyond the runtime's instance pool.
     pub active_entities_max: Option<usize>,
-    /// The most timers one activation may have armed at once.
-    pub timers_per_entity_max: usize,
+    /// The most durable reminders one entity may hold; a message that would schedule more
+    /// fails with `quota_exceeded` and changes nothing.
+    pub reminders_per_entity_max: u64,
+    /// The most unacknowledged tells one entity's outbox may hold; a message that would send
+    /// more fails with `quota_exceeded` and changes nothing.
+    pub outbox_per_entity_max: u64,
+    /// How committed tells and reminders are delivered.
+    pub delivery: DeliveryConfig,
 }
 
 impl Default for EntityConfig {
     fn default() -> Self {
         EntityConfig {
             active_entities_max: None,
-            timers_per_entity_max: 1024,
+            reminders_per_entity_max: 1024,
+            outbox_per_entity_max: 4096,
+            delivery: DeliveryConfig::default(),
         }
     }
 }
@@ -47,10 +57,19 @@ pub struct EntitiesStats {
     pub mailbox_rejections: AtomicU64,
     /// Instances discarded after a trap, deadline, memory cap or oversized reply.
     pub instance_discards: AtomicU64,
-    /// Tells produced by entities that their target refused.
-    pub dropped_tells: AtomicU64,
-    /// Timers not armed because the activation had too many.
-    pub dropped_timers: AtomicU64,
+    /// Tells committed to outboxes.
+    pub outbox_enqueued: AtomicU64,
+    /// Tells and reminders sent again after an attempt that was not acknowledged.
+    pub redeliveries: AtomicU64,
+    /// Messages a receiver had already committed, acknowledged without running again.
+    pub duplicates_dropped: AtomicU64,
+    /// Tells and reminders given up: the receiver answered with an error, or retries ran past
+    /// `give_up_after_ms`.
+    pub dead_letters: AtomicU64,
+    /// Reminders fired and committed.
+    pub reminders_fired: AtomicU64,
+    /// Asks not executed because their deadline passed before they started.
+    pub expired_asks: AtomicU64,
     /// Guest stdout/stderr/log lines dropped by the per-message log budget.
     pub guest_log_lines_dropped: AtomicU64,
 }
@@ -136,6 +155,12 @@ pub(crate) struct Core {
     pub(crate) counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
     /// When the directory was made: cells' last use is kept in milliseconds since then.
     pub(crate) started: std::time::Instant,
+    /// Senders whose outboxes are being delivered.
+    pub(crate) delivery: Delivery,
+    /// Durable reminders being fired.
+    pub(crate) reminders: ReminderClock,
+    /// Whether the delivery sweep and the reminder clock run.
+    pub(crate) messaging_started: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -151,6 +176,9 @@ impl Core {
             stats: EntitiesStats::default(),
             counters: RwLock::default(),
             started: std::time::Instant::now(),
+            delivery: Delivery::default(),
+            reminders: ReminderClock::default(),
+            messaging_started: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -8,7 +8,8 @@ use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityPar
 use super::counters::TypeCounters;
 use super::types::TypeTable;
 use crate::contract::{
-    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, Router, ShardId, TypeKey,
+    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, MessageMeta, Reply, Router,
+    ShardId, TypeKey,
 };
 use crate::state::EntityState;
 use std::collections::HashMap;
@@ -44,6 +45,21 @@ impl Entities {
         Entities {
             core: Arc::new(Core::new(parts, router)),
         }
+    }
+
+    /// Starts delivering committed tells and firing due reminders, including those left by an
+    /// earlier run: call it once the types are bound (inside a Tokio runtime). Later calls do
+    /// nothing. Until then committed tells and reminders wait in the store.
+    pub fn start_messaging(&self) {
+        if self
+            .core
+            .messaging_started
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        super::delivery::start_sweep(&self.core);
+        super::reminders::start(&self.core);
     }
 
     /// A directory whose entities reach only each other, on this node, with no sharding in
@@ -93,7 +109,22 @@ impl Entities {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Reply {
-        let (envelope, reply) = Envelope::ask(payload);
+        self.ask_with(to, shard, payload, MessageMeta::default(), timeout)
+            .await
+    }
+
+    /// [`ask`](Self::ask) with the message's origin and call chain.
+    pub async fn ask_with(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        payload: Vec<u8>,
+        mut meta: MessageMeta,
+        timeout: Duration,
+    ) -> Reply {
+        let (mut envelope, reply) = Envelope::ask(payload);
+        meta.deadline = std::time::Instant::now().checked_add(timeout);
+        envelope.meta = meta;
         if let Err(refused) = self.deliver(to, shard, envelope) {
             return Err(refused.0);
         }
@@ -266,14 +297,7 @@ impl Entities {
         let generation = cells.next_generation;
         cells.next_generation += 1;
         let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
-        Cell::spawn(
-            self.core.clone(),
-            to.clone(),
-            shard,
-            generation,
-            sender.clone(),
-            receiver,
-        );
+        Cell::spawn(self.core.clone(), to.clone(), shard, generation, receiver);
         *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
         cells.live.insert(
             to.clone(),
@@ -397,28 +421,14 @@ impl CellRouter {
 }
 
 impl Router for CellRouter {
-    fn tell(
-        &self,
-        _from: &EntityAddress,
-        to: EntityAddress,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'static, Result<(), MessageError>> {
-        let outcome = self.entities().and_then(|entities| {
-            entities
-                .deliver(to, 0, Envelope::tell(payload))
-                .map_err(|refused| refused.0)
-        });
-        Box::pin(async move { outcome })
-    }
-
     fn ask(
         &self,
-        _from: &EntityAddress,
         to: EntityAddress,
         payload: Vec<u8>,
+        meta: MessageMeta,
         timeout: Duration,
     ) -> BoxFuture<'static, Reply> {
         let entities = self.entities();
-        Box::pin(async move { entities?.ask(to, 0, payload, timeout).await })
+        Box::pin(async move { entities?.ask_with(to, 0, payload, meta, timeout).await })
     }
 }

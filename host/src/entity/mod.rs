@@ -9,14 +9,24 @@
 //! comes from the [`TypeTable`], which the node updates on deploy, rollback and delete.
 //! Starts and passivations of remembered types are recorded here, through the state layer's
 //! remember writer.
+//!
+//! Messaging between entities is effectively once: a message's tells and reminders are
+//! committed with its writes (the state layer's outbox and reminder tables); the delivery
+//! service sends tells until the receiver acknowledges its own commit, and the reminder clock
+//! fires reminders when due; a receiver drops what it already committed. See
+//! `docs/messaging.md`.
 
 mod cell;
 mod core;
 mod counters;
+mod delivery;
 mod directory;
+mod reminders;
 mod types;
 
 pub use self::core::{EntitiesStats, EntityConfig, EntityParts};
 pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
+pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 pub use directory::{Entities, Refused};
+pub use reminders::REMINDERS_IN_FLIGHT_MAX;
 pub use types::{TypeBinding, TypeTable};

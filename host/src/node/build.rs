@@ -82,6 +82,9 @@ impl Node {
             plane.clone(),
         )?;
         catalog.load().await?;
+        // Only now is every deployed type bound: outboxes and reminders left by the last run
+        // would otherwise meet "type not registered" and be given up.
+        entities.start_messaging();
         Ok(Arc::new(Node {
             admin_token_sha256: token_hash(&admin_token),
             config,

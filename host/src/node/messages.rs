@@ -2,7 +2,7 @@
 //! passivation, state inspection, per-type status, the shard table, and shutdown.
 
 use super::{Node, NodeError};
-use crate::contract::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use crate::contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
 use crate::state::EntityState;
 use std::time::Duration;
 
@@ -33,6 +33,25 @@ impl Node {
     pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
         self.admit(&to)?;
         Ok(self.region.tell(to, payload).await?)
+    }
+
+    /// Sends a one-way message effectively once: the entity runs it at most once per `key`
+    /// (within [`CLIENT_KEY_HORIZON_MS`](crate::state::messaging::CLIENT_KEY_HORIZON_MS)),
+    /// and this returns once it is committed — or once an earlier send with the same key was.
+    /// A retry after an error or a lost answer is safe.
+    pub async fn tell_once(
+        &self,
+        to: EntityAddress,
+        payload: Vec<u8>,
+        key: String,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        self.admit(&to)?;
+        let meta = MessageMeta::from_origin(Origin::Client { key });
+        self.region
+            .ask_with(to, payload, meta, Some(timeout))
+            .await?;
+        Ok(())
     }
 
     /// Sends a message and waits for its reply.

@@ -213,7 +213,7 @@ impl Node {
     /// Node-wide counters of the entity, sharding, state and runtime layers.
     fn snapshot_layers(&self, snapshot: &mut Snapshot) {
         let entities = self.entities.stats();
-        let plain: [(&'static str, &'static str, u64); 6] = [
+        let plain: [(&'static str, &'static str, u64); 10] = [
             (
                 "tessera_entity_evictions",
                 "Live entities passivated to respect the node's active-entity limit.",
@@ -230,14 +230,34 @@ impl Node {
                 load(&entities.instance_discards),
             ),
             (
-                "tessera_guest_tells_dropped",
-                "Tells sent by entities that their target refused.",
-                load(&entities.dropped_tells),
+                "tessera_outbox_enqueued",
+                "Tells committed to entities' outboxes.",
+                load(&entities.outbox_enqueued),
             ),
             (
-                "tessera_guest_timers_dropped",
-                "Timers not armed because the activation had too many.",
-                load(&entities.dropped_timers),
+                "tessera_redeliveries",
+                "Tells and reminders sent again after an unacknowledged attempt.",
+                load(&entities.redeliveries),
+            ),
+            (
+                "tessera_duplicates_dropped",
+                "Messages a receiver had already committed, acknowledged without running again.",
+                load(&entities.duplicates_dropped),
+            ),
+            (
+                "tessera_dead_letters",
+                "Tells and reminders given up (answered with an error, or retried too long).",
+                load(&entities.dead_letters),
+            ),
+            (
+                "tessera_reminders_fired",
+                "Durable reminders fired and committed.",
+                load(&entities.reminders_fired),
+            ),
+            (
+                "tessera_expired_asks",
+                "Asks not executed because their deadline passed before they started.",
+                load(&entities.expired_asks),
             ),
             (
                 "tessera_guest_log_lines_dropped",
@@ -249,6 +269,22 @@ impl Node {
             snapshot
                 .family(name, help, Kind::Counter)
                 .push(Sample::counter(Vec::new(), value));
+        }
+        if let Ok((outbox, reminders)) = self.entities.state().pending_messages() {
+            snapshot
+                .family(
+                    "tessera_outbox_depth",
+                    "Committed tells not yet acknowledged by their receivers, node-wide.",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(Vec::new(), outbox as i64));
+            snapshot
+                .family(
+                    "tessera_reminders_pending",
+                    "Durable reminders waiting to fire, node-wide.",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(Vec::new(), reminders as i64));
         }
         let region = self.region.counters();
         let refused = snapshot.family(

@@ -36,6 +36,8 @@ pub struct EntityContext {
     pub router: Arc<dyn Router>,
     /// The entity's committed state bytes.
     pub entity_state_bytes: u64,
+    /// The highest timer id the entity ever committed; `schedule` continues after it.
+    pub last_timer: u64,
 }
 
 /// The process's wasmtime engine, linker and compiled-plugin cache.
@@ -190,6 +192,7 @@ impl Runtime {
             state,
             router,
             entity_state_bytes,
+            last_timer,
         } = entity;
         let log_budget = Arc::new(LogBudget::default());
         let entity_name: Arc<str> = address.to_string().into();
@@ -227,7 +230,7 @@ impl Runtime {
             log_budget,
             message: MessageScope::default(),
             ticks_limit,
-            next_timer: 0,
+            next_timer: last_timer,
             entity_state_bytes,
             committed_sizes: Default::default(),
         };

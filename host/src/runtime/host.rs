@@ -5,7 +5,7 @@ use super::bindings::tessera::entity::{host, types};
 use super::bindings::{Address, GuestError, LogLevel};
 use super::guest_log::{GUEST_LOG_LINE_BYTES_MAX, LogBudget};
 use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
-use crate::contract::{EntityAddress, ErrorKind, MessageError, Router};
+use crate::contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Router};
 use crate::state::{EntityState, StateChange, WriteSet};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +38,8 @@ impl HostTrap {
     }
 }
 
-/// A message to self, requested with `schedule`; armed once the message commits.
+/// A message to self, requested with `schedule`; stored as a durable reminder with the
+/// message's commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduledMessage {
     /// The timer id returned to the guest.
@@ -71,6 +72,12 @@ pub(crate) struct MessageScope {
     pub(crate) writes: Option<WriteSet>,
     pub(crate) effects: Effects,
     pub(crate) asks: u32,
+    /// The entities whose asks wait on this message, this entity last: an ask to any of them
+    /// would deadlock.
+    pub(crate) chain: Vec<EntityAddress>,
+    /// Set when one of this message's asks failed with `deadlock`: if the message then fails,
+    /// it fails as a deadlock too, so the error reaches the outermost asker with its kind.
+    pub(crate) deadlocked: bool,
     pub(crate) ticks_used: u64,
     /// Change of the entity's total state bytes made by this message.
     pub(crate) state_bytes_delta: i64,
@@ -298,6 +305,25 @@ impl host::Host for HostState {
                 "an entity cannot ask itself: it handles one message at a time".into(),
             )));
         }
+        if self.message.chain.contains(&target) {
+            let chain: Vec<String> = self
+                .message
+                .chain
+                .iter()
+                .chain(std::iter::once(&target))
+                .map(ToString::to_string)
+                .collect();
+            let error = MessageError::new(
+                ErrorKind::Deadlock,
+                format!(
+                    "deadlock: {} is waiting on this ask ({})",
+                    target,
+                    chain.join(" -> ")
+                ),
+            );
+            self.message.deadlocked = true;
+            return Ok(Err(to_guest_error(error)));
+        }
         if self.message.asks >= self.limits.message_asks_max {
             return Ok(Err(GuestError::Failed(format!(
                 "a message may make at most {} asks",
@@ -307,10 +333,16 @@ impl host::Host for HostState {
         self.message.asks += 1;
         let timeout =
             Duration::from_millis(u64::from(timeout_ms.min(self.limits.ask_timeout_ms_max)));
-        let reply = self
-            .router
-            .ask(&self.address, target, payload, timeout)
-            .await;
+        let meta = MessageMeta {
+            chain: self.message.chain.clone(),
+            ..MessageMeta::default()
+        };
+        let reply = self.router.ask(target, payload, meta, timeout).await;
+        if let Err(error) = &reply
+            && error.kind == ErrorKind::Deadlock
+        {
+            self.message.deadlocked = true;
+        }
         Ok(reply.map_err(to_guest_error))
     }
 

@@ -4,7 +4,7 @@
 use super::bindings::{Activation, Entity, GuestError};
 use super::host::{HostState, HostTrap, MessageScope};
 use super::plugin::Plugin;
-use crate::contract::{ErrorKind, MessageError};
+use crate::contract::{EntityAddress, ErrorKind, MessageError};
 use crate::state::WriteSet;
 use std::sync::Arc;
 use wasmtime::Store;
@@ -89,7 +89,19 @@ impl EntityInstance {
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
     /// replying; on `Err` nothing of the message is kept.
     pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
+        self.handle_in_chain(payload, Vec::new()).await
+    }
+
+    /// [`handle`](Self::handle) for a message that `chain`'s asks wait on (outermost first):
+    /// the guest's own asks to any of them fail at once with `deadlock`.
+    pub async fn handle_in_chain(
+        &mut self,
+        payload: &[u8],
+        mut chain: Vec<EntityAddress>,
+    ) -> Result<HandleOutcome, MessageError> {
         self.begin_call(true);
+        chain.push(self.store.data().address.clone());
+        self.store.data_mut().message.chain = chain;
         let result = self
             .bindings
             .tessera_entity_handler()
@@ -98,6 +110,10 @@ impl EntityInstance {
         let scope = std::mem::take(&mut self.store.data_mut().message);
         let reply = match result {
             Ok(Ok(reply)) => reply,
+            Ok(Err(error)) if scope.deadlocked => {
+                let error = from_guest_error(error);
+                return Err(MessageError::new(ErrorKind::Deadlock, error.message));
+            }
             Ok(Err(error)) => return Err(from_guest_error(error)),
             Err(trap) => return Err(self.poison(trap)),
         };

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use tokio::time::Instant;
 
-use crate::contract::{EntityAddress, ReplyPort, ShardId, ShardKey};
+use crate::contract::{EntityAddress, MessageMeta, ReplyPort, ShardId, ShardKey};
 use crate::sharding::link::ReplyTo;
 
 /// Where the reply to a buffered message goes.
@@ -32,6 +32,8 @@ pub enum BufferedBody {
     Message {
         /// The MessagePack payload.
         payload: Vec<u8>,
+        /// Origin and call chain.
+        meta: MessageMeta,
         /// Where its reply goes.
         reply: ReplyRoute,
     },

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use tokio::sync::mpsc;
 
-use crate::contract::{Allocation, EntityAddress, MessageError, NodeId, Reply, ShardKey};
+use crate::contract::{
+    Allocation, EntityAddress, MessageError, MessageMeta, NodeId, Reply, ShardKey,
+};
 
 /// Where the reply to a forwarded ask goes: the asking node's pending-ask table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +31,8 @@ pub enum WireBody {
         /// The MessagePack payload.
         #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
+        /// Origin and call chain (the deadline travels as `reply_to.timeout_ms`).
+        meta: MessageMeta,
         /// The asker, for an ask.
         reply_to: Option<ReplyTo>,
     },

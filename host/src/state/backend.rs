@@ -5,6 +5,7 @@
 //! same traits without the layers above noticing.
 
 use super::error::{CommitError, StoreError};
+use super::messaging::{DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
 use super::write_set::WriteSet;
 use crate::contract::{BoxFuture, EntityAddress, ShardId, TypeKey};
@@ -41,6 +42,35 @@ pub trait EntityState: Send + Sync + 'static {
 
     /// Commits `writes` atomically; the future resolves once they are durable.
     fn commit(&self, writes: WriteSet) -> CommitFuture;
+
+    /// The entity's messaging counters.
+    fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError>;
+
+    /// Whether `receiver` already committed the message `receipt` names.
+    fn is_duplicate(&self, receiver: &EntityAddress, receipt: &Receipt)
+    -> Result<bool, StoreError>;
+
+    /// Up to `limit` entries of `sender`'s outbox, in sequence order.
+    fn outbox(&self, sender: &EntityAddress, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+
+    /// Up to `limit` entities with a non-empty outbox after `after` (exclusive), in order.
+    fn outbox_senders(
+        &self,
+        after: Option<&EntityAddress>,
+        limit: usize,
+    ) -> Result<Vec<EntityAddress>, StoreError>;
+
+    /// Up to `limit` reminders due at or before `until_ms`, earliest first.
+    fn due_reminders(&self, until_ms: u64, limit: usize) -> Result<Vec<DueReminder>, StoreError>;
+
+    /// When the earliest reminder is due (ms since the epoch), if any.
+    fn next_due(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Outbox entries and reminders held, node-wide (for metrics).
+    fn pending_messages(&self) -> Result<(u64, u64), StoreError>;
+
+    /// One reminder, if still held.
+    fn reminder(&self, entity: &EntityAddress, timer: u64) -> Result<Option<Reminder>, StoreError>;
 }
 
 /// Durable storage of remembered entity ids, per `(type, shard)`.

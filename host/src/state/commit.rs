@@ -59,7 +59,7 @@ pub(crate) enum Work {
 impl Work {
     fn bytes(&self) -> usize {
         match self {
-            Work::Writes(writes) => writes.payload_bytes(),
+            Work::Writes(writes) => writes.commit_bytes(),
             Work::Remember(ops) => ops.iter().map(|op| op.id().id.len() + 16).sum(),
         }
     }

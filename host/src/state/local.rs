@@ -5,6 +5,7 @@
 use super::backend::{CommitFuture, EntityMeta, EntityState, RememberStore};
 use super::commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter, Work};
 use super::error::{CommitError, StoreError};
+use super::messaging::{DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
 use super::tables::StateStore;
 use super::write_set::WriteSet;
@@ -123,6 +124,46 @@ impl EntityState for LocalState {
 
     fn commit(&self, writes: WriteSet) -> CommitFuture {
         self.write(Work::Writes(writes))
+    }
+
+    fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError> {
+        self.store.sequences(entity)
+    }
+
+    fn is_duplicate(
+        &self,
+        receiver: &EntityAddress,
+        receipt: &Receipt,
+    ) -> Result<bool, StoreError> {
+        self.store.is_duplicate(receiver, receipt)
+    }
+
+    fn outbox(&self, sender: &EntityAddress, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.store.outbox(sender, limit)
+    }
+
+    fn outbox_senders(
+        &self,
+        after: Option<&EntityAddress>,
+        limit: usize,
+    ) -> Result<Vec<EntityAddress>, StoreError> {
+        self.store.outbox_senders(after, limit)
+    }
+
+    fn due_reminders(&self, until_ms: u64, limit: usize) -> Result<Vec<DueReminder>, StoreError> {
+        self.store.due_reminders(until_ms, limit)
+    }
+
+    fn next_due(&self) -> Result<Option<u64>, StoreError> {
+        self.store.next_due()
+    }
+
+    fn pending_messages(&self) -> Result<(u64, u64), StoreError> {
+        self.store.pending_messages()
+    }
+
+    fn reminder(&self, entity: &EntityAddress, timer: u64) -> Result<Option<Reminder>, StoreError> {
+        self.store.reminder(entity, timer)
     }
 }
 

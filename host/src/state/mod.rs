@@ -6,12 +6,14 @@
 //! [`LocalState`] implements both over [`StateStore`]'s tables, writing only through the
 //! [`GroupCommitter`]'s thread, which folds many messages (and remembered-id batches) into one
 //! durable transaction; a replicated partition can later implement the same traits.
-//! [`remember`] holds the remember-entities vocabulary and its write-behind queue.
+//! [`remember`] holds the remember-entities vocabulary and its write-behind queue;
+//! [`messaging`] the durable outbox, receipts and reminders committed with each message.
 
 mod backend;
 mod commit;
 mod error;
 mod local;
+pub mod messaging;
 pub mod remember;
 mod tables;
 mod write_set;
@@ -20,5 +22,6 @@ pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore};
 pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
 pub use error::{CommitError, StoreError};
 pub use local::LocalState;
+pub use messaging::{DueReminder, MessagingWrites, OutboxEntry, Receipt, Reminder, Sequences};
 pub use tables::StateStore;
 pub use write_set::{StateChange, WriteSet};

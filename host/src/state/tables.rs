@@ -4,6 +4,7 @@
 
 use super::backend::EntityMeta;
 use super::error::StoreError;
+use super::messaging::{self, DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
 use super::write_set::{StateChange, WriteSet};
 use crate::contract::{EntityAddress, ShardId, TypeKey};
@@ -79,6 +80,7 @@ impl StateStore {
         transaction
             .open_table(REMEMBERED_ENTITIES)
             .map_err(StoreError::io)?;
+        super::messaging::create_tables(&transaction)?;
         migrate_legacy_versions(&transaction)?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(StateStore { database })
@@ -198,6 +200,66 @@ impl StateStore {
         Ok(ids)
     }
 
+    /// The entity's messaging counters (outbox sequence, timer ids, reminders and outbox held).
+    pub fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError> {
+        messaging::read::sequences(&self.database, entity)
+    }
+
+    /// Whether `receiver` already committed the message `receipt` names (a duplicate).
+    pub fn is_duplicate(
+        &self,
+        receiver: &EntityAddress,
+        receipt: &Receipt,
+    ) -> Result<bool, StoreError> {
+        messaging::read::is_duplicate(&self.database, receiver, receipt)
+    }
+
+    /// Up to `limit` entries of `sender`'s outbox, in sequence order.
+    pub fn outbox(
+        &self,
+        sender: &EntityAddress,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        messaging::read::outbox(&self.database, sender, limit)
+    }
+
+    /// Up to `limit` entities with a non-empty outbox, after `after` (exclusive), in order.
+    pub fn outbox_senders(
+        &self,
+        after: Option<&EntityAddress>,
+        limit: usize,
+    ) -> Result<Vec<EntityAddress>, StoreError> {
+        messaging::read::outbox_senders(&self.database, after, limit)
+    }
+
+    /// Up to `limit` reminders due at or before `until_ms`, earliest first.
+    pub fn due_reminders(
+        &self,
+        until_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DueReminder>, StoreError> {
+        messaging::read::due_reminders(&self.database, until_ms, limit)
+    }
+
+    /// When the earliest reminder is due (ms since the epoch), if any.
+    pub fn next_due(&self) -> Result<Option<u64>, StoreError> {
+        messaging::read::next_due(&self.database)
+    }
+
+    /// Outbox entries and reminders held, node-wide.
+    pub fn pending_messages(&self) -> Result<(u64, u64), StoreError> {
+        messaging::read::pending(&self.database)
+    }
+
+    /// One reminder, if it is still held.
+    pub fn reminder(
+        &self,
+        entity: &EntityAddress,
+        timer: u64,
+    ) -> Result<Option<Reminder>, StoreError> {
+        messaging::read::reminder(&self.database, entity, timer)
+    }
+
     /// Commits one write set in its own durable transaction (the slow path the group committer
     /// avoids; used by tools and as the benchmark baseline).
     pub fn commit_one(&self, writes: &WriteSet) -> Result<(), StoreError> {
@@ -220,6 +282,10 @@ pub(crate) fn apply_write_sets<'a>(
         .open_table(ENTITY_META)
         .map_err(StoreError::io)?;
     for writes in write_sets {
+        super::messaging::apply_messaging(transaction, writes.entity(), writes.messaging())?;
+        if !writes.touches_state() {
+            continue;
+        }
         let (tenant, entity_type, id) = key3(writes.entity());
         let mut delta: i64 = 0;
         for (key, change) in writes.changes() {

@@ -1,5 +1,6 @@
 //! The writes one message makes, kept apart until they are committed or discarded.
 
+use super::messaging::MessagingWrites;
 use crate::contract::EntityAddress;
 use std::collections::BTreeMap;
 
@@ -13,7 +14,9 @@ pub enum StateChange {
 }
 
 /// Every `put`/`delete` an entity made while handling one message, plus the plugin version it
-/// ran on. Reads inside the message consult it first (read-your-writes).
+/// ran on and its messaging effects (outbox tells, reminders, the receipt of the message it
+/// handled), all committed in one transaction. Reads inside the message consult it first
+/// (read-your-writes).
 ///
 /// ```
 /// use tessera_host::contract::EntityAddress;
@@ -29,7 +32,12 @@ pub struct WriteSet {
     entity: EntityAddress,
     changes: BTreeMap<String, StateChange>,
     version: Option<u32>,
+    /// Boxed and made on first use: most write sets carry no messaging.
+    messaging: Option<Box<MessagingWrites>>,
 }
+
+/// What [`WriteSet::messaging`] shows when nothing was added.
+static NO_MESSAGING: MessagingWrites = MessagingWrites::EMPTY;
 
 impl WriteSet {
     /// An empty write set for `entity`.
@@ -38,6 +46,7 @@ impl WriteSet {
             entity,
             changes: BTreeMap::new(),
             version: None,
+            messaging: None,
         }
     }
 
@@ -71,6 +80,21 @@ impl WriteSet {
         self.version
     }
 
+    /// The messaging effects committed with these writes.
+    pub fn messaging(&self) -> &MessagingWrites {
+        self.messaging.as_deref().unwrap_or(&NO_MESSAGING)
+    }
+
+    /// The messaging effects, to add to.
+    pub fn messaging_mut(&mut self) -> &mut MessagingWrites {
+        self.messaging.get_or_insert_default()
+    }
+
+    /// Whether the entity's state keys or version change (not only its messaging).
+    pub fn touches_state(&self) -> bool {
+        !self.changes.is_empty() || self.version.is_some()
+    }
+
     /// The changes, in key order.
     pub fn changes(&self) -> impl Iterator<Item = (&str, &StateChange)> {
         self.changes
@@ -83,12 +107,12 @@ impl WriteSet {
         self.changes.len()
     }
 
-    /// True when nothing needs committing: no change and no version to record.
+    /// True when nothing needs committing: no change, no version, no messaging.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.version.is_none()
+        !self.touches_state() && self.messaging().is_empty()
     }
 
-    /// Bytes the changes carry (keys plus values), for quotas and batch limits.
+    /// Bytes the state changes carry (keys plus values), for quotas.
     pub fn payload_bytes(&self) -> usize {
         self.changes
             .iter()
@@ -99,9 +123,15 @@ impl WriteSet {
             .sum()
     }
 
+    /// Bytes the whole commit carries (state and messaging), for batch limits.
+    pub fn commit_bytes(&self) -> usize {
+        self.payload_bytes() + self.messaging().payload_bytes()
+    }
+
     /// Drops every pending change (a failed message).
     pub fn clear(&mut self) {
         self.changes.clear();
         self.version = None;
+        self.messaging = None;
     }
 }

@@ -4,11 +4,20 @@
 //! - `{"Withdraw": n}` subtracts `n`; replies with the balance, or is rejected when `n` exceeds
 //!   it (state unchanged).
 //! - `"Balance"` replies with the balance.
-//! - `{"Transfer": {"to": "<account id>", "amount": n}}` withdraws `n` and `ask`s the account
-//!   `to` — an entity of this same type, whatever name the type was deployed under — to
-//!   `{"Deposit": n}`. The withdrawal is committed only if that deposit succeeded: when the ask
-//!   fails its error is returned, so the host discards the withdrawal. Replies with this
-//!   account's balance. A transfer to itself, or beyond the balance, is rejected before asking.
+//! - `{"Transfer": {"to": "<account id>", "amount": n}}` withdraws `n` and, in the same commit,
+//!   queues a `{"Credit": {"from": <this id>, "amount": n}}` tell to the account `to` (an entity
+//!   of this same type, whatever name the type was deployed under). Replies with this account's
+//!   balance. A transfer to itself, or beyond the balance, is rejected and changes nothing.
+//! - `{"Credit": {"from": id, "amount": n}}` (sent by a transfer) adds `n`. If it cannot (the
+//!   balance would overflow) it tells `from` `{"Refund": {"from": <this id>, "amount": n}}`
+//!   instead, so the money goes back rather than vanishing.
+//! - `{"Refund": {"from": id, "amount": n}}` adds back a transfer the receiver could not take.
+//!
+//! This is the safe pattern for effects across entities: the host commits a message's tells
+//! with its writes and delivers each one effectively once (retried until the receiver commits
+//! it, duplicates dropped), so the withdrawal and the credit cannot come apart — no money is
+//! created or lost, whatever crashes, timeouts or concurrent transfers happen. An `ask` would
+//! not give that: its reply is not atomic with the asker's writes.
 //!
 //! The balance lives in durable state under the key `"balance"`.
 
@@ -16,10 +25,6 @@ use tessera_sdk::prelude::*;
 
 /// The state key holding the balance (a `u64`; absent means 0).
 pub const BALANCE_KEY: &str = "balance";
-
-/// How long a transfer waits for the target account's deposit. Two accounts transferring to
-/// each other at once wait on each other; this bound turns that into two failed transfers.
-pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The in-memory copy of the account, rebuilt from state on activation.
 pub struct Account {
@@ -40,6 +45,20 @@ pub enum Msg {
         /// The id of the receiving account (same entity type).
         to: String,
         /// How much to move.
+        amount: u64,
+    },
+    /// The receiving half of a transfer.
+    Credit {
+        /// The id of the paying account.
+        from: String,
+        /// How much it paid.
+        amount: u64,
+    },
+    /// A transfer the receiver could not take, coming back.
+    Refund {
+        /// The id of the account that refused it.
+        from: String,
+        /// How much comes back.
         amount: u64,
     },
 }
@@ -66,10 +85,21 @@ impl Account {
             return Err(Error::rejected("cannot transfer to the same account"));
         }
         let balance = self.after_withdrawal(amount)?;
-        ctx.put(BALANCE_KEY, &balance);
         let target = Address::new(me.entity_type, to);
-        let _target_balance: u64 = ctx.ask(&target, &Msg::Deposit(amount), TRANSFER_TIMEOUT)?;
+        ctx.tell(&target, &Msg::Credit { from: me.id, amount })?;
         Ok(balance)
+    }
+
+    fn credit(&self, ctx: &mut Ctx, from: String, amount: u64) -> Result<u64, Error> {
+        match self.after_deposit(amount) {
+            Ok(balance) => Ok(balance),
+            Err(_) => {
+                let me = ctx.self_address();
+                let payer = Address::new(me.entity_type, from);
+                ctx.tell(&payer, &Msg::Refund { from: me.id, amount })?;
+                Ok(self.balance)
+            }
+        }
     }
 }
 
@@ -86,12 +116,15 @@ impl Entity for Account {
     fn handle(&mut self, ctx: &mut Ctx, msg: Msg) -> Result<u64, Error> {
         let balance = match msg {
             Msg::Balance => return Ok(self.balance),
-            Msg::Deposit(amount) => self.after_deposit(amount)?,
+            Msg::Deposit(amount) | Msg::Refund { amount, .. } => self.after_deposit(amount)?,
             Msg::Withdraw(amount) => self.after_withdrawal(amount)?,
             Msg::Transfer { to, amount } => self.transfer(ctx, to, amount)?,
+            Msg::Credit { from, amount } => self.credit(ctx, from, amount)?,
         };
-        ctx.put(BALANCE_KEY, &balance);
-        self.balance = balance;
+        if balance != self.balance {
+            ctx.put(BALANCE_KEY, &balance);
+            self.balance = balance;
+        }
         Ok(balance)
     }
 }
@@ -132,54 +165,69 @@ mod tests {
     }
 
     #[test]
-    fn transfer_asks_the_same_type_and_commits_on_success() {
+    fn transfer_withdraws_and_queues_a_credit_to_the_same_type() {
         let mut alice = account("alice", 100);
-        let bob = Address::new("accounts", "bob");
-        alice.on_ask(bob.clone(), |msg: Msg| match msg {
-            Msg::Deposit(amount) => Ok(500 + amount),
-            other => Err(Error::bad_message(format!("unexpected {other:?}"))),
-        });
         let transfer = Msg::Transfer {
             to: "bob".into(),
             amount: 40,
         };
         assert_eq!(alice.send(&transfer), Ok(60));
         assert_eq!(alice.state::<u64>(BALANCE_KEY), Some(60));
-        let asks = alice.asks();
-        assert_eq!(asks.len(), 1);
-        assert_eq!(asks[0].to, bob);
-        assert_eq!(asks[0].timeout, TRANSFER_TIMEOUT);
-        assert!(matches!(asks[0].decode::<Msg>(), Ok(Msg::Deposit(40))));
+        let tells = alice.tells();
+        assert_eq!(tells.len(), 1);
+        assert_eq!(tells[0].to, Address::new("accounts", "bob"));
+        assert!(matches!(
+            tells[0].decode::<Msg>(),
+            Ok(Msg::Credit { from, amount: 40 }) if from == "alice"
+        ));
+        assert!(alice.asks().is_empty(), "a transfer never waits on the receiver");
     }
 
     #[test]
-    fn failed_ask_leaves_the_balance_unchanged() {
-        let mut alice = account("alice", 100);
-        alice.on_ask(
-            Address::new("accounts", "bob"),
-            |_: Msg| -> Result<u64, Error> { Err(Error::failed("deadline exceeded")) },
-        );
-        let transfer = Msg::Transfer {
-            to: "bob".into(),
+    fn a_credit_adds_to_the_balance() {
+        let mut bob = account("bob", 5);
+        let credit = Msg::Credit {
+            from: "alice".into(),
             amount: 40,
         };
-        assert_eq!(
-            alice.send(&transfer),
-            Err(Error::failed("deadline exceeded"))
-        );
-        assert_eq!(alice.state::<u64>(BALANCE_KEY), Some(100));
-        assert_eq!(alice.send("Balance"), Ok(100));
+        assert_eq!(bob.send(&credit), Ok(45));
+        assert_eq!(bob.state::<u64>(BALANCE_KEY), Some(45));
+        assert!(bob.tells().is_empty());
     }
 
     #[test]
-    fn insufficient_funds_are_rejected_before_asking() {
+    fn a_credit_that_cannot_be_taken_is_refunded() {
+        let mut bob = account("bob", u64::MAX - 1);
+        let credit = Msg::Credit {
+            from: "alice".into(),
+            amount: 40,
+        };
+        assert_eq!(bob.send(&credit), Ok(u64::MAX - 1));
+        assert_eq!(bob.state::<u64>(BALANCE_KEY), Some(u64::MAX - 1));
+        let tells = bob.tells();
+        assert_eq!(tells.len(), 1);
+        assert_eq!(tells[0].to, Address::new("accounts", "alice"));
+        assert!(matches!(
+            tells[0].decode::<Msg>(),
+            Ok(Msg::Refund { from, amount: 40 }) if from == "bob"
+        ));
+        let mut alice = account("alice", 60);
+        let refund = Msg::Refund {
+            from: "bob".into(),
+            amount: 40,
+        };
+        assert_eq!(alice.send(&refund), Ok(100));
+    }
+
+    #[test]
+    fn insufficient_funds_are_rejected_and_nothing_is_sent() {
         let mut alice = account("alice", 10);
         let transfer = Msg::Transfer {
             to: "bob".into(),
             amount: 40,
         };
         assert!(matches!(alice.send(&transfer), Err(Error::Rejected(_))));
-        assert!(alice.asks().is_empty());
+        assert!(alice.tells().is_empty());
     }
 
     #[test]
@@ -190,7 +238,7 @@ mod tests {
             amount: 1,
         };
         assert!(matches!(alice.send(&transfer), Err(Error::Rejected(_))));
-        assert!(alice.asks().is_empty());
+        assert!(alice.tells().is_empty());
         assert_eq!(alice.state::<u64>(BALANCE_KEY), Some(10));
     }
 }

@@ -1,12 +1,17 @@
 //! A test fixture for the host imports no other plugin uses: `{"TellAdd": {"entity_type":
 //! "counter", "id": "c1", "amount": 3}}` tells that counter `{"Add": 3}` (one-way, sent once
 //! this message commits) and replies with how many tells it has sent; `"Sleep"` asks the host
-//! to passivate it after the reply; `"Sent"` replies with the number of tells sent so far.
+//! to passivate it after the reply; `"Sent"` replies with the number of tells sent so far;
+//! `{"Bounce": {"path": ["r2", "r1"]}}` asks along a path of relays (a deadlock fixture).
 
 use tessera_sdk::prelude::*;
 
 /// The state key counting tells sent.
 pub const SENT_KEY: &str = "sent";
+
+/// How long a bounce waits for the next relay: long, so a test sees a deadlock reported at
+/// once rather than a timeout.
+pub const BOUNCE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a relay understands.
 #[derive(Debug, Serialize, Deserialize)]
@@ -19,6 +24,13 @@ pub enum Msg {
         id: String,
         /// What to add.
         amount: i64,
+    },
+    /// Ask the relay `path[0]` to bounce the rest of the path, and reply with its reply; an
+    /// empty path replies with the tells sent. `{"Bounce": {"path": ["r2", "r1"]}}` sent to
+    /// `r1` makes `r1` ask `r2`, which asks `r1` back: a deadlock the host reports at once.
+    Bounce {
+        /// Relay ids to ask in turn.
+        path: Vec<String>,
     },
     /// Passivate after this message.
     Sleep,
@@ -58,6 +70,15 @@ impl Entity for Relay {
                 self.sent += 1;
                 ctx.put(SENT_KEY, &self.sent);
             }
+            Msg::Bounce { mut path } => {
+                if path.is_empty() {
+                    return Ok(self.sent);
+                }
+                let next = path.remove(0);
+                let me = ctx.self_address();
+                let target = Address::new(me.entity_type, next);
+                return ctx.ask(&target, &Msg::Bounce { path }, BOUNCE_TIMEOUT);
+            }
             Msg::Sleep => ctx.passivate(),
             Msg::Sent => {}
         }
@@ -84,5 +105,19 @@ mod tests {
         assert_eq!(harness.tells().len(), 1);
         harness.send(&Msg::Sleep).unwrap();
         assert!(harness.passivation_requested());
+    }
+
+    #[test]
+    fn bounce_asks_the_next_relay_on_the_path() {
+        let mut harness = Harness::<Relay>::new(Address::new("relay", "r1"));
+        harness.on_ask(Address::new("relay", "r2"), |msg: Msg| match msg {
+            Msg::Bounce { path } if path == ["r3"] => Ok(7u64),
+            other => Err(Error::bad_message(format!("unexpected {other:?}"))),
+        });
+        let bounce = Msg::Bounce {
+            path: vec!["r2".into(), "r3".into()],
+        };
+        assert_eq!(harness.send(&bounce), Ok(7));
+        assert_eq!(harness.asks()[0].timeout, BOUNCE_TIMEOUT);
     }
 }

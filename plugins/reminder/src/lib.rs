@@ -1,15 +1,17 @@
-//! Reminders delivered by timers. The entity schedules a message to itself and records, in
+//! Durable reminders. The entity schedules a message to itself and records, in
 //! durable state, every reminder that fired.
 //!
 //! - `{"Remind": {"delay_ms": n, "note": "..."}}` schedules `{"Fire": {"note": "...", "due_ms": t}}`
 //!   to itself after `n` ms; replies `{"timer": <u64>, "due_ms": <u64>}`.
 //! - `{"Fire": {"note": "...", "due_ms": t}}` (normally sent by the timer) records the note;
 //!   replies like `"Fired"`.
+//! - `{"Cancel": timer}` cancels a reminder (durably); replies like `"Fired"`.
 //! - `"Fired"` replies `{"count": <u64>, "notes": ["...", ...]}`: how many fired in total and
 //!   the last [`NOTES_KEPT`] notes, oldest first.
 //!
-//! Timers live as long as the activation (passivation cancels them), so a reminder that has not
-//! fired when the entity is passivated is lost. The record lives under the key `"fired"`.
+//! Reminders are durable: one scheduled before a passivation, an upgrade or a host restart still
+//! fires (activating the entity) and is recorded exactly once. The record lives under the key
+//! `"fired"`.
 
 use tessera_sdk::prelude::*;
 
@@ -45,6 +47,8 @@ pub enum Msg {
         /// When it was due, in ms since the Unix epoch.
         due_ms: u64,
     },
+    /// Cancels the reminder with this timer id; replies like `"Fired"`.
+    Cancel(u64),
     /// Replies with the [`FiredLog`].
     Fired,
 }
@@ -101,6 +105,10 @@ impl Entity for Reminder {
                 self.fired = fired;
                 Ok(Reply::Fired(self.fired.clone()))
             }
+            Msg::Cancel(timer) => {
+                ctx.cancel(TimerId::from_raw(timer));
+                Ok(Reply::Fired(self.fired.clone()))
+            }
             Msg::Fired => Ok(Reply::Fired(self.fired.clone())),
         }
     }
@@ -139,6 +147,18 @@ mod tests {
                 due_ms: now + 1_500
             }
         );
+    }
+
+    #[test]
+    fn cancel_cancels_the_timer() {
+        let mut reminder = Harness::<Reminder>::new(Address::new("reminder", "r-1"));
+        let Ok(Reply::Scheduled { timer, .. }) = reminder.send(&remind(1_000, "tea")) else {
+            panic!("not scheduled");
+        };
+        reminder.send(&Msg::Cancel(timer)).unwrap();
+        assert!(reminder.schedules()[0].cancelled);
+        reminder.advance(Duration::from_millis(2_000));
+        assert!(reminder.fire_due().is_empty());
     }
 
     #[test]

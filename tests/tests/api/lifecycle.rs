@@ -68,7 +68,7 @@ async fn hot_deploy_under_load_loses_nothing() {
 
 /// Opens the node on `data_dir` again, waiting for the previous one's background tasks to let
 /// go of the database file.
-async fn open_again(data_dir: &Path) -> Arc<Node> {
+pub(crate) async fn open_again(data_dir: &Path) -> Arc<Node> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match Node::open(config(data_dir)).await {

@@ -2,8 +2,10 @@
 //! (ureq on blocking threads). Every endpoint, every bad input, every tenant quota, a hot
 //! deploy under load, and a restart of a node with remembered entities.
 
+mod crash;
 mod entities;
 mod lifecycle;
+mod messaging;
 mod quota;
 mod support;
 mod tenants;

@@ -213,6 +213,20 @@ impl Http {
         String::from_utf8_lossy(&answer).into_owned()
     }
 
+    /// POSTs JSON with extra request headers.
+    pub(crate) async fn post_json_with(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: &Json,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let bytes = serde_json::to_vec(body).unwrap();
+        let body = Some(("application/json", bytes));
+        self.send_with("POST", path, token, body, None, headers)
+            .await
+    }
+
     pub(crate) async fn send(
         &self,
         method: &str,
@@ -221,6 +235,22 @@ impl Http {
         body: Option<(&str, Vec<u8>)>,
         accept: Option<&str>,
     ) -> Response {
+        self.send_with(method, path, token, body, accept, &[]).await
+    }
+
+    pub(crate) async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+        accept: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
         let agent = self.agent.clone();
         let url = format!("{}{path}", self.base);
         let method = method.to_string();
@@ -236,6 +266,9 @@ impl Http {
             }
             if let Some(accept) = accept {
                 request = request.header("accept", accept);
+            }
+            for (name, value) in headers {
+                request = request.header(name, value);
             }
             let bytes = match body {
                 Some((content_type, bytes)) => {

@@ -47,7 +47,14 @@ fn address(tenant: &str, extracted: EntityPath) -> Result<EntityAddress, ApiErro
     Ok(EntityAddress::new(tenant, entity_type, id))
 }
 
-/// `POST /v1/entities/{type}/{id}/tell` → 202 once the node has taken the message.
+/// The header that makes a tell effectively once.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// The longest idempotency key accepted.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 128;
+
+/// `POST /v1/entities/{type}/{id}/tell` → 202 once the node has taken the message; with an
+/// `Idempotency-Key` header, 202 once the entity has committed it (at most once per key).
 pub async fn tell(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
@@ -56,9 +63,45 @@ pub async fn tell(
     RequestBody(bytes): RequestBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let to = address(&tenant, entity)?;
+    let key = idempotency_key(&headers)?;
     let payload = message_payload(&headers, &bytes)?;
-    node.tell(to, payload).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
+    match key {
+        Some(key) => {
+            let timeout = Duration::from_millis(node.config().api.ask_timeout_ms_default);
+            node.tell_once(to, payload, key, timeout).await?;
+            Ok((StatusCode::ACCEPTED, Json(json!({ "status": "committed" }))))
+        }
+        None => {
+            node.tell(to, payload).await?;
+            Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
+        }
+    }
+}
+
+/// The request's `Idempotency-Key`, if any: printable ASCII, 1 to
+/// [`IDEMPOTENCY_KEY_BYTES_MAX`] bytes.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|key| {
+            !key.is_empty()
+                && key.len() <= IDEMPOTENCY_KEY_BYTES_MAX
+                && key.bytes().all(|byte| byte.is_ascii_graphic())
+        })
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "bad_header",
+                format!(
+                    "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} printable ASCII \
+                     characters"
+                ),
+            )
+        })?;
+    Ok(Some(key.to_string()))
 }
 
 /// `POST /v1/entities/{type}/{id}/ask[?timeout_ms=N]` → the reply, as JSON or MessagePack.

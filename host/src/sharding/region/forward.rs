@@ -89,7 +89,11 @@ impl Forwarder {
         let request_id = self.next_request_id;
         let (wire_body, local_port) = match body {
             BufferedBody::Passivate => (WireBody::Passivate, None),
-            BufferedBody::Message { payload, reply } => {
+            BufferedBody::Message {
+                payload,
+                meta,
+                reply,
+            } => {
                 let (reply_to, local_port) = match reply {
                     ReplyRoute::None => (None, None),
                     ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
@@ -103,7 +107,12 @@ impl Forwarder {
                         (Some(reply_to), Some((port, deadline)))
                     }
                 };
-                (WireBody::Message { payload, reply_to }, local_port)
+                let body = WireBody::Message {
+                    payload,
+                    meta,
+                    reply_to,
+                };
+                (body, local_port)
             }
         };
         let one_way = matches!(

@@ -23,8 +23,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::contract::{
-    EntityAddress, ErrorKind, MessageError, NodeId, Reply, Router, ShardId, ShardKey, TypeKey,
-    error::ERROR_KIND_COUNT,
+    EntityAddress, ErrorKind, MessageError, MessageMeta, NodeId, Reply, Router, ShardId, ShardKey,
+    TypeKey, error::ERROR_KIND_COUNT,
 };
 use crate::sharding::config::{ConfigError, ShardingConfig};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
@@ -370,6 +370,7 @@ impl RegionHandle {
         let (ty, shard) = self.resolve(&address)?;
         let body = BufferedBody::Message {
             payload,
+            meta: MessageMeta::default(),
             reply: ReplyRoute::None,
         };
         let item = Buffered {
@@ -390,12 +391,26 @@ impl RegionHandle {
         payload: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Reply {
+        self.ask_with(address, payload, MessageMeta::default(), timeout)
+            .await
+    }
+
+    /// [`ask`](Self::ask) with the message's origin and call chain: how entities' asks, outbox
+    /// deliveries, reminders and idempotent client tells travel.
+    pub async fn ask_with(
+        &self,
+        address: EntityAddress,
+        payload: Vec<u8>,
+        meta: MessageMeta,
+        timeout: Option<Duration>,
+    ) -> Reply {
         let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
         let deadline = Instant::now() + timeout;
         let (ty, shard) = self.resolve(&address)?;
         let (port, receiver) = oneshot::channel();
         let body = BufferedBody::Message {
             payload,
+            meta,
             reply: ReplyRoute::Local { port, deadline },
         };
         let item = Buffered {

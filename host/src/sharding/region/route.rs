@@ -109,21 +109,33 @@ fn deliver_local(
         body,
         ..
     } = item;
-    let (payload, reply) = match body {
+    let (payload, mut meta, reply) = match body {
         BufferedBody::Passivate => {
             shared.local.passivate(&address);
             return Ok(());
         }
-        BufferedBody::Message { payload, reply } => (payload, reply),
+        BufferedBody::Message {
+            payload,
+            meta,
+            reply,
+        } => (payload, meta, reply),
     };
     let port = match reply {
         ReplyRoute::None => None,
-        ReplyRoute::Local { port, .. } => Some(port),
-        ReplyRoute::Remote(reply_to) => Some(remote_reply_port(shared, reply_to)),
+        ReplyRoute::Local { port, deadline } => {
+            meta.deadline = Some(deadline.into_std());
+            Some(port)
+        }
+        ReplyRoute::Remote(reply_to) => {
+            let remaining = std::time::Duration::from_millis(reply_to.timeout_ms);
+            meta.deadline = std::time::Instant::now().checked_add(remaining);
+            Some(remote_reply_port(shared, reply_to))
+        }
     };
     let tell = port.is_none();
     let envelope = Envelope {
         payload,
+        meta,
         reply: port,
     };
     shared

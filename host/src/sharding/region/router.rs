@@ -1,12 +1,13 @@
-//! The region as the [`Router`] of its node's entities: a guest's `tell` and `ask` enter the
-//! sharding layer here, once, and are routed like any other message. The router holds the
-//! region weakly, so the entity layer and the region that owns it do not keep each other alive.
+//! The region as the [`Router`] of its node's entities: a guest's `ask` and the entity layer's
+//! outbox and reminder deliveries enter the sharding layer here, once, and are routed like any
+//! other message. The router holds the region weakly, so the entity layer and the region that
+//! owns it do not keep each other alive.
 
 use std::sync::Weak;
 use std::time::Duration;
 
 use super::{RegionHandle, Shared, route::stopped};
-use crate::contract::{BoxFuture, EntityAddress, MessageError, Reply, Router};
+use crate::contract::{BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router};
 
 pub(crate) struct RegionRouter(Weak<Shared>);
 
@@ -24,24 +25,14 @@ impl RegionRouter {
 }
 
 impl Router for RegionRouter {
-    fn tell(
-        &self,
-        _from: &EntityAddress,
-        to: EntityAddress,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'static, Result<(), MessageError>> {
-        let region = self.region();
-        Box::pin(async move { region?.tell(to, payload).await })
-    }
-
     fn ask(
         &self,
-        _from: &EntityAddress,
         to: EntityAddress,
         payload: Vec<u8>,
+        meta: MessageMeta,
         timeout: Duration,
     ) -> BoxFuture<'static, Reply> {
         let region = self.region();
-        Box::pin(async move { region?.ask(to, payload, Some(timeout)).await })
+        Box::pin(async move { region?.ask_with(to, payload, meta, Some(timeout)).await })
     }
 }

@@ -190,8 +190,13 @@ impl RegionTask {
         self.learn(&key, allocation);
         let body = match body {
             WireBody::Passivate => BufferedBody::Passivate,
-            WireBody::Message { payload, reply_to } => BufferedBody::Message {
+            WireBody::Message {
                 payload,
+                meta,
+                reply_to,
+            } => BufferedBody::Message {
+                payload,
+                meta,
                 reply: reply_to.map_or(ReplyRoute::None, ReplyRoute::Remote),
             },
         };

@@ -20,6 +20,14 @@ fn wire_messages_round_trip_through_messagepack() {
             hops: 1,
             body: WireBody::Message {
                 payload: vec![1, 2, 3],
+                meta: crate::contract::MessageMeta {
+                    origin: Some(Box::new(crate::contract::Origin::Entity {
+                        sender: counter().entity("c-0"),
+                        seq: 7,
+                    })),
+                    chain: vec![counter().entity("c-2")],
+                    deadline: None,
+                },
                 reply_to: Some(ReplyTo {
                     node: "node-0".into(),
                     request_id: 9,

@@ -1,0 +1,242 @@
+//! The delivery service: sends every committed outbox tell to its receiver and retries until
+//! the receiver acknowledges its own commit of it, then removes it from the outbox.
+//!
+//! One task per sender with a non-empty outbox delivers its entries strictly in sequence
+//! order, one at a time, so the order per sender–receiver pair is kept and the receiver can
+//! drop duplicates by the highest sequence number it committed. Senders are woken by their
+//! cell after a commit and, so nothing is left behind after a restart or a missed wake, by a
+//! sweep that pages through the outbox table. At most [`DELIVERY_SENDERS_MAX`] senders deliver
+//! at once; the rest wait for the next sweep.
+
+use super::core::Core;
+use crate::contract::{ErrorKind, MessageMeta, Origin};
+use crate::state::{OutboxEntry, WriteSet};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Senders whose outboxes are delivered at the same time.
+pub const DELIVERY_SENDERS_MAX: usize = 1024;
+
+/// Outbox entries one sender reads (and acknowledges) at a time.
+pub const DELIVERY_BATCH_MAX: usize = 64;
+
+/// Settings of the delivery service (milliseconds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// How long one attempt waits for the receiver's acknowledgement.
+    pub ack_timeout_ms: u64,
+    /// The first wait before a retry; doubled per failed attempt up to `retry_max_ms`.
+    pub retry_min_ms: u64,
+    /// The longest wait between retries.
+    pub retry_max_ms: u64,
+    /// After retrying this long a tell is given up (a dead letter, counted and logged).
+    pub give_up_after_ms: u64,
+    /// How often the outbox table is swept for senders nobody woke.
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            ack_timeout_ms: 5_000,
+            retry_min_ms: 20,
+            retry_max_ms: 5_000,
+            give_up_after_ms: 24 * 60 * 60 * 1000,
+            sweep_interval_ms: 1_000,
+        }
+    }
+}
+
+/// Whether a failed delivery may succeed later: the receiver was busy, absent or not yet
+/// reachable. Any other failure is the receiver's answer to the message itself.
+pub(crate) fn is_retryable(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::MailboxFull
+            | ErrorKind::BufferOverflow
+            | ErrorKind::Timeout
+            | ErrorKind::Unavailable
+            | ErrorKind::QuotaExceeded
+            | ErrorKind::Instantiation
+            | ErrorKind::Internal
+    )
+}
+
+/// The senders being delivered now; `true` when one was woken again while delivering.
+#[derive(Default)]
+pub(crate) struct Delivery {
+    active: Mutex<HashMap<crate::contract::EntityAddress, bool>>,
+}
+
+impl Delivery {
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<crate::contract::EntityAddress, bool>> {
+        self.active
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Senders being delivered now.
+    pub(crate) fn active_senders(&self) -> usize {
+        self.active().len()
+    }
+}
+
+/// Starts delivering `sender`'s outbox, or notes that it has more if it is being delivered.
+pub(crate) fn wake(core: &Arc<Core>, sender: &crate::contract::EntityAddress) {
+    if !core.messaging_started.load(Ordering::Acquire) {
+        // Delivery has not started; its first sweep finds this outbox.
+        return;
+    }
+    {
+        let mut active = core.delivery.active();
+        if let Some(again) = active.get_mut(sender) {
+            *again = true;
+            return;
+        }
+        if active.len() >= DELIVERY_SENDERS_MAX {
+            // The sweep finds it once a slot is free.
+            return;
+        }
+        active.insert(sender.clone(), false);
+    }
+    tokio::spawn(deliver_sender(Arc::downgrade(core), sender.clone()));
+}
+
+/// Starts the sweep that finds outboxes nobody woke (after a restart, or while the service was
+/// full). Ends when the directory is dropped.
+pub(crate) fn start_sweep(core: &Arc<Core>) {
+    let weak = Arc::downgrade(core);
+    let interval = Duration::from_millis(core.config.delivery.sweep_interval_ms.max(1));
+    tokio::spawn(async move {
+        loop {
+            let Some(core) = weak.upgrade() else { return };
+            sweep(&core);
+            drop(core);
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+fn sweep(core: &Arc<Core>) {
+    let mut after = None;
+    loop {
+        if core.delivery.active_senders() >= DELIVERY_SENDERS_MAX {
+            return;
+        }
+        let senders = match core.state.outbox_senders(after.as_ref(), 256) {
+            Ok(senders) => senders,
+            Err(error) => {
+                tracing::warn!(%error, "outbox sweep failed");
+                return;
+            }
+        };
+        let Some(last) = senders.last().cloned() else {
+            return;
+        };
+        for sender in &senders {
+            wake(core, sender);
+        }
+        after = Some(last);
+    }
+}
+
+async fn deliver_sender(weak: Weak<Core>, sender: crate::contract::EntityAddress) {
+    loop {
+        let Some(core) = weak.upgrade() else { return };
+        let entries = match core.state.outbox(&sender, DELIVERY_BATCH_MAX) {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::warn!(%sender, %error, "outbox read failed; the sweep retries");
+                core.delivery.active().remove(&sender);
+                return;
+            }
+        };
+        if entries.is_empty() {
+            let mut active = core.delivery.active();
+            match active.get_mut(&sender) {
+                Some(again) if *again => {
+                    *again = false;
+                    continue;
+                }
+                _ => {
+                    active.remove(&sender);
+                    return;
+                }
+            }
+        }
+        drop(core);
+        let mut acked = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let seq = entry.seq;
+            if !deliver_one(&weak, &sender, entry).await {
+                // The directory is gone: the outbox stays for the next start.
+                break;
+            }
+            acked.push(seq);
+        }
+        let Some(core) = weak.upgrade() else { return };
+        if acked.is_empty() {
+            continue;
+        }
+        let mut writes = WriteSet::new(sender.clone());
+        writes.messaging_mut().acked = acked;
+        if let Err(error) = core.state.commit(writes).await {
+            // The entries stay; they are sent again and dropped as duplicates.
+            tracing::warn!(%sender, %error, "outbox acknowledgement failed");
+            tokio::time::sleep(Duration::from_millis(core.config.delivery.retry_min_ms)).await;
+        }
+    }
+}
+
+/// Sends one entry until the receiver commits it (or it is given up). False if the directory
+/// is gone.
+async fn deliver_one(
+    weak: &Weak<Core>,
+    sender: &crate::contract::EntityAddress,
+    entry: OutboxEntry,
+) -> bool {
+    let started = Instant::now();
+    let mut wait: Option<Duration> = None;
+    loop {
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+        let Some(core) = weak.upgrade() else {
+            return false;
+        };
+        if wait.is_some() {
+            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
+        }
+        let config = &core.config.delivery;
+        let meta = MessageMeta::from_origin(Origin::Entity {
+            sender: sender.clone(),
+            seq: entry.seq,
+        });
+        let timeout = Duration::from_millis(config.ack_timeout_ms);
+        let reply = core
+            .router
+            .ask(entry.to.clone(), entry.payload.clone(), meta, timeout)
+            .await;
+        let give_up_after = Duration::from_millis(config.give_up_after_ms);
+        match reply {
+            Ok(_) => return true,
+            Err(error) if is_retryable(error.kind) && started.elapsed() < give_up_after => {
+                let (min, max) = (config.retry_min_ms, config.retry_max_ms);
+                let next = wait.map_or(Duration::from_millis(min), |wait| {
+                    (wait * 2).min(Duration::from_millis(max))
+                });
+                wait = Some(next);
+                tracing::debug!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell not acknowledged; retrying");
+            }
+            Err(error) => {
+                core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
+                return true;
+            }
+        }
+    }
+}
