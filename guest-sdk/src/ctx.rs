@@ -313,7 +313,7 @@ impl Ctx {
     /// The reminder is committed with this message's writes (nothing is scheduled if the
     /// message fails), survives passivation, upgrades and host restarts, activates the entity
     /// when it fires and is delivered effectively once. An entity holds a bounded number of
-    /// reminders (the host's `reminders_per_entity_max`); past it the message fails with a
+    /// reminders (the tenant's `reminders_max` quota); past it the message fails with a
     /// quota error.
     ///
     /// If the message cannot be encoded, no timer is made, the current message fails with

@@ -95,13 +95,13 @@ async fn an_ask_whose_deadline_passed_is_not_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_outbox_refuses_the_message_and_drains_once_delivery_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EntityConfig {
-        outbox_per_entity_max: 2,
-        ..EntityConfig::default()
-    };
-    let node = TestNode::paused(dir.path(), config);
+    let node = TestNode::paused(dir.path(), EntityConfig::default());
     deploy(&node, "counter", tessera_tests::COUNTER);
-    deploy(&node, "relay", tessera_tests::RELAY);
+    let limits = InstanceLimits {
+        outbox_entries_max: 2,
+        ..InstanceLimits::default()
+    };
+    node.deploy("relay", tessera_tests::RELAY, 1, limits);
     let tell = json!({"TellAdd": {"entity_type": "counter", "id": "c1", "amount": 3}});
     assert_eq!(
         node.ask("relay", "r1", tell.clone()).await.unwrap(),
@@ -145,12 +145,12 @@ async fn a_full_outbox_refuses_the_message_and_drains_once_delivery_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reminders_are_bounded_and_cancels_are_durable() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EntityConfig {
-        reminders_per_entity_max: 2,
-        ..EntityConfig::default()
+    let node = TestNode::paused(dir.path(), EntityConfig::default());
+    let limits = InstanceLimits {
+        reminders_max: 2,
+        ..InstanceLimits::default()
     };
-    let node = TestNode::paused(dir.path(), config);
-    deploy(&node, "reminder", tessera_tests::REMINDER);
+    node.deploy("reminder", tessera_tests::REMINDER, 1, limits);
     let remind = |note: &str| json!({"Remind": {"delay_ms": 60_000, "note": note}});
     let first = node.ask("reminder", "r1", remind("a")).await.unwrap();
     node.ask("reminder", "r1", remind("b")).await.unwrap();
@@ -210,4 +210,46 @@ async fn a_due_reminder_activates_a_passivated_entity_and_runs_once() {
     let fired = node.ask("reminder", "r1", json!("Fired")).await.unwrap();
     assert_eq!(fired["count"], json!(1), "{fired}");
     assert_eq!(node.entities.stats().reminders_fired.load(Relaxed), 1);
+}
+
+/// A guest's fan-out is bounded per payload, per message and by target id length: a message
+/// over a bound fails whole and queues nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_fan_out_of_large_tells_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::paused(dir.path(), EntityConfig::default());
+    deploy(&node, "relay", tessera_tests::RELAY);
+    let flood = |count: u32, bytes: u32| json!({"Flood": {"entity_type": "nobody", "count": count, "bytes": bytes}});
+    // One payload over the 1 MiB per-call bound.
+    let error = node
+        .ask("relay", "r1", flood(1, 2 << 20))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Failed, "{error}");
+    assert!(error.message.contains("over the limit"), "{error}");
+    // Eight payloads of 600 KiB: the seventh passes the 4 MiB a message may queue.
+    let error = node
+        .ask("relay", "r1", flood(8, 600 << 10))
+        .await
+        .unwrap_err();
+    assert!(error.message.contains("may queue at most"), "{error}");
+    assert_eq!(
+        node.state.pending_messages().unwrap().0,
+        0,
+        "nothing queued"
+    );
+    assert_eq!(
+        node.ask("relay", "r1", json!("Sent")).await.unwrap(),
+        json!(0)
+    );
+    // Within the bounds the fan-out is committed.
+    assert_eq!(
+        node.ask("relay", "r1", flood(4, 1_000)).await.unwrap(),
+        json!(4)
+    );
+    assert_eq!(node.state.pending_messages().unwrap().0, 4);
+    // A target id over 256 bytes is refused.
+    let long = json!({"TellAdd": {"entity_type": "counter", "id": "x".repeat(300), "amount": 1}});
+    let error = node.ask("relay", "r1", long).await.unwrap_err();
+    assert!(error.message.contains("at most 256 bytes"), "{error}");
 }

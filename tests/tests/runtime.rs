@@ -183,6 +183,42 @@ mod plugin {
         );
     }
 
+    /// A guest blocked in a WASI sleep uses no CPU, so only the wall-clock bound stops it; and
+    /// the node stops promptly even while a guest sleeps.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn a_sleeping_guest_is_cut_off_by_the_wall_clock_bound() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            message_wall_ms_max: 300,
+            ..InstanceLimits::default()
+        };
+        node.deploy("spin", tessera_tests::SPIN_FOREVER, 1, limits);
+        // A short sleep is within the bound.
+        assert_eq!(
+            node.ask("spin", "s1", json!({"Sleep": 10})).await.unwrap(),
+            json!("Awake")
+        );
+        // An hour's sleep is cut off (the ask itself would wait 20 s and say `timeout`).
+        let error = node
+            .ask("spin", "s1", json!({"Sleep": 3_600_000}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Deadline, "{error}");
+        assert!(error.message.contains("wall-clock"), "{error}");
+        assert_eq!(
+            node.ask("spin", "s1", json!("Ping")).await.unwrap(),
+            json!("Pong")
+        );
+        // Shutdown while a guest sleeps: bounded by the wall clock, not by the sleep.
+        let sleeper = address("spin", "s2");
+        let sleep = tessera_tests::to_msgpack(&json!({"Sleep": 3_600_000}));
+        node.entities
+            .deliver(sleeper, 0, tessera_host::contract::Envelope::tell(sleep))
+            .unwrap();
+        let stopped = tokio::time::timeout(Duration::from_secs(30), node.entities.stop_all()).await;
+        assert!(stopped.is_ok(), "the node waited on a sleeping guest");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn memory_hog() {
         let (_dir, node) = node();

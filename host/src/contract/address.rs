@@ -6,6 +6,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The longest entity id accepted anywhere (the API, a guest's `tell`/`ask`), so an id cannot
+/// bloat keys, logs and metrics.
+pub const ENTITY_ID_BYTES_MAX: usize = 256;
+
+/// The longest entity type name a guest may address (deployed names are at most 64 bytes).
+pub const ENTITY_TYPE_BYTES_MAX: usize = 64;
+
 /// The id of a node in the cluster.
 pub type NodeId = String;
 

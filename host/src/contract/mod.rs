@@ -9,7 +9,10 @@ pub mod envelope;
 pub mod error;
 pub mod routing;
 
-pub use address::{Allocation, AllocationTable, EntityAddress, NodeId, ShardId, ShardKey, TypeKey};
+pub use address::{
+    Allocation, AllocationTable, ENTITY_ID_BYTES_MAX, ENTITY_TYPE_BYTES_MAX, EntityAddress, NodeId,
+    ShardId, ShardKey, TypeKey,
+};
 pub use envelope::{Envelope, MessageMeta, Origin, Reply, ReplyPort};
 pub use error::{ErrorKind, MessageError};
 pub use routing::{BoxFuture, NoRoutes, Router};

@@ -4,7 +4,7 @@
 //! and passivating when asked, idle or evicted. A message that already committed (a duplicate
 //! delivery) is acknowledged without running; an ask whose deadline passed is not run.
 
-use super::core::{CellMessage, Core};
+use super::core::{CellMessage, Core, TellDelivery};
 use super::counters::TypeCounters;
 use super::reminders::now_ms;
 use super::types::TypeBinding;
@@ -307,20 +307,32 @@ impl Cell {
         effects: &Effects,
         receipt: Option<Receipt>,
     ) -> Result<(), MessageError> {
-        let config = &self.core.config;
-        let (tells, schedules) = (effects.tells.len() as u64, effects.schedules.len() as u64);
+        let at_most_once = self.core.config.tells == TellDelivery::AtMostOnce;
+        let (outbox_max, reminders_max) = match self.binding() {
+            Ok(binding) => (
+                binding.limits.outbox_entries_max,
+                binding.limits.reminders_max,
+            ),
+            Err(error) => return Err(error),
+        };
+        let tells = if at_most_once {
+            0
+        } else {
+            effects.tells.len() as u64
+        };
+        let schedules = effects.schedules.len() as u64;
         if tells > 0 || schedules > 0 {
             let internal = |error: crate::state::StoreError| {
                 MessageError::new(ErrorKind::Internal, error.to_string())
             };
             let held = self.core.state.sequences(&self.address).map_err(internal)?;
-            if held.outbox + tells > config.outbox_per_entity_max {
+            if held.outbox + tells > outbox_max {
                 return Err(MessageError::new(
                     ErrorKind::QuotaExceeded,
                     format!(
-                        "the outbox of {} holds {} unacknowledged tells; {} more would pass its \
-                         bound of {}",
-                        self.address, held.outbox, tells, config.outbox_per_entity_max
+                        "the outbox of {} holds {} unacknowledged tells; {} more would pass the \
+                         tenant's outbox_entries_max of {outbox_max}",
+                        self.address, held.outbox, tells
                     ),
                 ));
             }
@@ -337,19 +349,25 @@ impl Cell {
                 }
             }
             let reminders = (held.reminders + schedules).saturating_sub(cancelled);
-            if schedules > 0 && reminders > config.reminders_per_entity_max {
+            if schedules > 0 && reminders > reminders_max {
                 return Err(MessageError::new(
                     ErrorKind::QuotaExceeded,
                     format!(
-                        "{} would hold {reminders} reminders, over its bound of {}",
-                        self.address, config.reminders_per_entity_max
+                        "{} would hold {reminders} reminders, over the tenant's reminders_max of \
+                         {reminders_max}",
+                        self.address
                     ),
                 ));
             }
         }
         let now = now_ms();
         let messaging = writes.messaging_mut();
-        for (offset, (to, payload)) in effects.tells.iter().enumerate() {
+        let outbox = if at_most_once {
+            &[][..]
+        } else {
+            &effects.tells[..]
+        };
+        for (offset, (to, payload)) in outbox.iter().enumerate() {
             messaging.outbox.push(OutboxEntry {
                 seq: self.next_seq + offset as u64,
                 to: to.clone(),
@@ -380,23 +398,49 @@ impl Cell {
     /// After the commit: advances the entity's counters, wakes the delivery of its outbox and
     /// the reminder clock, and notes a passivation request.
     fn carry_out(&mut self, effects: &Effects) {
-        let tells = effects.tells.len() as u64;
-        self.next_seq += tells;
+        if self.core.config.tells == TellDelivery::AtMostOnce {
+            self.send_at_most_once(effects);
+        } else {
+            self.wake_delivery(effects.tells.len() as u64);
+        }
+        if !effects.schedules.is_empty() {
+            self.core.reminders.ring();
+        }
         if let Some(timer) = effects.schedules.iter().map(|s| s.timer).max() {
             self.last_timer = self.last_timer.max(timer);
         }
+        if effects.passivate {
+            self.passivate_requested = true;
+        }
+    }
+
+    /// Sends the tells from memory, not waiting and not retrying.
+    fn send_at_most_once(&self, effects: &Effects) {
+        let timeout = std::time::Duration::from_millis(self.core.config.delivery.ack_timeout_ms);
+        for (to, payload) in &effects.tells {
+            let reply = self.core.router.ask(
+                to.clone(),
+                payload.clone(),
+                crate::contract::MessageMeta::default(),
+                timeout,
+            );
+            let (from, to) = (self.address.clone(), to.clone());
+            tokio::spawn(async move {
+                if let Err(error) = reply.await {
+                    tracing::debug!(%from, %to, %error, "at-most-once tell lost");
+                }
+            });
+        }
+    }
+
+    fn wake_delivery(&mut self, tells: u64) {
+        self.next_seq += tells;
         if tells > 0 {
             self.core
                 .stats
                 .outbox_enqueued
                 .fetch_add(tells, Ordering::Relaxed);
             super::delivery::wake(&self.core, &self.address);
-        }
-        if !effects.schedules.is_empty() {
-            self.core.reminders.ring();
-        }
-        if effects.passivate {
-            self.passivate_requested = true;
         }
     }
 

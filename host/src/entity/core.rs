@@ -17,31 +17,30 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 /// Node-wide settings of the entity layer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EntityConfig {
     /// The most live entities on this node; starting one more passivates the least recently
     /// used. `None` means no limit beyond the runtime's instance pool.
     pub active_entities_max: Option<usize>,
-    /// The most durable reminders one entity may hold; a message that would schedule more
-    /// fails with `quota_exceeded` and changes nothing.
-    pub reminders_per_entity_max: u64,
-    /// The most unacknowledged tells one entity's outbox may hold; a message that would send
-    /// more fails with `quota_exceeded` and changes nothing.
-    pub outbox_per_entity_max: u64,
     /// How committed tells and reminders are delivered.
     pub delivery: DeliveryConfig,
+    /// Whether guests' tells go through the durable outbox (the default) or are sent from
+    /// memory after the commit.
+    pub tells: TellDelivery,
 }
 
-impl Default for EntityConfig {
-    fn default() -> Self {
-        EntityConfig {
-            active_entities_max: None,
-            reminders_per_entity_max: 1024,
-            outbox_per_entity_max: 4096,
-            delivery: DeliveryConfig::default(),
-        }
-    }
+/// How a guest's tells reach their receiver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TellDelivery {
+    /// Committed to the sender's outbox with its writes, retried until the receiver commits
+    /// them, duplicates dropped (`docs/messaging.md`).
+    #[default]
+    EffectivelyOnce,
+    /// Sent from memory once the sender's writes commit, not retried: lost if the receiver is
+    /// busy or the node stops first. Faster; for tells whose loss does not matter.
+    AtMostOnce,
 }
 
 /// Counters of the entity layer.

@@ -24,7 +24,7 @@ mod directory;
 mod reminders;
 mod types;
 
-pub use self::core::{EntitiesStats, EntityConfig, EntityParts};
+pub use self::core::{EntitiesStats, EntityConfig, EntityParts, TellDelivery};
 pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
 pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 pub use directory::{Entities, Refused};

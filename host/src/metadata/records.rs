@@ -46,6 +46,10 @@ pub struct Quotas {
     pub plugin_bytes_max: usize,
     /// State bytes (keys plus values) one entity may hold.
     pub entity_state_bytes_max: usize,
+    /// Committed tells one entity's outbox may hold before its receivers acknowledge them.
+    pub outbox_entries_max: u64,
+    /// Durable reminders one entity may hold.
+    pub reminders_max: u64,
 }
 
 impl Default for Quotas {
@@ -59,6 +63,8 @@ impl Default for Quotas {
             messages_burst: 20_000,
             plugin_bytes_max: 32 << 20,
             entity_state_bytes_max: 16 << 20,
+            outbox_entries_max: 4_096,
+            reminders_max: 1_024,
         }
     }
 }
@@ -98,6 +104,10 @@ impl Quotas {
             (
                 self.entity_state_bytes_max == 0,
                 "entity_state_bytes_max must be at least 1",
+            ),
+            (
+                self.outbox_entries_max == 0,
+                "outbox_entries_max must be at least 1",
             ),
         ];
         match checks.iter().find(|(bad, _)| *bad) {

@@ -165,6 +165,9 @@ impl NodeCatalog {
                 memory_bytes_max: quotas.memory_bytes_max,
                 message_deadline_ms: quotas.message_deadline_ms,
                 entity_state_bytes_max: quotas.entity_state_bytes_max,
+                message_wall_ms_max: crate::runtime::wall_bound_ms(quotas.message_deadline_ms),
+                outbox_entries_max: quotas.outbox_entries_max,
+                reminders_max: quotas.reminders_max,
                 ..InstanceLimits::default()
             },
             passivate_idle: options

@@ -44,6 +44,7 @@ impl RawInstance {
             next_timer: 0,
             entity_state_bytes: 0,
             committed_sizes: Default::default(),
+            ask_clock: Default::default(),
         };
         let mut store = Store::new(runtime.engine(), data);
         store.set_epoch_deadline(u64::MAX / 2);

@@ -233,6 +233,7 @@ impl Runtime {
             next_timer: last_timer,
             entity_state_bytes,
             committed_sizes: Default::default(),
+            ask_clock: Default::default(),
         };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|state| &mut state.limiter);

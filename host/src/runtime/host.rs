@@ -5,7 +5,10 @@ use super::bindings::tessera::entity::{host, types};
 use super::bindings::{Address, GuestError, LogLevel};
 use super::guest_log::{GUEST_LOG_LINE_BYTES_MAX, LogBudget};
 use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
-use crate::contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Router};
+use crate::contract::{
+    ENTITY_ID_BYTES_MAX, ENTITY_TYPE_BYTES_MAX, EntityAddress, ErrorKind, MessageError,
+    MessageMeta, Router,
+};
 use crate::state::{EntityState, StateChange, WriteSet};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -101,6 +104,27 @@ pub(crate) struct HostState {
     /// Committed sizes (key plus value) of keys this instance touched, so the state quota does
     /// not read the store on every `put`.
     pub(crate) committed_sizes: HashMap<String, i64>,
+    /// Time this instance spent waiting on asks, which its wall-clock bound does not count.
+    pub(crate) ask_clock: Arc<AskClock>,
+}
+
+/// Time spent waiting on asks, shared with the watchdog of the guest call that made them.
+#[derive(Debug, Default)]
+pub(crate) struct AskClock {
+    waited_us: std::sync::atomic::AtomicU64,
+    waiting: std::sync::atomic::AtomicBool,
+}
+
+impl AskClock {
+    /// Total time waited on finished asks.
+    pub(crate) fn waited(&self) -> Duration {
+        Duration::from_micros(self.waited_us.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Whether an ask is being waited on now.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The most keys whose committed size an instance remembers; past it, sizes are read from the
@@ -205,16 +229,57 @@ impl HostState {
         Ok(())
     }
 
-    fn target(&self, to: Address) -> EntityAddress {
-        EntityAddress::new(self.address.tenant.clone(), to.entity_type, to.id)
+    /// The address `to` names in this entity's tenant, if its parts are within bounds.
+    fn target(&self, to: Address) -> Result<EntityAddress, GuestError> {
+        if to.id.len() > ENTITY_ID_BYTES_MAX || to.entity_type.len() > ENTITY_TYPE_BYTES_MAX {
+            return Err(GuestError::BadMessage(format!(
+                "an address names a type of at most {ENTITY_TYPE_BYTES_MAX} bytes and an id of \
+                 at most {ENTITY_ID_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(EntityAddress::new(
+            self.address.tenant.clone(),
+            to.entity_type,
+            to.id,
+        ))
     }
 
-    fn take_effect_slot(&mut self) -> Result<(), GuestError> {
-        let used = self.message.effects.tells.len() + self.message.effects.schedules.len();
+    /// Refuses a payload over the per-call bound.
+    fn check_payload(&self, call: &str, payload: &[u8]) -> Result<(), GuestError> {
+        let max = self.limits.effect_payload_bytes_max;
+        if payload.len() > max {
+            return Err(GuestError::Failed(format!(
+                "a `{call}` payload of {} bytes is over the limit of {max}",
+                payload.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes a place for one more tell or reminder of `bytes`, within the message's bounds.
+    fn take_effect_slot(&mut self, bytes: usize) -> Result<(), GuestError> {
+        let effects = &self.message.effects;
+        let used = effects.tells.len() + effects.schedules.len();
         if used >= self.limits.message_tells_max as usize {
             return Err(GuestError::Failed(format!(
                 "a message may send at most {} tells and timers",
                 self.limits.message_tells_max
+            )));
+        }
+        let queued: usize = effects
+            .tells
+            .iter()
+            .map(|(_, payload)| payload.len())
+            .sum::<usize>()
+            + effects
+                .schedules
+                .iter()
+                .map(|s| s.payload.len())
+                .sum::<usize>();
+        let max = self.limits.message_effect_bytes_max;
+        if queued + bytes > max {
+            return Err(GuestError::Failed(format!(
+                "a message may queue at most {max} bytes of tells and timers"
             )));
         }
         Ok(())
@@ -284,10 +349,14 @@ impl host::Host for HostState {
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<(), GuestError>> {
         self.require_message("tell")?;
-        if let Err(error) = self.take_effect_slot() {
-            return Ok(Err(error));
-        }
-        let target = self.target(to);
+        let checked = self
+            .check_payload("tell", &payload)
+            .and_then(|()| self.take_effect_slot(payload.len()))
+            .and_then(|()| self.target(to));
+        let target = match checked {
+            Ok(target) => target,
+            Err(error) => return Ok(Err(error)),
+        };
         self.message.effects.tells.push((target, payload));
         Ok(Ok(()))
     }
@@ -299,7 +368,13 @@ impl host::Host for HostState {
         timeout_ms: u32,
     ) -> wasmtime::Result<Result<Vec<u8>, GuestError>> {
         self.require_message("ask")?;
-        let target = self.target(to);
+        let checked = self
+            .check_payload("ask", &payload)
+            .and_then(|()| self.target(to));
+        let target = match checked {
+            Ok(target) => target,
+            Err(error) => return Ok(Err(error)),
+        };
         if target == self.address {
             return Ok(Err(GuestError::Failed(
                 "an entity cannot ask itself: it handles one message at a time".into(),
@@ -337,7 +412,19 @@ impl host::Host for HostState {
             chain: self.message.chain.clone(),
             ..MessageMeta::default()
         };
+        let clock = self.ask_clock.clone();
+        clock
+            .waiting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let started = std::time::Instant::now();
         let reply = self.router.ask(target, payload, meta, timeout).await;
+        clock.waited_us.fetch_add(
+            started.elapsed().as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        clock
+            .waiting
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         if let Err(error) = &reply
             && error.kind == ErrorKind::Deadlock
         {
@@ -348,7 +435,10 @@ impl host::Host for HostState {
 
     async fn schedule(&mut self, delay_ms: u64, payload: Vec<u8>) -> wasmtime::Result<u64> {
         self.require_message("schedule")?;
-        if let Err(error) = self.take_effect_slot() {
+        let checked = self
+            .check_payload("schedule", &payload)
+            .and_then(|()| self.take_effect_slot(payload.len()));
+        if let Err(error) = checked {
             return Err(HostTrap::Misuse(format!("schedule refused: {error:?}")).into());
         }
         self.next_timer += 1;

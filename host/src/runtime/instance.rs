@@ -2,11 +2,12 @@
 //! fresh per-message limits and every failure classified.
 
 use super::bindings::{Activation, Entity, GuestError};
-use super::host::{HostState, HostTrap, MessageScope};
+use super::host::{AskClock, HostState, HostTrap, MessageScope};
 use super::plugin::Plugin;
 use crate::contract::{EntityAddress, ErrorKind, MessageError};
 use crate::state::WriteSet;
 use std::sync::Arc;
+use std::time::Duration;
 use wasmtime::Store;
 
 pub use super::host::{Effects, ScheduledMessage};
@@ -75,15 +76,40 @@ impl EntityInstance {
         self.store.set_epoch_deadline(1);
     }
 
+    /// The guest call's wall-clock bound and the clock of its asks.
+    fn watchdog(&self) -> (Duration, Arc<AskClock>) {
+        let data = self.store.data();
+        (
+            Duration::from_millis(data.limits.message_wall_ms_max),
+            data.ask_clock.clone(),
+        )
+    }
+
+    /// The error of a guest call cut off by its wall-clock bound.
+    fn past_wall_bound(&mut self, wall: Duration) -> MessageError {
+        self.poisoned = true;
+        MessageError::new(
+            ErrorKind::Deadline,
+            format!(
+                "the guest call ran past its wall-clock bound of {} ms (time waiting on asks \
+                 not counted): it was blocked in a host call such as a sleep",
+                wall.as_millis()
+            ),
+        )
+    }
+
     /// Runs the guest's `activate`.
     pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
         self.begin_call(false);
-        let result = self
+        let (wall, clock) = self.watchdog();
+        let call = self
             .bindings
             .tessera_entity_handler()
-            .call_activate(&mut self.store, reason)
-            .await;
-        result.map_err(|trap| self.poison(trap))
+            .call_activate(&mut self.store, reason);
+        match bounded(wall, &clock, call).await {
+            Some(result) => result.map_err(|trap| self.poison(trap)),
+            None => Err(self.past_wall_bound(wall)),
+        }
     }
 
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
@@ -102,11 +128,14 @@ impl EntityInstance {
         self.begin_call(true);
         chain.push(self.store.data().address.clone());
         self.store.data_mut().message.chain = chain;
-        let result = self
+        let (wall, clock) = self.watchdog();
+        let call = self
             .bindings
             .tessera_entity_handler()
-            .call_handle(&mut self.store, payload)
-            .await;
+            .call_handle(&mut self.store, payload);
+        let Some(result) = bounded(wall, &clock, call).await else {
+            return Err(self.past_wall_bound(wall));
+        };
         let scope = std::mem::take(&mut self.store.data_mut().message);
         let reply = match result {
             Ok(Ok(reply)) => reply,
@@ -148,11 +177,16 @@ impl EntityInstance {
             return;
         }
         self.begin_call(false);
-        let result = self
+        let (wall, clock) = self.watchdog();
+        let call = self
             .bindings
             .tessera_entity_handler()
-            .call_deactivate(&mut self.store)
-            .await;
+            .call_deactivate(&mut self.store);
+        let Some(result) = bounded(wall, &clock, call).await else {
+            let error = self.past_wall_bound(wall);
+            tracing::warn!(entity = %self.store.data().address, %error, "deactivate cut off");
+            return;
+        };
         if let Err(trap) = result {
             let error = self.poison(trap);
             tracing::warn!(entity = %self.store.data().address, %error, "deactivate failed");
@@ -176,6 +210,37 @@ impl EntityInstance {
             );
         }
         MessageError::new(ErrorKind::Trap, format!("the guest trapped: {trap:#}"))
+    }
+}
+
+/// Runs `call` until it finishes or has run `wall` of wall-clock time outside its asks; `None`
+/// when cut off (the call is dropped mid-way, so its instance must be discarded).
+async fn bounded<F: std::future::Future>(
+    wall: Duration,
+    clock: &AskClock,
+    call: F,
+) -> Option<F::Output> {
+    let started = tokio::time::Instant::now();
+    let mut call = std::pin::pin!(call);
+    loop {
+        let deadline = started + wall + clock.waited();
+        tokio::select! {
+            output = &mut call => return Some(output),
+            _ = tokio::time::sleep_until(deadline) => {
+                let limit = started + wall + clock.waited();
+                if !clock.is_waiting() && tokio::time::Instant::now() >= limit {
+                    return None;
+                }
+                // Waiting on an ask (bounded by its own timeout), or an ask finished meanwhile:
+                // look again later.
+                if clock.is_waiting() {
+                    tokio::select! {
+                        output = &mut call => return Some(output),
+                        _ = tokio::time::sleep(wall.min(Duration::from_millis(100))) => {}
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -35,6 +35,19 @@ pub struct InstanceLimits {
     pub message_tells_max: u32,
     /// The longest `ask` timeout a guest may request.
     pub ask_timeout_ms_max: u32,
+    /// The largest payload of one `tell`, `ask` or `schedule`.
+    pub effect_payload_bytes_max: usize,
+    /// The most payload bytes one message may queue in tells and reminders together.
+    pub message_effect_bytes_max: usize,
+    /// Wall-clock time one guest call (`activate`, `handle`, `deactivate`) may take, not
+    /// counting time spent waiting on its asks: bounds a guest blocked in a host call (a WASI
+    /// sleep), which the CPU deadline does not see. The node sets it to 10x the tenant's
+    /// `message_deadline_ms`, at least 1 s.
+    pub message_wall_ms_max: u64,
+    /// Unacknowledged tells one entity's outbox may hold (the tenant's `outbox_entries_max`).
+    pub outbox_entries_max: u64,
+    /// Durable reminders one entity may hold (the tenant's `reminders_max`).
+    pub reminders_max: u64,
 }
 
 impl Default for InstanceLimits {
@@ -48,8 +61,24 @@ impl Default for InstanceLimits {
             message_asks_max: 64,
             message_tells_max: 1024,
             ask_timeout_ms_max: 30_000,
+            effect_payload_bytes_max: 1 << 20,
+            message_effect_bytes_max: 4 << 20,
+            message_wall_ms_max: 5_000,
+            outbox_entries_max: 4_096,
+            reminders_max: 1_024,
         }
     }
+}
+
+/// The wall-clock bound the node gives a guest call for a CPU deadline of `deadline_ms`.
+///
+/// ```
+/// use tessera_host::runtime::wall_bound_ms;
+/// assert_eq!(wall_bound_ms(500), 5_000);
+/// assert_eq!(wall_bound_ms(10), 1_000);
+/// ```
+pub fn wall_bound_ms(deadline_ms: u64) -> u64 {
+    deadline_ms.saturating_mul(10).max(1_000)
 }
 
 /// Enforces the memory and table caps and remembers whether the memory cap was hit, so a

@@ -29,5 +29,5 @@ pub use config::RuntimeConfig;
 pub use engine::{EntityContext, Runtime};
 pub use guest_log::GUEST_LOG_LINE_BYTES_MAX;
 pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
-pub use limits::InstanceLimits;
+pub use limits::{InstanceLimits, wall_bound_ms};
 pub use plugin::{LoadError, PLUGIN_BYTES_MAX, PLUGIN_CACHE_ENTRIES_DEFAULT, Plugin, PluginCache};

@@ -2,7 +2,9 @@
 //! "counter", "id": "c1", "amount": 3}}` tells that counter `{"Add": 3}` (one-way, sent once
 //! this message commits) and replies with how many tells it has sent; `"Sleep"` asks the host
 //! to passivate it after the reply; `"Sent"` replies with the number of tells sent so far;
-//! `{"Bounce": {"path": ["r2", "r1"]}}` asks along a path of relays (a deadlock fixture).
+//! `{"Bounce": {"path": ["r2", "r1"]}}` asks along a path of relays (a deadlock fixture);
+//! `{"Flood": {"entity_type": "counter", "count": n, "bytes": k}}` fans out `n` tells of `k`
+//! bytes (an effect-bounds fixture).
 
 use tessera_sdk::prelude::*;
 
@@ -31,6 +33,16 @@ pub enum Msg {
     Bounce {
         /// Relay ids to ask in turn.
         path: Vec<String>,
+    },
+    /// Tell `count` entities `flood-<i>` of `entity_type` a payload of `bytes` bytes each (a
+    /// fan-out fixture for the host's effect bounds); replies with the tells sent.
+    Flood {
+        /// The targets' type.
+        entity_type: String,
+        /// How many tells.
+        count: u32,
+        /// Payload bytes per tell.
+        bytes: u32,
     },
     /// Passivate after this message.
     Sleep,
@@ -78,6 +90,19 @@ impl Entity for Relay {
                 let me = ctx.self_address();
                 let target = Address::new(me.entity_type, next);
                 return ctx.ask(&target, &Msg::Bounce { path }, BOUNCE_TIMEOUT);
+            }
+            Msg::Flood {
+                entity_type,
+                count,
+                bytes,
+            } => {
+                let payload = vec![0xc0; bytes as usize];
+                for index in 0..count {
+                    let target = Address::new(entity_type.clone(), format!("flood-{index}"));
+                    ctx.tell_bytes(&target, &payload)?;
+                }
+                self.sent += u64::from(count);
+                ctx.put(SENT_KEY, &self.sent);
             }
             Msg::Sleep => ctx.passivate(),
             Msg::Sent => {}

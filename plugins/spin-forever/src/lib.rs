@@ -1,5 +1,5 @@
-//! A test entity for the per-message CPU deadline: `"Spin"` never returns (a busy loop),
-//! `"Ping"` replies `"Pong"`.
+//! A test entity for the per-message CPU deadline and wall-clock bound: `"Spin"` never returns
+//! (a busy loop), `{"Sleep": ms}` blocks in a WASI sleep, `"Ping"` replies `"Pong"`.
 
 use tessera_sdk::prelude::*;
 
@@ -11,6 +11,9 @@ pub struct SpinForever;
 pub enum Msg {
     /// Loops forever, until the host's deadline interrupts the instance.
     Spin,
+    /// Sleeps this many milliseconds (a blocking WASI call the CPU deadline does not see),
+    /// then replies `"Awake"`.
+    Sleep(u64),
     /// Replies `"Pong"`.
     Ping,
 }
@@ -34,6 +37,10 @@ impl Entity for SpinForever {
     fn handle(&mut self, _: &mut Ctx, msg: Msg) -> Result<String, Error> {
         match msg {
             Msg::Spin => spin(),
+            Msg::Sleep(ms) => {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok("Awake".to_string())
+            }
             Msg::Ping => Ok("Pong".to_string()),
         }
     }

@@ -19,8 +19,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The longest entity id the API accepts, so an id cannot bloat keys, logs and metrics.
-pub const ENTITY_ID_BYTES_MAX: usize = 256;
+pub use crate::contract::ENTITY_ID_BYTES_MAX;
 
 /// The query of an ask.
 #[derive(Debug, Default, Deserialize)]
