@@ -272,15 +272,21 @@ impl Cell {
                 return Err(error);
             }
         };
-        let mut writes = outcome
-            .writes
-            .unwrap_or_else(|| WriteSet::new(self.address.clone()));
-        if let Err(error) = self.add_messaging(&mut writes, &outcome.effects, receipt) {
-            // The instance saw a message whose effects will not land: start afresh.
-            self.discard_instance(&error).await;
-            return Err(error);
+        let effects = &outcome.effects;
+        let messaging = receipt.is_some()
+            || !effects.tells.is_empty()
+            || !effects.schedules.is_empty()
+            || !effects.cancels.is_empty();
+        let mut writes = outcome.writes;
+        if messaging {
+            let writes = writes.get_or_insert_with(|| WriteSet::new(self.address.clone()));
+            if let Err(error) = self.add_messaging(writes, effects, receipt) {
+                // The instance saw a message whose effects will not land: start afresh.
+                self.discard_instance(&error).await;
+                return Err(error);
+            }
         }
-        if !writes.is_empty() {
+        if let Some(mut writes) = writes.filter(|writes| !writes.is_empty()) {
             if let Some(version) = self.version_to_record {
                 writes.set_version(version);
             }

@@ -75,8 +75,8 @@ pub(crate) struct MessageScope {
     pub(crate) writes: Option<WriteSet>,
     pub(crate) effects: Effects,
     pub(crate) asks: u32,
-    /// The entities whose asks wait on this message, this entity last: an ask to any of them
-    /// would deadlock.
+    /// The entities whose asks wait on this message, outermost first (this entity not
+    /// included): an ask to any of them, or to itself, would deadlock.
     pub(crate) chain: Vec<EntityAddress>,
     /// Set when one of this message's asks failed with `deadlock`: if the message then fails,
     /// it fails as a deadlock too, so the error reaches the outermost asker with its kind.
@@ -385,7 +385,7 @@ impl host::Host for HostState {
                 .message
                 .chain
                 .iter()
-                .chain(std::iter::once(&target))
+                .chain([&self.address, &target])
                 .map(ToString::to_string)
                 .collect();
             let error = MessageError::new(
@@ -409,7 +409,13 @@ impl host::Host for HostState {
         let timeout =
             Duration::from_millis(u64::from(timeout_ms.min(self.limits.ask_timeout_ms_max)));
         let meta = MessageMeta {
-            chain: self.message.chain.clone(),
+            chain: self
+                .message
+                .chain
+                .iter()
+                .chain(std::iter::once(&self.address))
+                .cloned()
+                .collect(),
             ..MessageMeta::default()
         };
         let clock = self.ask_clock.clone();

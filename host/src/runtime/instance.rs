@@ -123,10 +123,9 @@ impl EntityInstance {
     pub async fn handle_in_chain(
         &mut self,
         payload: &[u8],
-        mut chain: Vec<EntityAddress>,
+        chain: Vec<EntityAddress>,
     ) -> Result<HandleOutcome, MessageError> {
         self.begin_call(true);
-        chain.push(self.store.data().address.clone());
         self.store.data_mut().message.chain = chain;
         let (wall, clock) = self.watchdog();
         let call = self
@@ -220,8 +219,15 @@ async fn bounded<F: std::future::Future>(
     clock: &AskClock,
     call: F,
 ) -> Option<F::Output> {
-    let started = tokio::time::Instant::now();
     let mut call = std::pin::pin!(call);
+    // Most guest calls finish in their first poll (no async host call, no epoch yield): no
+    // timer is armed for those.
+    let first =
+        std::future::poll_fn(|context| std::task::Poll::Ready(call.as_mut().poll(context))).await;
+    if let std::task::Poll::Ready(output) = first {
+        return Some(output);
+    }
+    let started = tokio::time::Instant::now();
     loop {
         let deadline = started + wall + clock.waited();
         tokio::select! {
