@@ -47,7 +47,7 @@ pub(crate) trait Backend {
 /// ```
 pub struct Ctx {
     backend: Box<dyn Backend>,
-    /// The first encoding failure of this message. A value that cannot be encoded is a bug
+    /// The first encoding (or state decoding) failure of this message. A value that cannot be encoded is a bug
     /// in the entity; rather than panic, the SDK fails the message so the host discards its
     /// writes.
     failure: Option<Error>,
@@ -84,8 +84,13 @@ impl Ctx {
         self.backend.self_address()
     }
 
-    /// Reads and decodes a durable state value; `None` if it is absent or does not decode as
-    /// `T` (use [`try_get`](Ctx::try_get) to tell the two apart).
+    /// Reads and decodes a durable state value; `None` if it is absent.
+    ///
+    /// A value that is present but no longer decodes as `T` (a schema change) is never taken
+    /// for an absent one: `get` returns `None` **and fails the current call** — the message
+    /// fails with [`Error::Failed`] naming the key, so none of its writes can overwrite the
+    /// stored value; in `activate` the activation fails and every message fails the same way
+    /// until the plugin reads the value. Use [`try_get`](Ctx::try_get) to handle it yourself.
     ///
     /// ```
     /// use tessera_sdk::prelude::*;
@@ -96,8 +101,14 @@ impl Ctx {
     /// assert_eq!(host.with_ctx(|ctx| ctx.get::<i64>("value")), Some(41));
     /// assert_eq!(host.with_ctx(|ctx| ctx.get::<i64>("missing")), None);
     /// ```
-    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.try_get(key).ok().flatten()
+    pub fn get<T: DeserializeOwned>(&mut self, key: &str) -> Option<T> {
+        match self.try_get(key) {
+            Ok(value) => value,
+            Err(error) => {
+                self.record_failure(error);
+                None
+            }
+        }
     }
 
     /// Reads and decodes a durable state value: `Ok(None)` if absent, `Err(Error::Failed)` if

@@ -28,6 +28,11 @@ impl<E> Slot<E> {
 pub fn activate<E: Entity>(slot: &Slot<E>, reason: wit::Activation) {
     let mut ctx = Ctx::new(Box::new(WasmHost));
     let entity = E::activate(&mut ctx, activation_from_wit(reason));
+    if let Some(failure) = ctx.take_failure() {
+        // `activate` cannot return an error: trap, so the host reports the activation as
+        // failed and no message runs on state the entity could not read.
+        panic!("activate failed: {failure}");
+    }
     *slot.entity.borrow_mut() = Some(entity);
 }
 
@@ -55,9 +60,18 @@ pub(crate) fn handle_typed<E: Entity>(
     payload: &[u8],
 ) -> Result<E::Reply, Error> {
     let msg: E::Msg = codec::decode(payload).map_err(Error::BadMessage)?;
-    let entity = entity.get_or_insert_with(|| E::activate(ctx, Activation::Restarted));
-    // A failure recorded during `activate` is not this message's; start clean.
-    ctx.take_failure();
+    if entity.is_none() {
+        let activated = E::activate(ctx, Activation::Restarted);
+        // State the entity could not read while activating fails the message, and the entity
+        // stays unactivated.
+        if let Some(failure) = ctx.take_failure() {
+            return Err(failure);
+        }
+        *entity = Some(activated);
+    }
+    let entity = entity
+        .as_mut()
+        .expect("invariant: activated just above when absent");
     let reply = entity.handle(ctx, msg);
     match ctx.take_failure() {
         Some(failure) => Err(failure),

@@ -633,3 +633,72 @@ async fn invoke_keeps_state_in_its_data_dir_and_stops_at_an_error() {
     );
     assert_eq!(replies[1].as_ref().unwrap_err().kind, ErrorKind::BadMessage);
 }
+
+/// After a schema change a stored value may no longer decode: the counter must not restart
+/// from 0 and overwrite it. Its activation fails (a trap naming the key) and the value stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_that_no_longer_decodes_is_never_taken_for_absent() {
+    use tessera_host::state::{EntityState, WriteSet};
+    let (_dir, node) = node();
+    let counter = address("counter", "c1");
+    let mut writes = WriteSet::new(counter.clone());
+    let text = tessera_tests::to_msgpack(&json!("forty-one"));
+    writes.put("value", text.clone());
+    node.state.commit(writes).await.unwrap();
+    for _ in 0..2 {
+        let error = node
+            .ask("counter", "c1", json!({"Add": 1}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Trap, "{error}");
+    }
+    assert_eq!(node.state.get(&counter, "value").unwrap(), Some(text));
+    counter_still_answers(&node).await;
+}
+
+/// An eviction abandoned because messages arrived for the victim must not keep discounting it:
+/// the node comes back to its live-entity limit on the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_eviction_does_not_leak_the_live_entity_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EntityConfig {
+        active_entities_max: Some(2),
+        ..EntityConfig::default()
+    };
+    let node = TestNode::with_config(dir.path(), config);
+    node.deploy(
+        "spin",
+        tessera_tests::SPIN_FOREVER,
+        1,
+        InstanceLimits::default(),
+    );
+    let tell = |id: &str, message: serde_json::Value| {
+        let envelope = tessera_host::contract::Envelope::tell(tessera_tests::to_msgpack(&message));
+        node.entities
+            .deliver(address("spin", id), 0, envelope)
+            .unwrap();
+    };
+    node.ask("spin", "v", json!("Ping")).await.unwrap();
+    tell("v", json!({"Sleep": 500})); // v is busy for a while
+    node.ask("spin", "w", json!("Ping")).await.unwrap(); // v is now the least recent
+    // Starting x evicts v: its Passivate waits behind the sleep, and a Ping follows it, so v
+    // abandons the passivation and stays live.
+    node.ask("spin", "x", json!("Ping")).await.unwrap();
+    tell("v", json!("Ping"));
+    assert_eq!(
+        node.ask("spin", "v", json!("Ping")).await.unwrap(),
+        json!("Pong")
+    );
+    assert!(node.entities.is_live(&address("spin", "v")));
+    // One more start brings the node back to two live entities.
+    node.ask("spin", "y", json!("Ping")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.entities.live_count() > 2 {
+        assert!(
+            Instant::now() < deadline,
+            "{} entities stay live over a limit of 2",
+            node.entities.live_count()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

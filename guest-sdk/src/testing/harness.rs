@@ -120,13 +120,26 @@ impl<E: Entity> Harness<E> {
     /// harness.activate(Activation::Upgraded { from_version: 1 });
     /// assert!(harness.entity().is_some());
     /// ```
+    ///
+    /// Panics if `activate` could not read its state (a value that no longer decodes), as the
+    /// host traps then; a message sent afterwards fails with that error instead.
     pub fn activate(&mut self, reason: Activation) {
+        if let Err(error) = self.try_activate(reason) {
+            panic!("activate failed: {error}");
+        }
+    }
+
+    fn try_activate(&mut self, reason: Activation) -> Result<(), Error> {
         self.host.begin_activation();
         self.host.set_lifecycle_call(Some("activate"));
         let mut ctx = self.host.ctx();
         let entity = E::activate(&mut ctx, reason);
         self.host.set_lifecycle_call(None);
+        if let Some(failure) = ctx.take_failure() {
+            return Err(failure);
+        }
         self.entity = Some(entity);
+        Ok(())
     }
 
     /// Deactivates the live instance, as passivation does: calls `deactivate`, drops the
@@ -263,7 +276,7 @@ impl<E: Entity> Harness<E> {
             } else {
                 Activation::Restarted
             };
-            self.activate(reason);
+            self.try_activate(reason)?;
         }
         let mut ctx = self.host.ctx();
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {

@@ -114,6 +114,21 @@ fn probe() -> Harness<Probe> {
     Harness::new(Address::new("probe", "p-1"))
 }
 
+/// A stored value that no longer decodes is never read as "absent": the counter does not
+/// restart from 0 and its next `put` cannot overwrite the stored value.
+#[test]
+fn state_that_no_longer_decodes_fails_the_message_and_keeps_the_value() {
+    let mut counter = Harness::<Counter>::new(Address::new("counter", "c-1"));
+    counter.set_state("value", &"forty-one");
+    let error = counter.send(&Msg::Add(1)).unwrap_err();
+    assert!(
+        matches!(&error, Error::Failed(message) if message.contains("\"value\" did not decode")),
+        "{error:?}"
+    );
+    assert!(counter.entity().is_none(), "the activation did not happen");
+    assert_eq!(counter.state::<String>("value"), Some("forty-one".into()));
+}
+
 #[test]
 fn first_message_activates_with_first_start_or_restarted() {
     let mut fresh = probe();

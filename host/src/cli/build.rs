@@ -1,5 +1,6 @@
 //! `tessera build`: a plugin crate to a `wasm32-wasip2` component.
 
+use super::output::outln;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -36,7 +37,7 @@ pub enum BuildError {
 pub(crate) fn run(args: BuildArgs) -> ExitCode {
     match build_plugin(&args.crate_dir, &args.out_dir) {
         Ok(path) => {
-            println!("{}", path.display());
+            outln!("{}", path.display());
             ExitCode::SUCCESS
         }
         Err(error) => {

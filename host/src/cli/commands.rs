@@ -2,6 +2,7 @@
 //! readably or, with `--json`, as the server's JSON.
 
 use super::client::{Client, ClientArgs, ClientError, Role, segment};
+use super::output::outln;
 use super::progress::ProgressReader;
 use serde_json::{Value as Json, json};
 use std::path::PathBuf;
@@ -101,7 +102,7 @@ fn finish(result: Result<(), ClientError>) -> ExitCode {
 }
 
 fn print_json(json: &Json) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(json).unwrap_or_else(|_| json.to_string())
     );
@@ -149,7 +150,7 @@ pub(crate) fn deploy(args: DeployArgs) -> ExitCode {
         if args.client.json {
             print_json(&deployed);
         } else {
-            println!(
+            outln!(
                 "deployed {} version {} ({} bytes, sha256 {})",
                 args.entity_type,
                 deployed["version"],
@@ -170,11 +171,11 @@ pub(crate) fn types(args: PlainArgs) -> ExitCode {
         }
         let list = types["types"].as_array().cloned().unwrap_or_default();
         if list.is_empty() {
-            println!("no entity types deployed");
+            outln!("no entity types deployed");
         }
         for record in list {
             let versions = record["versions"].as_array().map_or(0, Vec::len);
-            println!(
+            outln!(
                 "{:<24} active version {:<4} ({versions} deployed)",
                 record["name"].as_str().unwrap_or("?"),
                 record["active_version"]
@@ -195,9 +196,10 @@ pub(crate) fn rollback(args: RollbackArgs) -> ExitCode {
         if args.client.json {
             print_json(&record);
         } else {
-            println!(
+            outln!(
                 "{}: active version is now {}",
-                args.entity_type, record["active_version"]
+                args.entity_type,
+                record["active_version"]
             );
         }
         Ok(())
@@ -213,7 +215,7 @@ pub(crate) fn tell(args: MessageArgs) -> ExitCode {
         if args.client.json {
             print_json(&answer);
         } else {
-            println!("accepted");
+            outln!("accepted");
         }
         Ok(())
     })())
@@ -228,7 +230,7 @@ pub(crate) fn ask(args: MessageArgs) -> ExitCode {
         let message = parse_message(&args.message)?;
         let reply = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
         if args.client.json {
-            println!("{reply}");
+            outln!("{reply}");
         } else {
             print_json(&reply);
         }
@@ -244,7 +246,7 @@ pub(crate) fn passivate(args: EntityArgs) -> ExitCode {
         if args.client.json {
             print_json(&answer);
         } else {
-            println!("passivating {}", args.entity);
+            outln!("passivating {}", args.entity);
         }
         Ok(())
     })())
@@ -260,11 +262,11 @@ pub(crate) fn state(args: EntityArgs) -> ExitCode {
         }
         let entries = state["entries"].as_array().cloned().unwrap_or_default();
         if entries.is_empty() {
-            println!("{} has no state", args.entity);
+            outln!("{} has no state", args.entity);
         }
         for entry in entries {
             let value = entry.get("value").or_else(|| entry.get("raw_base64"));
-            println!(
+            outln!(
                 "{} = {}",
                 entry["key"].as_str().unwrap_or("?"),
                 value.cloned().unwrap_or(Json::Null)
@@ -283,10 +285,10 @@ pub(crate) fn status(args: PlainArgs) -> ExitCode {
         }
         let types = status["types"].as_array().cloned().unwrap_or_default();
         if types.is_empty() {
-            println!("no entity types deployed");
+            outln!("no entity types deployed");
         }
         for entry in types {
-            println!(
+            outln!(
                 "{:<24} version {:<4} live {:<6} remembered {:<6}{}",
                 entry["entity_type"].as_str().unwrap_or("?"),
                 entry["active_version"],
@@ -310,10 +312,10 @@ pub(crate) fn tenant(args: TenantArgs) -> ExitCode {
             TenantCommand::Create { name } => {
                 let tenant = client.json(Method::POST, "/v1/tenants", &json!({ "name": name }))?;
                 if args.client.json {
-                    println!("{tenant}");
+                    outln!("{tenant}");
                 } else {
-                    println!("created tenant {name}");
-                    println!(
+                    outln!("created tenant {name}");
+                    outln!(
                         "token: {} (shown once; keep it)",
                         tenant["token"].as_str().unwrap_or("?")
                     );
@@ -325,7 +327,7 @@ pub(crate) fn tenant(args: TenantArgs) -> ExitCode {
                     print_json(&tenants);
                 } else {
                     for tenant in tenants["tenants"].as_array().cloned().unwrap_or_default() {
-                        println!("{}", tenant["name"].as_str().unwrap_or("?"));
+                        outln!("{}", tenant["name"].as_str().unwrap_or("?"));
                     }
                 }
             }

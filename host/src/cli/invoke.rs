@@ -1,6 +1,7 @@
 //! `tessera invoke`: run one entity of a component locally, against a scratch (or given) data
 //! directory, and print each reply as one JSON line.
 
+use super::output::outln;
 use crate::codec::{json_to_msgpack, msgpack_to_json};
 use crate::contract::{ErrorKind, MessageError, TypeKey};
 use crate::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
@@ -56,7 +57,7 @@ pub(crate) fn run(args: InvokeArgs) -> ExitCode {
                     ErrorKind::BadMessage,
                     format!("message {} is not JSON: {error}", index + 1),
                 );
-                println!("{}", error_json(&error));
+                outln!("{}", error_json(&error));
                 return ExitCode::FAILURE;
             }
         }
@@ -92,17 +93,17 @@ pub(crate) fn run(args: InvokeArgs) -> ExitCode {
     };
     let mut failed = false;
     let outcome = runtime.block_on(invoke(options, |reply| match reply {
-        Ok(json) => println!("{json}"),
+        Ok(json) => outln!("{json}"),
         Err(error) => {
             failed = true;
-            println!("{}", error_json(error));
+            outln!("{}", error_json(error));
         }
     }));
     match outcome {
         Ok(()) if !failed => ExitCode::SUCCESS,
         Ok(()) => ExitCode::FAILURE,
         Err(error) => {
-            println!("{}", error_json(&error));
+            outln!("{}", error_json(&error));
             ExitCode::FAILURE
         }
     }

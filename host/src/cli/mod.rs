@@ -7,6 +7,7 @@ mod client;
 mod commands;
 mod credentials;
 mod invoke;
+mod output;
 mod progress;
 mod serve;
 

@@ -3,6 +3,7 @@
 
 use super::build::build_plugin;
 use super::credentials::{CREDENTIALS_FILE, Credentials, DEV_DATA_DIR};
+use super::output::outln;
 use crate::metadata::TypeOptions;
 use crate::node::{Node, NodeConfig};
 use sha2::{Digest, Sha256};
@@ -168,17 +169,17 @@ pub(crate) fn up(args: UpArgs) -> ExitCode {
             credentials.tenant_token = tenant_token;
         }
         credentials.save(&credentials_path)?;
-        println!(
+        outln!(
             "Tessera is up at {} (data in {}, tokens in {})",
             credentials.url,
             data_dir.display(),
             credentials_path.display()
         );
-        println!("Try:");
-        println!("  tessera ask counter/c1 '{{\"Add\":1}}'");
-        println!("  tessera state counter/c1");
-        println!("  tessera status");
-        println!("Ctrl-C stops the node.");
+        outln!("Try:");
+        outln!("  tessera ask counter/c1 '{{\"Add\":1}}'");
+        outln!("  tessera state counter/c1");
+        outln!("  tessera status");
+        outln!("Ctrl-C stops the node.");
         Ok(())
     }));
     match served {
@@ -240,7 +241,7 @@ async fn prepare(node: &Node, plugins: &[(String, Vec<u8>)]) -> Result<Option<St
             )
             .await
             .map_err(|error| format!("cannot deploy {entity_type}: {error}"))?;
-        println!("deployed {entity_type} version {}", version.version);
+        outln!("deployed {entity_type} version {}", version.version);
     }
     Ok(token)
 }

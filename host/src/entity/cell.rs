@@ -479,6 +479,7 @@ impl Cell {
         {
             let mut cells = self.core.cells();
             if !self.receiver.is_empty() {
+                cells.keep(&self.address, self.generation);
                 return false;
             }
             cells.remove(&self.address, self.generation);

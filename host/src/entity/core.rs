@@ -106,6 +106,19 @@ pub(crate) struct Cells {
 }
 
 impl Cells {
+    /// Counts the cell of `entity` (generation `generation`) as live again after its
+    /// passivation was abandoned because messages arrived: an eviction that did not happen
+    /// must not keep discounting it from the node's live-entity limit.
+    pub(crate) fn keep(&mut self, entity: &EntityAddress, generation: u64) {
+        if let Some(handle) = self.live.get_mut(entity)
+            && handle.generation == generation
+            && handle.evicting
+        {
+            handle.evicting = false;
+            self.evicting -= 1;
+        }
+    }
+
     /// Removes the cell of `entity` if it is still generation `generation`.
     pub(crate) fn remove(&mut self, entity: &EntityAddress, generation: u64) -> bool {
         match self.live.get(entity) {

@@ -335,26 +335,29 @@ impl Entities {
         let Some(max) = self.core.config.active_entities_max else {
             return Ok(());
         };
-        if cells.live.len() - cells.evicting < max {
-            return Ok(());
-        }
-        let victim = cells
-            .live
-            .iter()
-            .filter(|(_, handle)| !handle.evicting)
-            .min_by_key(|(_, handle)| handle.last_used.load(Ordering::Relaxed))
-            .map(|(address, _)| address.clone());
-        let Some(victim) = victim else {
-            return Err(MessageError::new(
-                ErrorKind::QuotaExceeded,
-                format!("this node already runs {max} live entities"),
-            ));
-        };
-        let handle = cells
-            .live
-            .get_mut(&victim)
-            .expect("invariant: the victim was chosen from the live map under this lock");
-        if handle.sender.try_send(CellMessage::Passivate).is_ok() {
+        // Usually one victim; more when the node is over its limit (an eviction that was
+        // abandoned because messages arrived leaves it one over).
+        while cells.live.len() - cells.evicting >= max {
+            let victim = cells
+                .live
+                .iter()
+                .filter(|(_, handle)| !handle.evicting)
+                .min_by_key(|(_, handle)| handle.last_used.load(Ordering::Relaxed))
+                .map(|(address, _)| address.clone());
+            let Some(victim) = victim else {
+                return Err(MessageError::new(
+                    ErrorKind::QuotaExceeded,
+                    format!("this node already runs {max} live entities"),
+                ));
+            };
+            let handle = cells
+                .live
+                .get_mut(&victim)
+                .expect("invariant: the victim was chosen from the live map under this lock");
+            if handle.sender.try_send(CellMessage::Passivate).is_err() {
+                // Its mailbox is full: it is busy, not idle; the next start tries again.
+                break;
+            }
             handle.evicting = true;
             cells.evicting += 1;
             self.core.stats.evictions.fetch_add(1, Ordering::Relaxed);

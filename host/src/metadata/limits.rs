@@ -5,3 +5,25 @@ pub const VERSIONS_PER_TYPE_MAX: usize = 1_000;
 
 /// The longest tenant or type name, so names cannot bloat keys, logs and metric labels.
 pub const NAME_BYTES_MAX: usize = 64;
+
+/// Upper bounds of the tenant quotas, so no quota value can make a node allocate or wait
+/// without bound (a mailbox of `usize::MAX` slots, a message deadline of a year).
+pub mod quota_ceilings {
+    /// Linear memory per instance: the whole 32-bit wasm address space.
+    pub const MEMORY_BYTES_MAX: usize = 4 << 30;
+    /// CPU time per message: ten minutes.
+    pub const MESSAGE_DEADLINE_MS_MAX: u64 = 600_000;
+    /// Live entities of one tenant on a node.
+    pub const LIVE_ENTITIES_MAX: usize = 10_000_000;
+    /// Slots of one entity's mailbox.
+    pub const MAILBOX_CAPACITY_MAX: usize = 1_000_000;
+    /// Messages per second, and burst, of the rate quota.
+    pub const MESSAGES_PER_SECOND_MAX: u32 = 1_000_000_000;
+    /// Size of one plugin: the runtime's own hard limit (`runtime::PLUGIN_BYTES_MAX`; the node
+    /// checks at compile time that the two agree).
+    pub const PLUGIN_BYTES_MAX: usize = 64 << 20;
+    /// State one entity may hold: 1 TiB.
+    pub const ENTITY_STATE_BYTES_MAX: usize = 1 << 40;
+    /// Unacknowledged tells, and reminders, one entity may hold.
+    pub const ENTITY_MESSAGES_MAX: u64 = 1_000_000;
+}

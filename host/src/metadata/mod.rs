@@ -18,7 +18,7 @@ mod store;
 
 pub use command::{Applied, Command};
 pub use error::MetadataError;
-pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
+pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
 pub use store::MetadataStore;

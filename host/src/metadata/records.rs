@@ -110,8 +110,64 @@ impl Quotas {
                 "outbox_entries_max must be at least 1",
             ),
         ];
-        match checks.iter().find(|(bad, _)| *bad) {
-            Some((_, message)) => Err((*message).to_string()),
+        if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
+            return Err((*message).to_string());
+        }
+        use super::limits::quota_ceilings as max;
+        let ceilings = [
+            (
+                self.memory_bytes_max as u128,
+                max::MEMORY_BYTES_MAX as u128,
+                "memory_bytes_max",
+            ),
+            (
+                u128::from(self.message_deadline_ms),
+                u128::from(max::MESSAGE_DEADLINE_MS_MAX),
+                "message_deadline_ms",
+            ),
+            (
+                self.live_entities_max as u128,
+                max::LIVE_ENTITIES_MAX as u128,
+                "live_entities_max",
+            ),
+            (
+                self.mailbox_capacity as u128,
+                max::MAILBOX_CAPACITY_MAX as u128,
+                "mailbox_capacity",
+            ),
+            (
+                u128::from(self.messages_per_second),
+                u128::from(max::MESSAGES_PER_SECOND_MAX),
+                "messages_per_second",
+            ),
+            (
+                u128::from(self.messages_burst),
+                u128::from(max::MESSAGES_PER_SECOND_MAX),
+                "messages_burst",
+            ),
+            (
+                self.plugin_bytes_max as u128,
+                max::PLUGIN_BYTES_MAX as u128,
+                "plugin_bytes_max",
+            ),
+            (
+                self.entity_state_bytes_max as u128,
+                max::ENTITY_STATE_BYTES_MAX as u128,
+                "entity_state_bytes_max",
+            ),
+            (
+                u128::from(self.outbox_entries_max),
+                u128::from(max::ENTITY_MESSAGES_MAX),
+                "outbox_entries_max",
+            ),
+            (
+                u128::from(self.reminders_max),
+                u128::from(max::ENTITY_MESSAGES_MAX),
+                "reminders_max",
+            ),
+        ];
+        match ceilings.iter().find(|(value, ceiling, _)| value > ceiling) {
+            Some((_, ceiling, name)) => Err(format!("{name} must be at most {ceiling}")),
             None => Ok(()),
         }
     }

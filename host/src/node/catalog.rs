@@ -13,6 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+// A tenant's plugin quota can never exceed what the runtime loads.
+const _: () =
+    assert!(crate::metadata::quota_ceilings::PLUGIN_BYTES_MAX == crate::runtime::PLUGIN_BYTES_MAX);
+
 /// Tenants by name and by token hash, as the catalog last applied them.
 #[derive(Default)]
 pub(crate) struct TenantIndex {

@@ -95,6 +95,31 @@ async fn tenants_are_created_listed_shown_and_requoted_by_the_admin() {
         )
         .await
         .assert_error(400, "bad_request");
+    // Every quota has a ceiling: a huge mailbox would make the node allocate without bound.
+    let huge = server
+        .http
+        .put_json(
+            "/v1/tenants/acme/quotas",
+            Some(ADMIN),
+            &json!({"mailbox_capacity": u64::MAX}),
+        )
+        .await;
+    huge.assert_error(400, "bad_request");
+    assert!(
+        huge.text().contains("mailbox_capacity must be at most"),
+        "{}",
+        huge.text()
+    );
+    let shown = server
+        .http
+        .get("/v1/tenants/acme", Some(ADMIN))
+        .await
+        .json();
+    assert_eq!(
+        shown["quotas"]["mailbox_capacity"],
+        json!(1024),
+        "unchanged"
+    );
     server
         .http
         .put_json("/v1/tenants/nobody/quotas", Some(ADMIN), &json!({}))
