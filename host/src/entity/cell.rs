@@ -16,6 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot};
 
+/// The longest a cell waits for a slot of a full instance pool before its message fails with
+/// `unavailable` (retryable).
+const POOL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a cell waiting for a pool slot looks again if no instance was dropped meanwhile.
+const POOL_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
 enum Next {
     Message(CellMessage),
     Idle,
@@ -28,6 +35,8 @@ pub(crate) struct Cell {
     shard: ShardId,
     generation: u64,
     receiver: mpsc::Receiver<CellMessage>,
+    /// Shared with the directory: whether this cell holds an instance now.
+    holds_instance: Arc<std::sync::atomic::AtomicBool>,
     counters: Arc<TypeCounters>,
     /// The type's binding as of a type-table generation, so the hot path skips the lookup.
     binding_cache: Option<(u64, Option<Arc<TypeBinding>>)>,
@@ -41,6 +50,10 @@ pub(crate) struct Cell {
     last_timer: u64,
     stop_waiters: Vec<oneshot::Sender<()>>,
     passivate_requested: bool,
+    /// When the cell last received a message, for idle passivation.
+    last_activity: tokio::time::Instant,
+    /// The idle timer, made once (see [`Cell::receive`]).
+    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Cell {
@@ -50,6 +63,7 @@ impl Cell {
         shard: ShardId,
         generation: u64,
         receiver: mpsc::Receiver<CellMessage>,
+        holds_instance: Arc<std::sync::atomic::AtomicBool>,
     ) {
         let counters = core.counters(&address.type_key());
         let cell = Cell {
@@ -60,6 +74,7 @@ impl Cell {
             shard,
             generation,
             receiver,
+            holds_instance,
             instance: None,
             running_version: 0,
             version_to_record: None,
@@ -68,6 +83,8 @@ impl Cell {
             last_timer: 0,
             stop_waiters: Vec::new(),
             passivate_requested: false,
+            last_activity: tokio::time::Instant::now(),
+            idle_timer: None,
         };
         tokio::spawn(cell.run());
     }
@@ -84,6 +101,15 @@ impl Cell {
                 }
                 Next::Message(CellMessage::Passivate) | Next::Idle => {
                     self.passivate_requested = true
+                }
+                Next::Message(CellMessage::Release) => {
+                    if self.instance.is_some() {
+                        self.drop_instance(true).await;
+                        self.core
+                            .stats
+                            .instance_swaps
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 Next::Message(CellMessage::Stop(done)) => {
                     self.stop_waiters.push(done);
@@ -106,18 +132,50 @@ impl Cell {
     }
 
     async fn next(&mut self) -> Next {
+        let next = self.receive().await;
+        if matches!(next, Next::Message(_)) {
+            self.last_activity = tokio::time::Instant::now();
+        }
+        next
+    }
+
+    /// The next message, or `Idle` once none came for the type's idle timeout. The idle timer
+    /// is one per cell, re-armed only when it fires early (there was activity since it was
+    /// set), not per message.
+    async fn receive(&mut self) -> Next {
+        match self.receiver.try_recv() {
+            Ok(message) => return Next::Message(message),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Next::Closed,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
         let idle = self
             .binding()
             .ok()
             .and_then(|binding| binding.passivate_idle);
-        let received = match idle {
-            Some(idle) => match tokio::time::timeout(idle, self.receiver.recv()).await {
-                Ok(received) => received,
-                Err(_) => return Next::Idle,
-            },
-            None => self.receiver.recv().await,
+        let Some(idle) = idle else {
+            return self
+                .receiver
+                .recv()
+                .await
+                .map_or(Next::Closed, Next::Message);
         };
-        received.map_or(Next::Closed, Next::Message)
+        let timer = self
+            .idle_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        loop {
+            tokio::select! {
+                received = self.receiver.recv() => {
+                    return received.map_or(Next::Closed, Next::Message);
+                }
+                () = timer.as_mut() => {
+                    let due = self.last_activity + idle;
+                    if tokio::time::Instant::now() >= due {
+                        return Next::Idle;
+                    }
+                    timer.as_mut().reset(due);
+                }
+            }
+        }
     }
 
     fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
@@ -179,22 +237,47 @@ impl Cell {
             (None, None) if self.activated_before => Activation::Restarted,
             (None, None) => Activation::FirstStart,
         };
-        let context = EntityContext {
+        let context = || EntityContext {
             state: core.state.clone(),
             router: core.router.clone(),
             entity_state_bytes: meta.state_bytes,
             last_timer: sequences.last_timer,
         };
-        let mut instance = core
-            .runtime
-            .instantiate(
-                &binding.plugin,
-                self.address.clone(),
-                binding.limits,
-                context,
-            )
-            .await?;
+        // The pool is a cache of instances over durable state: when it is full, the least
+        // recently used idle entity gives its instance back and this one waits for the slot,
+        // at most `POOL_WAIT_MAX`.
+        let waiting_since = std::time::Instant::now();
+        let mut instance = loop {
+            if core.runtime.pool_is_full() {
+                core.release_lru_instance(&self.address);
+            }
+            let freed = core.runtime.instance_freed();
+            let attempt = core
+                .runtime
+                .instantiate(
+                    &binding.plugin,
+                    self.address.clone(),
+                    binding.limits,
+                    context(),
+                )
+                .await;
+            match attempt {
+                Ok(instance) => break instance,
+                Err(error)
+                    if error.kind == ErrorKind::Unavailable
+                        && waiting_since.elapsed() < POOL_WAIT_MAX =>
+                {
+                    core.release_lru_instance(&self.address);
+                    let _ = tokio::time::timeout(POOL_RETRY_INTERVAL, freed).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         instance.activate(reason).await?;
+        self.holds_instance
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let tick = core.started.elapsed().as_millis() as u64;
+        core.took_instance(&self.address, tick);
         core.stats.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.activated(reason);
         tracing::debug!(entity = %self.address, version = binding.version, ?reason, "activated");
@@ -460,6 +543,8 @@ impl Cell {
     }
 
     async fn drop_instance(&mut self, deactivate: bool) {
+        self.holds_instance
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(mut instance) = self.instance.take() {
             if deactivate {
                 instance.deactivate().await;

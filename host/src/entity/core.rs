@@ -12,7 +12,7 @@ use crate::state::EntityState;
 use crate::state::remember::RememberWriter;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
@@ -71,6 +71,8 @@ pub struct EntitiesStats {
     pub expired_asks: AtomicU64,
     /// Guest stdout/stderr/log lines dropped by the per-message log budget.
     pub guest_log_lines_dropped: AtomicU64,
+    /// Instances given back to a full pool by idle live entities, for another entity's use.
+    pub instance_swaps: AtomicU64,
 }
 
 /// What a cell's mailbox carries.
@@ -84,6 +86,9 @@ pub(crate) enum CellMessage {
     /// Passivate and report when the cell is gone (handoff, shutdown); not a passivation for
     /// remember-entities, so the entity stays remembered.
     Stop(oneshot::Sender<()>),
+    /// Give the instance back to the pool (deactivating it) but stay live: another entity
+    /// needs the slot. The next message activates a fresh instance.
+    Release,
 }
 
 /// The directory's record of one live cell.
@@ -93,6 +98,9 @@ pub(crate) struct CellHandle {
     pub(crate) shard: ShardId,
     pub(crate) last_used: AtomicU64,
     pub(crate) evicting: bool,
+    /// Whether the cell holds an instance now (set by the cell), so a cell that needs a pool
+    /// slot can ask the least recently used holder to give its up.
+    pub(crate) holds_instance: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The live cells of a node and the per-tenant counts the quota reads. The maps hash with
@@ -173,6 +181,9 @@ pub(crate) struct Core {
     pub(crate) reminders: ReminderClock,
     /// Whether the delivery sweep and the reminder clock run.
     pub(crate) messaging_started: std::sync::atomic::AtomicBool,
+    /// Cells holding instances, in the order they took them (with their last use then): the
+    /// order a full pool asks them to give their instances back in.
+    pub(crate) instance_holders: Mutex<std::collections::VecDeque<(EntityAddress, u64)>>,
 }
 
 impl Core {
@@ -191,7 +202,65 @@ impl Core {
             delivery: Delivery::default(),
             reminders: ReminderClock::default(),
             messaging_started: std::sync::atomic::AtomicBool::new(false),
+            instance_holders: Mutex::default(),
         }
+    }
+
+    /// Notes that the cell of `entity` took an instance (at `tick`), for the release order.
+    pub(crate) fn took_instance(&self, entity: &EntityAddress, tick: u64) {
+        let mut holders = self.instance_holders();
+        holders.push_back((entity.clone(), tick));
+        // Entries of cells that gave their instance up by other ways (passivation, a trap)
+        // are dropped when met; past this size they are swept all at once.
+        let bound = 4 * self.runtime.config().instances_max as usize + 64;
+        if holders.len() > bound {
+            let cells = self.cells();
+            holders.retain(|(address, _)| {
+                cells
+                    .live
+                    .get(address)
+                    .is_some_and(|handle| handle.holds_instance.load(Ordering::Relaxed))
+            });
+        }
+    }
+
+    /// Asks the least recently used cell that holds an instance (other than `except`) to give
+    /// it back to the pool: a CLOCK walk over the cells in the order they took instances, where
+    /// a cell used since it took its instance gets a second chance. False if none was asked.
+    pub(crate) fn release_lru_instance(&self, except: &EntityAddress) -> bool {
+        let mut holders = self.instance_holders();
+        let cells = self.cells();
+        for _ in 0..holders.len() {
+            let Some((address, tick)) = holders.pop_front() else {
+                return false;
+            };
+            let Some(handle) = cells.live.get(&address) else {
+                continue;
+            };
+            if !handle.holds_instance.load(Ordering::Relaxed) {
+                continue;
+            }
+            let last_used = handle.last_used.load(Ordering::Relaxed);
+            if address == *except || last_used > tick {
+                holders.push_back((address, last_used));
+                continue;
+            }
+            if handle.sender.try_send(CellMessage::Release).is_err() {
+                // Busy (a full mailbox): not idle, look further.
+                holders.push_back((address, last_used));
+                continue;
+            }
+            // Not chosen again while its release is on the way.
+            handle.holds_instance.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    fn instance_holders(&self) -> MutexGuard<'_, std::collections::VecDeque<(EntityAddress, u64)>> {
+        self.instance_holders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn cells(&self) -> MutexGuard<'_, Cells> {

@@ -297,7 +297,15 @@ impl Entities {
         let generation = cells.next_generation;
         cells.next_generation += 1;
         let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
-        Cell::spawn(self.core.clone(), to.clone(), shard, generation, receiver);
+        let holds_instance = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        Cell::spawn(
+            self.core.clone(),
+            to.clone(),
+            shard,
+            generation,
+            receiver,
+            holds_instance.clone(),
+        );
         *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
         cells.live.insert(
             to.clone(),
@@ -307,6 +315,7 @@ impl Entities {
                 shard,
                 last_used: AtomicU64::new(tick),
                 evicting: false,
+                holds_instance,
             },
         );
         Ok(())

@@ -55,6 +55,23 @@ pub struct Runtime {
     config: RuntimeConfig,
     epoch_ticker_stop: Arc<AtomicBool>,
     compilations: AtomicU64,
+    /// Instances alive now, and the bell rung when one is dropped.
+    instances: Arc<InstanceSlots>,
+}
+
+/// How many pool slots are taken, shared with every [`EntityInstance`] so its drop frees one.
+#[derive(Debug, Default)]
+pub(crate) struct InstanceSlots {
+    live: AtomicU64,
+    freed: tokio::sync::Notify,
+}
+
+impl InstanceSlots {
+    /// An instance was dropped.
+    pub(crate) fn release(&self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        self.freed.notify_waiters();
+    }
 }
 
 impl Runtime {
@@ -79,6 +96,7 @@ impl Runtime {
             config,
             epoch_ticker_stop,
             compilations: AtomicU64::new(0),
+            instances: Arc::default(),
         })
     }
 
@@ -90,6 +108,21 @@ impl Runtime {
     /// The engine configuration this runtime was built with.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config
+    }
+
+    /// Entity instances alive now (each holds one slot of the pool).
+    pub fn live_instances(&self) -> u64 {
+        self.instances.live.load(Ordering::Relaxed)
+    }
+
+    /// Whether every slot of the instance pool is taken.
+    pub fn pool_is_full(&self) -> bool {
+        self.live_instances() >= u64::from(self.config.instances_max)
+    }
+
+    /// Resolves when an instance is dropped (a slot may be free). Register before checking.
+    pub fn instance_freed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.instances.freed.notified()
     }
 
     /// How many components this runtime compiled (cache hits do not count).
@@ -256,15 +289,28 @@ impl Runtime {
                         ErrorKind::MemoryLimit,
                         format!("the instance needs more than {memory_bytes_max} bytes of memory"),
                     )
+                } else if error
+                    .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                    .is_some()
+                {
+                    MessageError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "every one of the {} instance slots is taken; retry later",
+                            self.config.instances_max
+                        ),
+                    )
                 } else {
                     MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
                 }
             })?;
+        self.instances.live.fetch_add(1, Ordering::Relaxed);
         Ok(EntityInstance::new(
             store,
             bindings,
             plugin.clone(),
             self.config.guest_log_lines_per_message,
+            self.instances.clone(),
         ))
     }
 }

@@ -2,6 +2,7 @@
 //! fresh per-message limits and every failure classified.
 
 use super::bindings::{Activation, Entity, GuestError};
+use super::engine::InstanceSlots;
 use super::host::{AskClock, HostState, HostTrap, MessageScope};
 use super::plugin::Plugin;
 use crate::contract::{EntityAddress, ErrorKind, MessageError};
@@ -32,6 +33,18 @@ pub struct EntityInstance {
     plugin: Arc<Plugin>,
     log_lines_per_message: u32,
     poisoned: bool,
+    /// Counts this instance's pool slot; declared after `store`, so it is dropped after the
+    /// store has given the slot back and a waiter woken by it finds the slot free.
+    _slot: SlotGuard,
+}
+
+/// Releases one slot of the pool accounting when dropped.
+struct SlotGuard(Arc<InstanceSlots>);
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 impl EntityInstance {
@@ -40,6 +53,7 @@ impl EntityInstance {
         bindings: Entity,
         plugin: Arc<Plugin>,
         log_lines_per_message: u32,
+        slots: Arc<InstanceSlots>,
     ) -> Self {
         EntityInstance {
             store,
@@ -47,6 +61,7 @@ impl EntityInstance {
             plugin,
             log_lines_per_message,
             poisoned: false,
+            _slot: SlotGuard(slots),
         }
     }
 

@@ -4,6 +4,10 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+/// How long an entity may sit idle before it is passivated, unless its type or the node says
+/// otherwise (Akka's default): idle entities give back their instance and memory.
+pub const PASSIVATION_IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
+
 pub use crate::state::remember::RememberConfig;
 
 /// Configuration for the coordinator and every region of a node. Durations are read from
@@ -61,7 +65,7 @@ impl Default for ShardingConfig {
             role_constraint: None,
             coordinator_tick: Duration::from_millis(50),
             rebalance_per_round: 10,
-            passivation_idle_timeout: None,
+            passivation_idle_timeout: Some(PASSIVATION_IDLE_TIMEOUT_DEFAULT),
             handoff_drain_delay: Duration::from_millis(1),
             max_active_entities: None,
             recovery_rate_per_second: 1000,
@@ -201,7 +205,10 @@ mod tests {
         assert_eq!(config.command_buffer, 65_536);
         assert_eq!(config.coordinator_tick, Duration::from_millis(50));
         assert_eq!(config.rebalance_per_round, 10);
-        assert_eq!(config.passivation_idle_timeout, None);
+        assert_eq!(
+            config.passivation_idle_timeout,
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(config.remember.queue_capacity, 4096);
         assert_eq!(config.remember.failure_policy, FailurePolicy::FailOpen);
         assert_eq!(config.remember.event_buffer, 1024);

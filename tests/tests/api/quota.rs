@@ -197,3 +197,42 @@ async fn state_bytes_per_entity() {
     assert_eq!(server.state(&token, "counter/c1").await, json!([]));
     server.stop().await;
 }
+
+/// The instance pool is a cache over durable state: one tenant touching many more entities
+/// than the pool has slots gets no errors (idle entities give their instances back), and
+/// another tenant keeps being served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_instance_pool_swaps_idle_entities_instead_of_failing() {
+    let server = Server::start_with(|config| config.runtime.instances_max = 16).await;
+    let noisy = server.tenant("noisy", None).await;
+    let calm = server.tenant("calm", None).await;
+    server.deploy(&noisy, "counter", COUNTER, "").await;
+    server.deploy(&calm, "counter", COUNTER, "").await;
+    for index in 0..200 {
+        let entity = format!("counter/c{index}");
+        let reply = server.ask_json(&noisy, &entity, json!({"Add": 1})).await;
+        assert_eq!(reply, json!(1), "{entity}");
+        if index % 20 == 0 {
+            let reply = server
+                .ask_json(&calm, "counter/mine", json!({"Add": 1}))
+                .await;
+            assert_eq!(reply, json!(index / 20 + 1), "the calm tenant is served");
+        }
+    }
+    // All 200 are still live entities (their state and mailboxes), on 16 instance slots.
+    let status = server.http.get("/v1/status", Some(&noisy)).await.json();
+    assert_eq!(status["types"][0]["live_entities"], json!(200), "{status}");
+    let swaps = server
+        .node
+        .entities()
+        .stats()
+        .instance_swaps
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(swaps >= 200 - 16, "only {swaps} instances were swapped");
+    // A swapped-out entity answers from its durable state.
+    assert_eq!(
+        server.ask_json(&noisy, "counter/c0", json!("Get")).await,
+        json!(1)
+    );
+    server.stop().await;
+}
