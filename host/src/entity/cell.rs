@@ -50,6 +50,8 @@ pub(crate) struct Cell {
     last_timer: u64,
     stop_waiters: Vec<oneshot::Sender<()>>,
     passivate_requested: bool,
+    /// This entity's tenant's gate to guest execution.
+    gate: Option<Arc<super::fairness::TenantGate>>,
     /// When the cell last received a message, for idle passivation.
     last_activity: tokio::time::Instant,
     /// The idle timer, made once (see [`Cell::receive`]).
@@ -85,6 +87,7 @@ impl Cell {
             passivate_requested: false,
             last_activity: tokio::time::Instant::now(),
             idle_timer: None,
+            gate: None,
         };
         tokio::spawn(cell.run());
     }
@@ -273,7 +276,9 @@ impl Cell {
                 Err(error) => return Err(error),
             }
         };
+        let pass = self.enter_gate(&binding).await;
         instance.activate(reason).await?;
+        drop(pass);
         self.holds_instance
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let tick = core.started.elapsed().as_millis() as u64;
@@ -342,11 +347,16 @@ impl Cell {
         receipt: Option<Receipt>,
     ) -> Result<Vec<u8>, MessageError> {
         self.ready().await?;
+        let binding = self.binding()?;
+        let pass = self.enter_gate(&binding).await;
         let instance = self
             .instance
             .as_mut()
             .expect("invariant: ready() left a running instance");
-        let outcome = match instance.handle_in_chain(payload, chain).await {
+        let gate: Arc<dyn crate::runtime::CallGate> = pass.clone();
+        let outcome = instance.handle_in_chain(payload, chain, Some(gate)).await;
+        drop(pass);
+        let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(error) => {
                 if instance.is_poisoned() {
@@ -386,6 +396,26 @@ impl Cell {
         }
         self.carry_out(&outcome.effects);
         Ok(outcome.reply)
+    }
+
+    /// Waits for this entity's tenant to be allowed one more running guest call. The tenant's
+    /// gate is looked up once per cell (again only if the tenant's cap changes).
+    fn enter_gate(
+        &mut self,
+        binding: &TypeBinding,
+    ) -> impl std::future::Future<Output = Arc<super::fairness::CallPass>> + Send + 'static {
+        let cap = binding.limits.concurrent_guests_max.max(1);
+        let gate = match &self.gate {
+            Some(gate) if gate.cap() == cap => gate.clone(),
+            _ => {
+                let gate = self.core.gates.gate(&self.address.tenant, cap);
+                self.gate = Some(gate.clone());
+                gate
+            }
+        };
+        let core = self.core.clone();
+        let budget = binding.limits.cpu_ms_per_second;
+        async move { super::fairness::CallPass::enter(gate, budget, &core).await }
     }
 
     /// Adds the message's tells, reminders and receipt to its writes, refusing it when the

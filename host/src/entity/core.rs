@@ -73,6 +73,8 @@ pub struct EntitiesStats {
     pub guest_log_lines_dropped: AtomicU64,
     /// Instances given back to a full pool by idle live entities, for another entity's use.
     pub instance_swaps: AtomicU64,
+    /// Guest calls that waited at their tenant's gate (concurrency cap or CPU budget).
+    pub throttled_calls: AtomicU64,
 }
 
 /// What a cell's mailbox carries.
@@ -181,6 +183,8 @@ pub(crate) struct Core {
     pub(crate) reminders: ReminderClock,
     /// Whether the delivery sweep and the reminder clock run.
     pub(crate) messaging_started: std::sync::atomic::AtomicBool,
+    /// Each tenant's gate to guest execution (concurrency cap and CPU budget).
+    pub(crate) gates: super::fairness::Gates,
     /// Cells holding instances, in the order they took them (with their last use then): the
     /// order a full pool asks them to give their instances back in.
     pub(crate) instance_holders: Mutex<std::collections::VecDeque<(EntityAddress, u64)>>,
@@ -203,6 +207,7 @@ impl Core {
             reminders: ReminderClock::default(),
             messaging_started: std::sync::atomic::AtomicBool::new(false),
             instance_holders: Mutex::default(),
+            gates: super::fairness::Gates::default(),
         }
     }
 

@@ -21,6 +21,7 @@ mod core;
 mod counters;
 mod delivery;
 mod directory;
+mod fairness;
 mod reminders;
 mod types;
 

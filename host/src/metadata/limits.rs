@@ -26,4 +26,8 @@ pub mod quota_ceilings {
     pub const ENTITY_STATE_BYTES_MAX: usize = 1 << 40;
     /// Unacknowledged tells, and reminders, one entity may hold.
     pub const ENTITY_MESSAGES_MAX: u64 = 1_000_000;
+    /// Guest calls of one tenant running at once.
+    pub const CONCURRENT_GUESTS_MAX: usize = 4_096;
+    /// CPU milliseconds per second: 1,024 cores' worth.
+    pub const CPU_MS_PER_SECOND_MAX: u64 = 1_024_000;
 }

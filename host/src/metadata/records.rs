@@ -50,6 +50,12 @@ pub struct Quotas {
     pub outbox_entries_max: u64,
     /// Durable reminders one entity may hold.
     pub reminders_max: u64,
+    /// Guest calls of the tenant running at once on a node; 0 means the node's default (one
+    /// fewer than its cores, at least 1), so one tenant never holds every core.
+    pub concurrent_guests_max: usize,
+    /// Guest CPU time (milliseconds per second) the tenant may use on a node; past it its
+    /// next calls wait for the next second. 0 means no budget beyond the concurrency cap.
+    pub cpu_ms_per_second: u64,
 }
 
 impl Default for Quotas {
@@ -65,6 +71,8 @@ impl Default for Quotas {
             entity_state_bytes_max: 16 << 20,
             outbox_entries_max: 4_096,
             reminders_max: 1_024,
+            concurrent_guests_max: 0,
+            cpu_ms_per_second: 0,
         }
     }
 }
@@ -164,6 +172,16 @@ impl Quotas {
                 u128::from(self.reminders_max),
                 u128::from(max::ENTITY_MESSAGES_MAX),
                 "reminders_max",
+            ),
+            (
+                self.concurrent_guests_max as u128,
+                max::CONCURRENT_GUESTS_MAX as u128,
+                "concurrent_guests_max",
+            ),
+            (
+                u128::from(self.cpu_ms_per_second),
+                u128::from(max::CPU_MS_PER_SECOND_MAX),
+                "cpu_ms_per_second",
             ),
         ];
         match ceilings.iter().find(|(value, ceiling, _)| value > ceiling) {

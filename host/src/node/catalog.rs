@@ -172,6 +172,11 @@ impl NodeCatalog {
                 message_wall_ms_max: crate::runtime::wall_bound_ms(quotas.message_deadline_ms),
                 outbox_entries_max: quotas.outbox_entries_max,
                 reminders_max: quotas.reminders_max,
+                concurrent_guests_max: match quotas.concurrent_guests_max {
+                    0 => default_concurrent_guests(),
+                    cap => cap,
+                },
+                cpu_ms_per_second: quotas.cpu_ms_per_second,
                 ..InstanceLimits::default()
             },
             passivate_idle: options
@@ -241,4 +246,12 @@ impl CatalogObserver for NodeCatalog {
     fn applied<'a>(&'a self, applied: &'a Applied) -> BoxFuture<'a, ()> {
         Box::pin(self.on_applied(applied))
     }
+}
+
+/// A tenant's default cap on guest calls running at once: one fewer than the node's cores, at
+/// least one, so a single tenant's backlog always leaves a core to the others.
+fn default_concurrent_guests() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |cores| cores.get().saturating_sub(1))
+        .max(1)
 }

@@ -78,6 +78,8 @@ pub(crate) struct MessageScope {
     /// The entities whose asks wait on this message, outermost first (this entity not
     /// included): an ask to any of them, or to itself, would deadlock.
     pub(crate) chain: Vec<EntityAddress>,
+    /// The call's running slot, given back while an ask waits.
+    pub(crate) gate: Option<std::sync::Arc<dyn super::gate::CallGate>>,
     /// Set when one of this message's asks failed with `deadlock`: if the message then fails,
     /// it fails as a deadlock too, so the error reaches the outermost asker with its kind.
     pub(crate) deadlocked: bool,
@@ -423,7 +425,13 @@ impl host::Host for HostState {
             .waiting
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let started = std::time::Instant::now();
+        if let Some(gate) = &self.message.gate {
+            gate.pause();
+        }
         let reply = self.router.ask(target, payload, meta, timeout).await;
+        if let Some(gate) = &self.message.gate {
+            gate.resume().await;
+        }
         clock.waited_us.fetch_add(
             started.elapsed().as_micros() as u64,
             std::sync::atomic::Ordering::Relaxed,

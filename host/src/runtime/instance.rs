@@ -130,18 +130,22 @@ impl EntityInstance {
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
     /// replying; on `Err` nothing of the message is kept.
     pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
-        self.handle_in_chain(payload, Vec::new()).await
+        self.handle_in_chain(payload, Vec::new(), None).await
     }
 
     /// [`handle`](Self::handle) for a message that `chain`'s asks wait on (outermost first):
-    /// the guest's own asks to any of them fail at once with `deadlock`.
+    /// the guest's own asks to any of them fail at once with `deadlock`. `gate`, if given, is
+    /// paused while the guest waits on an ask.
     pub async fn handle_in_chain(
         &mut self,
         payload: &[u8],
         chain: Vec<EntityAddress>,
+        gate: Option<Arc<dyn super::gate::CallGate>>,
     ) -> Result<HandleOutcome, MessageError> {
         self.begin_call(true);
-        self.store.data_mut().message.chain = chain;
+        let message = &mut self.store.data_mut().message;
+        message.chain = chain;
+        message.gate = gate;
         let (wall, clock) = self.watchdog();
         let call = self
             .bindings

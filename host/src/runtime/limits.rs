@@ -48,6 +48,10 @@ pub struct InstanceLimits {
     pub outbox_entries_max: u64,
     /// Durable reminders one entity may hold (the tenant's `reminders_max`).
     pub reminders_max: u64,
+    /// The tenant's guest calls running at once on this node.
+    pub concurrent_guests_max: usize,
+    /// The tenant's guest CPU milliseconds per second on this node; 0 for no budget.
+    pub cpu_ms_per_second: u64,
 }
 
 impl Default for InstanceLimits {
@@ -66,6 +70,8 @@ impl Default for InstanceLimits {
             message_wall_ms_max: 5_000,
             outbox_entries_max: 4_096,
             reminders_max: 1_024,
+            concurrent_guests_max: 4_096,
+            cpu_ms_per_second: 0,
         }
     }
 }

@@ -1,0 +1,296 @@
+//! Fair execution across tenants: each tenant's guest calls pass a gate before they run.
+//!
+//! The gate has two parts, both per tenant:
+//! - a cap on the tenant's guest calls running at once (`concurrent_guests_max`): a tenant with
+//!   a backlog holds at most that many worker threads, so on a node with more cores than the
+//!   cap other tenants always find one free — one tenant's flood does not queue another's
+//!   messages behind it. Waiting cells wait asynchronously (they hold no thread), in FIFO order;
+//! - a CPU budget (`cpu_ms_per_second`): the wall-clock time the tenant's guest calls run (a
+//!   close proxy of their CPU time, since a guest call never blocks a thread: host calls are
+//!   async) is summed over one-second windows; a tenant past its budget waits for the next
+//!   window before its next call starts (a delay, not an error), as Linux CFS bandwidth
+//!   control throttles a group past its quota.
+//!
+//! Together they give each busy tenant at most `concurrent_guests_max` cores and at most its
+//! budget of CPU per second, whatever the others do. The cap is work-conserving: while no
+//! other tenant has a call running or waiting, a tenant may run past it (idle cores are not
+//! kept from anyone); the budget always holds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// One tenant's gate.
+pub(crate) struct TenantGate {
+    running: Arc<Semaphore>,
+    cap: usize,
+    /// Microseconds of guest time used in the current window.
+    used_us: AtomicU64,
+    /// The current window's start, in microseconds since `epoch`.
+    window_start_us: AtomicU64,
+    /// The clock windows are measured on (Tokio's, so tests can pause it).
+    epoch: tokio::time::Instant,
+    /// This tenant's calls running or waiting at the gate.
+    in_flight: AtomicU64,
+    /// Tenants with a call running or waiting, shared by every gate of the node.
+    busy_tenants: Arc<AtomicU64>,
+}
+
+/// The gates of every tenant, made on first use.
+pub(crate) struct Gates {
+    tenants: Mutex<HashMap<String, Arc<TenantGate>>>,
+    epoch: tokio::time::Instant,
+    busy_tenants: Arc<AtomicU64>,
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates {
+            tenants: Mutex::default(),
+            epoch: tokio::time::Instant::now(),
+            busy_tenants: Arc::default(),
+        }
+    }
+}
+
+/// Permission to run one guest call; dropping it (after the call) records the time used.
+pub(crate) struct Pass {
+    gate: Arc<TenantGate>,
+    /// `None` when the call ran past the cap because no other tenant was busy.
+    _permit: Option<OwnedSemaphorePermit>,
+    /// When the call started, if the tenant has a CPU budget to account it against.
+    started: Option<Instant>,
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        if let Some(started) = self.started {
+            let used = started.elapsed().as_micros() as u64;
+            self.gate.used_us.fetch_add(used, Ordering::Relaxed);
+        }
+        self.gate.leave();
+    }
+}
+
+const WINDOW_US: u64 = 1_000_000;
+
+impl Gates {
+    /// The gate of `tenant` with a cap of `cap` running calls (a fresh gate if the cap
+    /// changed; calls holding the old one finish under it).
+    pub(crate) fn gate(&self, tenant: &str, cap: usize) -> Arc<TenantGate> {
+        let mut tenants = self
+            .tenants
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match tenants.get(tenant) {
+            Some(gate) if gate.cap == cap => gate.clone(),
+            _ => {
+                let gate = Arc::new(TenantGate {
+                    running: Arc::new(Semaphore::new(cap)),
+                    cap,
+                    used_us: AtomicU64::new(0),
+                    window_start_us: AtomicU64::new(0),
+                    epoch: self.epoch,
+                    in_flight: AtomicU64::new(0),
+                    busy_tenants: self.busy_tenants.clone(),
+                });
+                tenants.insert(tenant.to_string(), gate.clone());
+                gate
+            }
+        }
+    }
+}
+
+impl TenantGate {
+    /// The cap this gate enforces.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// One more call of this tenant is running or waiting.
+    fn arrive(&self) {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.busy_tenants.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One call of this tenant finished.
+    fn leave(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.busy_tenants.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until the tenant may run one more guest call: under its concurrency cap and
+    /// within its CPU budget (`cpu_ms_per_second`, 0 for none). Counts a wait in `throttled`.
+    pub(crate) async fn enter(
+        self: Arc<Self>,
+        cpu_ms_per_second: u64,
+        throttled: &AtomicU64,
+    ) -> Pass {
+        self.arrive();
+        let mut waited = false;
+        if cpu_ms_per_second > 0 {
+            let budget_us = cpu_ms_per_second.saturating_mul(1_000);
+            loop {
+                let now = self.now_us();
+                let start = self.window_start_us.load(Ordering::Relaxed);
+                if now >= start + WINDOW_US {
+                    // A new window: whoever sees it first resets the count.
+                    if self
+                        .window_start_us
+                        .compare_exchange(start, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        self.used_us.store(0, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                if self.used_us.load(Ordering::Relaxed) < budget_us {
+                    break;
+                }
+                waited = true;
+                tokio::time::sleep(Duration::from_micros(start + WINDOW_US - now)).await;
+            }
+        }
+        // Work-conserving: while no other tenant has a call running or waiting, the cap is not
+        // applied — idle cores are not kept from anyone, and a lone tenant pays no semaphore.
+        let permit = if self.busy_tenants.load(Ordering::Relaxed) <= 1 {
+            None
+        } else {
+            match self.running.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    waited = true;
+                    // Never closed; should it be, the call runs unthrottled.
+                    self.running.clone().acquire_owned().await.ok()
+                }
+            }
+        };
+        if waited {
+            throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        Pass {
+            gate: self,
+            _permit: permit,
+            started: (cpu_ms_per_second > 0).then(Instant::now),
+        }
+    }
+}
+
+/// One guest call's place at its tenant's gate: entered before the call, left while the guest
+/// waits on an ask (so a nested ask to the same tenant finds a slot) and entered again after.
+pub(crate) struct CallPass {
+    gate: Arc<TenantGate>,
+    cpu_ms_per_second: u64,
+    core: std::sync::Weak<super::core::Core>,
+    pass: Arc<Mutex<Option<Pass>>>,
+}
+
+impl CallPass {
+    /// Enters `gate` for one call.
+    pub(crate) async fn enter(
+        gate: Arc<TenantGate>,
+        cpu_ms_per_second: u64,
+        core: &Arc<super::core::Core>,
+    ) -> Arc<CallPass> {
+        let pass = gate
+            .clone()
+            .enter(cpu_ms_per_second, &core.stats.throttled_calls)
+            .await;
+        Arc::new(CallPass {
+            gate,
+            cpu_ms_per_second,
+            core: Arc::downgrade(core),
+            pass: Arc::new(Mutex::new(Some(pass))),
+        })
+    }
+}
+
+fn lock(slot: &Mutex<Option<Pass>>) -> std::sync::MutexGuard<'_, Option<Pass>> {
+    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl crate::runtime::CallGate for CallPass {
+    fn pause(&self) {
+        lock(&self.pass).take();
+    }
+
+    fn resume(&self) -> crate::contract::BoxFuture<'static, ()> {
+        let (gate, budget) = (self.gate.clone(), self.cpu_ms_per_second);
+        let (core, slot) = (self.core.clone(), self.pass.clone());
+        Box::pin(async move {
+            let Some(core) = core.upgrade() else { return };
+            let pass = gate.enter(budget, &core.stats.throttled_calls).await;
+            *lock(&slot) = Some(pass);
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tenant_runs_at_most_its_cap_while_others_are_busy() {
+        let gates = Gates::default();
+        let throttled = AtomicU64::new(0);
+        let noisy = gates.gate("noisy", 1);
+        // Alone, the tenant may run past its cap: no core is kept idle.
+        let first = noisy.clone().enter(0, &throttled).await;
+        let second = noisy.clone().enter(0, &throttled).await;
+        drop((first, second));
+        // With another tenant busy, the cap holds...
+        let calm = gates.gate("calm", 1);
+        let calm_pass = calm.clone().enter(0, &throttled).await;
+        let held = noisy.clone().enter(0, &throttled).await;
+        let mut waiting = Box::pin(noisy.clone().enter(0, &throttled));
+        assert!(
+            futures_poll(&mut waiting).is_none(),
+            "the cap let a second call run"
+        );
+        // ...while the other tenant itself is not held back by the noisy one.
+        drop(calm_pass);
+        let _calm_again = calm.enter(0, &throttled).await;
+        drop(held);
+        assert!(
+            futures_poll(&mut waiting).is_some(),
+            "the slot was not handed on"
+        );
+        assert_eq!(throttled.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tenant_past_its_cpu_budget_waits_for_the_next_second() {
+        let gates = Gates::default();
+        let throttled = AtomicU64::new(0);
+        let gate = gates.gate("busy", 4);
+        // 300 ms of guest time against a budget of 200 ms per second.
+        gate.used_us.store(300_000, Ordering::Relaxed);
+        gate.window_start_us.store(gate.now_us(), Ordering::Relaxed);
+        let waited_from = tokio::time::Instant::now();
+        let _pass = gate.clone().enter(200, &throttled).await;
+        assert!(
+            waited_from.elapsed() >= Duration::from_millis(900),
+            "the call did not wait for the next window"
+        );
+        assert_eq!(gate.used_us.load(Ordering::Relaxed), 0, "a new window");
+        assert_eq!(throttled.load(Ordering::Relaxed), 1);
+    }
+
+    /// Polls `future` once: `Some` if it finished.
+    fn futures_poll<F: std::future::Future + Unpin>(future: &mut F) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        match std::pin::Pin::new(future).poll(&mut context) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The hook through which the layer above admits guest calls (per-tenant fairness): a call
+//! holds a running slot while the guest runs, and gives it back while it waits on an `ask` —
+//! waiting is not running, and a nested ask to the same tenant must find a slot free or the
+//! two would wait on each other.
+
+use crate::contract::BoxFuture;
+
+/// A guest call's running slot, as the runtime sees it.
+pub trait CallGate: Send + Sync {
+    /// The call is about to wait on an ask: give the slot back.
+    fn pause(&self);
+
+    /// The ask returned: wait for a slot again before the guest runs on.
+    fn resume(&self) -> BoxFuture<'static, ()>;
+}
