@@ -213,3 +213,61 @@ async fn shutdown_completes_while_a_connection_is_idle() {
         .expect("shutdown does not wait for an idle connection");
     assert_eq!(read_until_closed(&mut stream).await, "");
 }
+
+/// Sends a `POST /v1/tenants` head for `body` and its first `sent` bytes.
+async fn start_tenant_post(stream: &mut TcpStream, body: &[u8], sent: usize) {
+    let head = format!(
+        "POST /v1/tenants HTTP/1.1\r\nhost: tessera\r\nauthorization: Bearer {ADMIN}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..sent]).await.unwrap();
+}
+
+/// `{"name": name}` padded with spaces to `length` bytes.
+fn padded_tenant(name: &str, length: usize) -> Vec<u8> {
+    let mut body = serde_json::to_vec(&json!({ "name": name })).unwrap();
+    body.resize(length, b' ');
+    body
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_request_in_flight_finish() {
+    let server = Server::start_with(|config| config.api.drain_timeout_ms = 30_000).await;
+    let address = server.http.base.trim_start_matches("http://").to_string();
+    let mut stream = connect(&server).await;
+    let body = padded_tenant("drained", 1000);
+    start_tenant_post(&mut stream, &body, 10).await;
+    let node = server.node.clone();
+    let stopped = tokio::spawn(server.stop());
+    eventually("the listener is closed", async || {
+        TcpStream::connect(&address).await.is_err()
+    })
+    .await;
+    stream.write_all(&body[10..]).await.unwrap();
+    let answer = read_until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    tokio::time::timeout(HANG, stopped)
+        .await
+        .expect("shutdown ends once the request is answered")
+        .unwrap();
+    assert_eq!(node.edge_counters().snapshot().body_timeouts, 0);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_requests_still_in_flight_after_the_drain() {
+    let server = Server::start_with(|config| config.api.drain_timeout_ms = 200).await;
+    let mut stream = connect(&server).await;
+    start_tenant_post(&mut stream, &padded_tenant("stalled", 1000), 10).await;
+    eventually("the connection is accepted", async || {
+        counters(&server).connections == 1
+    })
+    .await;
+    // Time for the server to read the head and start waiting for the body.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(HANG, server.stop())
+        .await
+        .expect("shutdown does not wait past the drain timeout");
+    assert_eq!(read_until_closed(&mut stream).await, "");
+}
