@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// Most bytes hyper buffers from one connection: bounds a request head (and each read of a
-/// body), so `connections_max` connections cannot hold more than this many times the cap.
+/// body), so all connections together buffer at most `connections_max` times this.
 pub const CONNECTION_BUFFER_BYTES_MAX: usize = 64 * 1024;
 
 /// Pause after an accept error that is not one connection's own (out of file descriptors,
