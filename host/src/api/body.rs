@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use std::pin::Pin;
+use std::time::Duration;
 
 /// The media type of MessagePack bodies.
 pub const MSGPACK: &str = "application/msgpack";
@@ -36,8 +37,26 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestBody {
 }
 
 /// Reads `body` into memory, refusing with 413 as soon as it passes `limit` bytes (a declared
-/// `Content-Length` over the limit is refused before anything is read).
+/// `Content-Length` over the limit is refused before anything is read), and with
+/// `408 request_timeout` if the whole body has not arrived within `timeout`.
 pub async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_within_limit(headers, body, limit))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!("the body did not arrive within {} ms", timeout.as_millis()),
+            ))
+        })
+}
+
+async fn read_within_limit(
     headers: &HeaderMap,
     mut body: Body,
     limit: usize,
@@ -177,10 +196,41 @@ mod tests {
     async fn bodies_over_the_limit_are_refused() {
         let headers = HeaderMap::new();
         let body = Body::from(vec![0u8; 11]);
-        let error = read_limited(&headers, body, 10).await.unwrap_err();
+        let error = read_limited(&headers, body, 10, SECOND).await.unwrap_err();
         assert_eq!(error.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let body = Body::from(vec![0u8; 10]);
-        assert_eq!(read_limited(&headers, body, 10).await.unwrap().len(), 10);
+        let bytes = read_limited(&headers, body, 10, SECOND).await.unwrap();
+        assert_eq!(bytes.len(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bodies_that_stall_are_refused() {
+        let headers = HeaderMap::new();
+        let stalled = stalled_body();
+        let error = read_limited(&headers, stalled, 10, SECOND)
+            .await
+            .unwrap_err();
+        assert_eq!(error.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(error.code(), "request_timeout");
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A body whose first frame never comes.
+    fn stalled_body() -> Body {
+        struct Stalled;
+        impl HttpBody for Stalled {
+            type Data = Bytes;
+            type Error = std::convert::Infallible;
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>>
+            {
+                std::task::Poll::Pending
+            }
+        }
+        Body::new(Stalled)
     }
 
     #[test]

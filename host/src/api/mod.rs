@@ -5,16 +5,18 @@
 //! per resource under [`routes`]. Every request passes the edge middleware once: it
 //! authenticates the token ([`auth`]) and, only for a valid token, reads the body under its
 //! route's limit ([`body`]), handing both to the handler. [`error`] is the single error shape
-//! and the status table. [`serve`] runs the router on a listener until a shutdown signal.
+//! and the status table. [`serve`] runs the router on a listener until a shutdown signal, in
+//! the accept loop of [`server`], which bounds connections and the time a client may take.
 
 pub mod auth;
 pub mod body;
 pub mod error;
 pub mod routes;
+pub mod server;
 
 pub use error::ApiError;
 
-use crate::node::Node;
+use crate::node::{EdgeCounters, Node};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -25,6 +27,7 @@ use axum::routing::{get, post, put};
 use routes::{cluster, entities, tenants, types};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument;
 
 /// The API's routes over `node`, with the body-buffering and tracing layers; [`serve`] runs it.
@@ -57,7 +60,9 @@ pub fn router(node: Arc<Node>) -> Router {
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting and lets
-/// requests in flight finish. The node itself is not shut down here.
+/// requests in flight finish for up to `api.drain_timeout_ms`. Connections, request heads,
+/// bodies and idle keep-alive connections are bounded by the node's `[api]` limits
+/// (`docs/api.md`). The node itself is not shut down here.
 ///
 /// ```no_run
 /// # async fn example(node: std::sync::Arc<tessera_host::node::Node>) -> std::io::Result<()> {
@@ -70,9 +75,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(node))
-        .with_graceful_shutdown(shutdown)
-        .await
+    server::serve(node.clone(), router(node), listener, shutdown).await
 }
 
 /// One span per request; handlers record the tenant, entity type and entity id on it.
@@ -97,9 +100,10 @@ async fn trace_request(request: Request, next: Next) -> Response {
 }
 
 /// The edge, once per request: authenticates the token, and for a request with a body reads
-/// the body under its route's limit — only for a valid token, so an unauthenticated client
-/// cannot make the node buffer anything. Both go to the handler in the request's extensions.
-/// A refusal here leaves the body unread and closes the connection.
+/// the body under its route's limit and within `api.body_read_timeout_ms` — only for a valid
+/// token, so an unauthenticated client cannot make the node buffer anything. Both go to the
+/// handler in the request's extensions. A refusal here leaves the body unread and closes the
+/// connection.
 async fn edge(State(node): State<Arc<Node>>, mut request: Request, next: Next) -> Response {
     let principal = auth::principal(request.headers(), &node);
     let headers = request.headers();
@@ -118,13 +122,19 @@ async fn edge(State(node): State<Arc<Node>>, mut request: Request, next: Next) -
         } else {
             limits.request_body_bytes_max
         };
+        let timeout = Duration::from_millis(limits.body_read_timeout_ms);
         let (parts, body) = request.into_parts();
-        match body::read_limited(&parts.headers, body, limit).await {
+        match body::read_limited(&parts.headers, body, limit, timeout).await {
             Ok(bytes) => {
                 request = Request::from_parts(parts, Body::empty());
                 request.extensions_mut().insert(body::RequestBody(bytes));
             }
-            Err(error) => return closing(error),
+            Err(error) => {
+                if error.status() == StatusCode::REQUEST_TIMEOUT {
+                    EdgeCounters::bump(&node.edge_counters().body_timeouts);
+                }
+                return closing(error);
+            }
         }
     }
     request

@@ -4,7 +4,7 @@
 //! needs, nothing wired afterwards.
 
 use super::catalog::NodeCatalog;
-use super::{Node, NodeConfig, NodeError, RateLimiter, token_hash};
+use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use crate::entity::{Entities, EntityParts, TypeTable};
 use crate::metadata::{LocalPlane, MetadataPlane, MetadataStore};
 use crate::runtime::{Runtime, RuntimeConfig};
@@ -100,6 +100,7 @@ impl Node {
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),
             quota_rejections: Default::default(),
+            edge: EdgeCounters::default(),
         }))
     }
 }

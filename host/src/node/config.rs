@@ -21,7 +21,26 @@ pub struct ApiLimits {
     pub ask_timeout_ms_default: u64,
     /// Longest ask timeout a client may ask for.
     pub ask_timeout_ms_max: u64,
+    /// Connections served at once; a connection past the cap is answered `503` and closed.
+    pub connections_max: usize,
+    /// Time a client has to send a whole request head, from the moment the connection opens
+    /// or the first byte of a later request arrives.
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send a whole request body, from the moment the edge starts
+    /// reading it (`408 request_timeout` past it).
+    pub body_read_timeout_ms: u64,
+    /// Time a keep-alive connection may stay idle between requests before it is closed.
+    pub idle_timeout_ms: u64,
+    /// On shutdown, time requests in flight get to finish before their connections are cut.
+    pub drain_timeout_ms: u64,
 }
+
+/// Most connections [`ApiLimits::connections_max`] may allow: each costs a task, a socket
+/// and up to a 64 KiB read buffer.
+pub const API_CONNECTIONS_MAX_LIMIT: usize = 1 << 20;
+
+/// Longest any edge timeout may be: a bound of an hour is no bound against a slow client.
+pub const API_TIMEOUT_MS_LIMIT: u64 = 3_600_000;
 
 impl Default for ApiLimits {
     fn default() -> Self {
@@ -30,7 +49,38 @@ impl Default for ApiLimits {
             plugin_body_bytes_max: 64 << 20,
             ask_timeout_ms_default: 5_000,
             ask_timeout_ms_max: 60_000,
+            connections_max: 1024,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            drain_timeout_ms: 10_000,
         }
+    }
+}
+
+impl ApiLimits {
+    /// Checks the edge's bounds: every one nonzero and under its limit.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.request_body_bytes_max == 0 || self.plugin_body_bytes_max == 0 {
+            return Err("api body limits must be at least 1 byte".into());
+        }
+        if self.connections_max == 0 || self.connections_max > API_CONNECTIONS_MAX_LIMIT {
+            return Err(format!(
+                "api.connections_max must be 1 to {API_CONNECTIONS_MAX_LIMIT}"
+            ));
+        }
+        let timeouts = [
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("body_read_timeout_ms", self.body_read_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("drain_timeout_ms", self.drain_timeout_ms),
+        ];
+        for (name, value) in timeouts {
+            if value == 0 || value > API_TIMEOUT_MS_LIMIT {
+                return Err(format!("api.{name} must be 1 to {API_TIMEOUT_MS_LIMIT} ms"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -116,9 +166,7 @@ impl NodeConfig {
         if self.entities.active_entities_max == Some(0) {
             return Err("entities.active_entities_max must be at least 1 (or left out)".into());
         }
-        if self.api.request_body_bytes_max == 0 || self.api.plugin_body_bytes_max == 0 {
-            return Err("api body limits must be at least 1 byte".into());
-        }
+        self.api.validate()?;
         if self
             .admin_token
             .as_deref()
@@ -127,5 +175,44 @@ impl NodeConfig {
             return Err("admin_token must be at least 16 characters".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_bounds_are_checked() {
+        assert!(ApiLimits::default().validate().is_ok());
+        let zero_connections = ApiLimits {
+            connections_max: 0,
+            ..ApiLimits::default()
+        };
+        assert!(zero_connections.validate().is_err());
+        let zero_timeout = ApiLimits {
+            body_read_timeout_ms: 0,
+            ..ApiLimits::default()
+        };
+        assert!(zero_timeout.validate().is_err());
+        let huge_timeout = ApiLimits {
+            idle_timeout_ms: API_TIMEOUT_MS_LIMIT + 1,
+            ..ApiLimits::default()
+        };
+        let error = NodeConfig {
+            api: huge_timeout,
+            ..NodeConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(error.contains("idle_timeout_ms"), "{error}");
+    }
+
+    #[test]
+    fn edge_bounds_default_when_left_out() {
+        let limits: ApiLimits = toml::from_str("connections_max = 2\n").unwrap();
+        assert_eq!(limits.connections_max, 2);
+        assert_eq!(limits.header_read_timeout_ms, 10_000);
+        assert_eq!(limits.drain_timeout_ms, 10_000);
     }
 }

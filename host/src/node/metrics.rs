@@ -1,8 +1,8 @@
 //! `/metrics`: every counter the layers keep, rendered in the Prometheus text format by the
 //! `prometheus-client` crate. Nothing is copied on the message path: each layer keeps its own
-//! atomics (entity, region, state, remember writer, runtime) and a scrape reads them into one
-//! snapshot. Label values come only from tenants and types that exist; the names are listed in
-//! `docs/api.md`.
+//! atomics (entity, region, state, remember writer, runtime, HTTP edge) and a scrape reads them
+//! into one snapshot. Label values come only from tenants and types that exist; the names are
+//! listed in `docs/api.md`.
 
 use super::{Node, NodeError};
 use crate::contract::{ErrorKind, TypeKey};
@@ -375,6 +375,39 @@ impl Node {
             ),
         ];
         for (name, help, value) in remember_counters {
+            snapshot
+                .family(name, help, Kind::Counter)
+                .push(Sample::counter(Vec::new(), value));
+        }
+        self.snapshot_edge(snapshot);
+    }
+
+    /// The HTTP edge's connection and timeout counters.
+    fn snapshot_edge(&self, snapshot: &mut Snapshot) {
+        let edge = self.edge.snapshot();
+        let edge_counters = [
+            (
+                "tessera_http_connections",
+                "HTTP connections accepted and served.",
+                edge.connections,
+            ),
+            (
+                "tessera_http_connections_refused",
+                "HTTP connections closed at once because api.connections_max were open.",
+                edge.connections_refused,
+            ),
+            (
+                "tessera_http_header_timeouts",
+                "HTTP connections closed because a request head did not arrive in time.",
+                edge.header_timeouts,
+            ),
+            (
+                "tessera_http_body_timeouts",
+                "HTTP requests answered 408 because their body did not arrive in time.",
+                edge.body_timeouts,
+            ),
+        ];
+        for (name, help, value) in edge_counters {
             snapshot
                 .family(name, help, Kind::Counter)
                 .push(Sample::counter(Vec::new(), value));

@@ -1,21 +1,23 @@
 //! A node: every layer built in one pass over one data directory ([`build`]), and the
 //! operations the API and CLI offer — tenants and tokens ([`tenants`]), deploys, rollbacks and
 //! deletes ([`deploy`]), messages to entities and inspection ([`messages`]), metrics
-//! ([`metrics`]). Catalog changes go through the metadata plane; its one observer
-//! ([`catalog`]) updates what the layers below run, so live entities switch version at their
-//! next message boundary.
+//! ([`metrics`]) and the HTTP edge's counters ([`edge`]). Catalog changes go through the
+//! metadata plane; its one observer ([`catalog`]) updates what the layers below run, so live
+//! entities switch version at their next message boundary.
 
 mod build;
 mod catalog;
 mod config;
 mod deploy;
+mod edge;
 mod error;
 mod messages;
 mod metrics;
 mod rate;
 mod tenants;
 
-pub use config::{ApiLimits, NodeConfig};
+pub use config::{API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, NodeConfig};
+pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;
@@ -47,6 +49,7 @@ pub struct Node {
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
     quota_rejections: metrics::QuotaRejections,
+    edge: EdgeCounters,
 }
 
 impl Node {
@@ -63,6 +66,11 @@ impl Node {
     /// The node's sharding region (for embedding and benchmarks).
     pub fn region(&self) -> &RegionHandle {
         &self.region
+    }
+
+    /// The counters of the HTTP edge, which the api bumps and `/metrics` reads.
+    pub fn edge_counters(&self) -> &EdgeCounters {
+        &self.edge
     }
 
     /// The node's wasm runtime.

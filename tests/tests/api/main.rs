@@ -1,8 +1,10 @@
 //! The HTTP API seen from a client: a real node serving on a loopback port, a real HTTP client
 //! (ureq on blocking threads). Every endpoint, every bad input, every tenant quota, a hot
-//! deploy under load, and a restart of a node with remembered entities.
+//! deploy under load, a restart of a node with remembered entities, and hostile clients at the
+//! edge.
 
 mod crash;
+mod edge;
 mod entities;
 mod lifecycle;
 mod messaging;

@@ -1,0 +1,58 @@
+//! Counters of the HTTP edge: connections accepted and refused over the cap, and clients cut
+//! off by the header and body read timeouts. The node owns them so `/metrics` can read them
+//! (a node never imports the api); the api's accept loop and body reader bump them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What the HTTP edge counted since the node started; every field only grows.
+#[derive(Debug, Default)]
+pub struct EdgeCounters {
+    /// Connections accepted and served.
+    pub connections: AtomicU64,
+    /// Connections accepted and closed at once because `api.connections_max` were open.
+    pub connections_refused: AtomicU64,
+    /// Connections closed because a request head did not arrive within
+    /// `api.header_read_timeout_ms`.
+    pub header_timeouts: AtomicU64,
+    /// Requests answered `408` because their body did not arrive within
+    /// `api.body_read_timeout_ms`.
+    pub body_timeouts: AtomicU64,
+}
+
+impl EdgeCounters {
+    /// Adds one to `counter` (one of this struct's fields).
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters as plain numbers.
+    pub fn snapshot(&self) -> EdgeSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        EdgeSnapshot {
+            connections: load(&self.connections),
+            connections_refused: load(&self.connections_refused),
+            header_timeouts: load(&self.header_timeouts),
+            body_timeouts: load(&self.body_timeouts),
+        }
+    }
+}
+
+/// The [`EdgeCounters`] at one moment.
+///
+/// ```
+/// use tessera_host::node::EdgeCounters;
+/// let counters = EdgeCounters::default();
+/// EdgeCounters::bump(&counters.header_timeouts);
+/// assert_eq!(counters.snapshot().header_timeouts, 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EdgeSnapshot {
+    /// Connections accepted and served.
+    pub connections: u64,
+    /// Connections refused over the cap.
+    pub connections_refused: u64,
+    /// Connections closed by the header read timeout.
+    pub header_timeouts: u64,
+    /// Requests answered `408` by the body read timeout.
+    pub body_timeouts: u64,
+}
