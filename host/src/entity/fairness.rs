@@ -36,6 +36,8 @@ pub(crate) struct TenantGate {
     in_flight: AtomicU64,
     /// Tenants with a call running or waiting, shared by every gate of the node.
     busy_tenants: Arc<AtomicU64>,
+    /// Until when (µs since `epoch`) caps hold, shared by every gate of the node.
+    contended_until_us: Arc<AtomicU64>,
 }
 
 /// The gates of every tenant, made on first use.
@@ -43,6 +45,7 @@ pub(crate) struct Gates {
     tenants: Mutex<HashMap<String, Arc<TenantGate>>>,
     epoch: tokio::time::Instant,
     busy_tenants: Arc<AtomicU64>,
+    contended_until_us: Arc<AtomicU64>,
 }
 
 impl Default for Gates {
@@ -51,6 +54,7 @@ impl Default for Gates {
             tenants: Mutex::default(),
             epoch: tokio::time::Instant::now(),
             busy_tenants: Arc::default(),
+            contended_until_us: Arc::default(),
         }
     }
 }
@@ -76,6 +80,9 @@ impl Drop for Pass {
 
 const WINDOW_US: u64 = 1_000_000;
 
+/// How long caps keep holding after two tenants last had calls at the same time.
+const CONTENTION_GRACE_US: u64 = 1_000_000;
+
 impl Gates {
     /// The gate of `tenant` with a cap of `cap` running calls (a fresh gate if the cap
     /// changed; calls holding the old one finish under it).
@@ -95,6 +102,7 @@ impl Gates {
                     epoch: self.epoch,
                     in_flight: AtomicU64::new(0),
                     busy_tenants: self.busy_tenants.clone(),
+                    contended_until_us: self.contended_until_us.clone(),
                 });
                 tenants.insert(tenant.to_string(), gate.clone());
                 gate
@@ -159,9 +167,18 @@ impl TenantGate {
                 tokio::time::sleep(Duration::from_micros(start + WINDOW_US - now)).await;
             }
         }
-        // Work-conserving: while no other tenant has a call running or waiting, the cap is not
-        // applied — idle cores are not kept from anyone, and a lone tenant pays no semaphore.
-        let permit = if self.busy_tenants.load(Ordering::Relaxed) <= 1 {
+        // Work-conserving: while no other tenant has had a call running or waiting lately, the
+        // cap is not applied — idle cores are not kept from anyone, and a lone tenant pays no
+        // semaphore. Once two tenants overlap, caps hold for `CONTENTION_GRACE_US` after the
+        // last overlap, so a calm tenant's gaps between calls do not lift the noisy one's cap.
+        let now = self.now_us();
+        let overlapping = self.busy_tenants.load(Ordering::Relaxed) > 1;
+        if overlapping {
+            self.contended_until_us
+                .fetch_max(now + CONTENTION_GRACE_US, Ordering::Relaxed);
+        }
+        let alone = !overlapping && now >= self.contended_until_us.load(Ordering::Relaxed);
+        let permit = if alone {
             None
         } else {
             match self.running.clone().try_acquire_owned() {
