@@ -8,7 +8,7 @@ use super::core::{CellMessage, Core, TellDelivery};
 use super::counters::TypeCounters;
 use super::reminders::now_ms;
 use super::types::TypeBinding;
-use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, Origin, ShardId};
+use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
 use crate::runtime::{Activation, Effects, EntityContext, EntityInstance};
 use crate::state::remember::{RememberOp, RememberedId};
 use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
@@ -306,11 +306,7 @@ impl Cell {
             )));
             return;
         }
-        let receipt = envelope
-            .meta
-            .origin
-            .take()
-            .map(|origin| receipt_of(*origin));
+        let receipt = envelope.meta.origin.take().map(|origin| *origin);
         if let Some(receipt) = &receipt {
             match self.core.state.is_duplicate(&self.address, receipt) {
                 Ok(true) => {
@@ -616,14 +612,5 @@ impl Cell {
         if let (true, Some(writer)) = (remembered, &self.core.remember) {
             writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
-    }
-}
-
-/// What the receiver records for a message from `origin`.
-fn receipt_of(origin: Origin) -> Receipt {
-    match origin {
-        Origin::Entity { sender, seq } => Receipt::Entity { sender, seq },
-        Origin::Reminder { timer } => Receipt::Reminder { timer },
-        Origin::Client { key } => Receipt::Client { key },
     }
 }

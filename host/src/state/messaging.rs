@@ -108,27 +108,22 @@ pub struct Sequences {
     pub outbox: u64,
 }
 
-/// What a receiving commit records so the same message is never applied twice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Receipt {
-    /// A tell from `sender`'s outbox with sequence number `seq`.
-    Entity {
-        /// The sender.
-        sender: EntityAddress,
-        /// Its sequence number.
-        seq: u64,
-    },
-    /// A reminder firing: its row is deleted.
-    Reminder {
-        /// The timer id.
-        timer: u64,
-    },
-    /// A client tell with an idempotency key.
-    Client {
-        /// The key.
-        key: String,
-    },
+impl Sequences {
+    /// The counters as stored in [`SEQUENCES`].
+    fn from_row((next_seq, last_timer, reminders, outbox): SequencesValue) -> Self {
+        Sequences {
+            next_seq,
+            last_timer,
+            reminders,
+            outbox,
+        }
+    }
 }
+
+/// What a receiving commit records so the same message is never applied twice: the message's
+/// [`Origin`](crate::contract::Origin) — the sender and its sequence number (highest kept per
+/// sender), the reminder's timer (its row is deleted), or the client's idempotency key.
+pub type Receipt = crate::contract::Origin;
 
 /// The messaging part of one commit: what a message sent and scheduled, and what it received.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -209,13 +204,7 @@ pub(crate) fn apply_messaging(
         .get((tenant, entity_type, id))
         .map_err(io)?
         .map_or(Sequences::default(), |guard| {
-            let (next_seq, last_timer, reminders, outbox) = guard.value();
-            Sequences {
-                next_seq,
-                last_timer,
-                reminders,
-                outbox,
-            }
+            Sequences::from_row(guard.value())
         });
     {
         let mut outbox = transaction.open_table(OUTBOX).map_err(io)?;
@@ -425,13 +414,7 @@ pub(crate) mod read {
             .get(key3(entity))
             .map_err(io)?
             .map_or(Sequences::default(), |guard| {
-                let (next_seq, last_timer, reminders, outbox) = guard.value();
-                Sequences {
-                    next_seq,
-                    last_timer,
-                    reminders,
-                    outbox,
-                }
+                Sequences::from_row(guard.value())
             }))
     }
 
