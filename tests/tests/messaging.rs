@@ -253,3 +253,35 @@ async fn a_guest_fan_out_of_large_tells_is_refused() {
     let error = node.ask("relay", "r1", long).await.unwrap_err();
     assert!(error.message.contains("at most 256 bytes"), "{error}");
 }
+
+/// Tells from one sender to one receiver arrive in the order they were sent, within a message
+/// and across messages, even with the receiver passivated in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_keep_their_order_per_sender_and_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    deploy(&node, "relay", tessera_tests::RELAY);
+    deploy(&node, "reminder", tessera_tests::REMINDER);
+    let mut expected = Vec::new();
+    for batch in 0..5 {
+        let notes: Vec<String> = (0..10).map(|index| format!("{batch}-{index}")).collect();
+        expected.extend(notes.clone());
+        let tell = json!({"TellNotes": {"entity_type": "reminder", "id": "log", "notes": notes}});
+        node.ask("relay", "r1", tell).await.unwrap();
+        if batch == 2 {
+            node.entities
+                .passivate(&address("reminder", "log"))
+                .unwrap();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let fired = node.ask("reminder", "log", json!("Fired")).await.unwrap();
+        if fired["count"] == json!(50) {
+            assert_eq!(fired["notes"], json!(expected), "out of order");
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {} arrived", fired["count"]);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -44,10 +44,26 @@ pub enum Msg {
         /// Payload bytes per tell.
         bytes: u32,
     },
+    /// Tell entity `id` of `entity_type` (a `reminder`) one `{"Fire": {"note": n, "due_ms": 0}}`
+    /// per note, in order (an ordering fixture); replies with the tells sent.
+    TellNotes {
+        /// The target's type.
+        entity_type: String,
+        /// The target's id.
+        id: String,
+        /// The notes, in the order to send them.
+        notes: Vec<String>,
+    },
     /// Passivate after this message.
     Sleep,
     /// How many tells were sent.
     Sent,
+}
+
+/// The reminder's firing message, as the reminder plugin decodes it.
+#[derive(Serialize)]
+enum ReminderMsg {
+    Fire { note: String, due_ms: u64 },
 }
 
 /// The counter's message, as the counter plugin decodes it.
@@ -102,6 +118,18 @@ impl Entity for Relay {
                     ctx.tell_bytes(&target, &payload)?;
                 }
                 self.sent += u64::from(count);
+                ctx.put(SENT_KEY, &self.sent);
+            }
+            Msg::TellNotes {
+                entity_type,
+                id,
+                notes,
+            } => {
+                let target = Address::new(entity_type, id);
+                for note in notes {
+                    ctx.tell(&target, &ReminderMsg::Fire { note, due_ms: 0 })?;
+                    self.sent += 1;
+                }
                 ctx.put(SENT_KEY, &self.sent);
             }
             Msg::Sleep => ctx.passivate(),
