@@ -244,4 +244,73 @@ mod tests {
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
         assert!(!wants_msgpack(&headers));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            }
+        }
+
+        fn content_type() -> impl Strategy<Value = Option<String>> {
+            prop_oneof![
+                Just(None),
+                Just(Some("application/json".to_string())),
+                Just(Some("application/msgpack".to_string())),
+                Just(Some("application/json; charset=utf-8".to_string())),
+                "[ -~]{0,40}".prop_map(Some),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            /// Any body under any content type is either taken as exactly one well-formed
+            /// MessagePack value or refused with a 4xx: never a panic, never a 5xx.
+            #[test]
+            fn any_message_body_is_taken_whole_or_refused(
+                content_type in content_type(),
+                body in proptest::collection::vec(any::<u8>(), 0..256),
+            ) {
+                let mut headers = HeaderMap::new();
+                if let Some(value) = content_type
+                    .and_then(|value| header::HeaderValue::from_str(&value).ok())
+                {
+                    headers.insert(header::CONTENT_TYPE, value);
+                }
+                match message_payload(&headers, &Bytes::from(body)) {
+                    Ok(payload) => prop_assert!(codec::validate_msgpack(&payload).is_ok()),
+                    Err(error) => prop_assert!(error.status().is_client_error(), "{}", error.status()),
+                }
+            }
+
+            /// A declared length is never trusted for allocation: any `Content-Length` header,
+            /// true or not, gives the body read under the limit or a 4xx.
+            #[test]
+            fn any_declared_length_is_read_under_the_limit_or_refused(
+                declared in "[0-9]{0,25}|[ -~]{0,12}",
+                body in proptest::collection::vec(any::<u8>(), 0..64),
+            ) {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                let mut headers = HeaderMap::new();
+                if let Ok(value) = header::HeaderValue::from_str(&declared) {
+                    headers.insert(header::CONTENT_LENGTH, value);
+                }
+                let length = body.len();
+                let read = runtime.block_on(read_limited(&headers, Body::from(body), 32, SECOND));
+                match read {
+                    Ok(bytes) => prop_assert!(bytes.len() == length && length <= 32),
+                    Err(error) => prop_assert!(error.status().is_client_error(), "{}", error.status()),
+                }
+            }
+        }
+    }
 }
