@@ -132,3 +132,82 @@ async fn a_restarted_node_brings_remembered_entities_back() {
     }
     node.shutdown().await;
 }
+
+/// One stored plugin that no longer loads (here: its bytes damaged on disk) must not keep the
+/// node from starting: that type is unavailable, every other type serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_that_fails_to_load_leaves_only_its_type_unavailable() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    // The compiled cache in the data directory, removed below: the restart loads the bytes.
+    let config = || {
+        let mut config = config(dir.path());
+        config.runtime.compiled_cache_dir = None;
+        config
+    };
+    let node = Node::open(config()).await.unwrap();
+    node.create_tenant("acme", None).await.unwrap();
+    let counter = std::fs::read(COUNTER).unwrap();
+    let counter_hash = hex::encode(sha2::Sha256::digest(&counter));
+    node.deploy("acme", "counter", counter, TypeOptions::default())
+        .await
+        .unwrap();
+    let bank = std::fs::read(BANK_ACCOUNT).unwrap();
+    node.deploy("acme", "bank", bank, TypeOptions::default())
+        .await
+        .unwrap();
+    node.shutdown().await;
+    drop(node);
+
+    // Damage the counter's stored bytes, as a bad disk or an incompatible engine would.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let database = loop {
+        match redb::Database::create(dir.path().join("tessera.redb")) {
+            Ok(database) => break database,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(error) => panic!("the database does not open: {error}"),
+        }
+    };
+    let plugins: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("plugins");
+    let transaction = database.begin_write().unwrap();
+    {
+        let mut table = transaction.open_table(plugins).unwrap();
+        let stored = table.insert(counter_hash.as_str(), b"not a component".as_slice());
+        assert!(stored.unwrap().is_some(), "the counter's bytes were stored");
+    }
+    transaction.commit().unwrap();
+    drop(database);
+    // And its compiled artifact, which the node would otherwise load by hash.
+    let _ = std::fs::remove_dir_all(dir.path().join("compiled"));
+
+    let node = loop {
+        match Node::open(config()).await {
+            Ok(node) => break node,
+            Err(error) if error.to_string().contains("already open") => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(error) => panic!("the node does not start: {error}"),
+        }
+    };
+    let deposit = node
+        .ask(
+            EntityAddress::new("acme", "bank", "a"),
+            json_to_msgpack(&json!({"Deposit": 5})),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(msgpack_to_json(&deposit).unwrap(), json!(5));
+    let error = node
+        .ask(
+            EntityAddress::new("acme", "counter", "c"),
+            json_to_msgpack(&json!("Get")),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("counter"), "{error}");
+    node.shutdown().await;
+}
