@@ -285,3 +285,31 @@ async fn tells_keep_their_order_per_sender_and_receiver() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// An entity's tells leave at its tenant's message rate: a fan-out waits in the durable outbox
+/// (counted) and is delivered in full, not dropped and not let through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    let limits = InstanceLimits {
+        messages_per_second: 50,
+        messages_burst: 1,
+        ..InstanceLimits::default()
+    };
+    node.deploy("relay", tessera_tests::RELAY, 1, limits);
+    deploy(&node, "reminder", tessera_tests::REMINDER);
+    let notes: Vec<String> = (0..10).map(|index| index.to_string()).collect();
+    let tell = json!({"TellNotes": {"entity_type": "reminder", "id": "log", "notes": notes}});
+    node.ask("relay", "r1", tell).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.ask("reminder", "log", json!("Fired")).await.unwrap()["count"] != json!(10) {
+        assert!(Instant::now() < deadline, "the fan-out was not delivered");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let throttled = node.entities.stats().throttled_tells.load(Relaxed);
+    assert!(
+        throttled >= 8,
+        "only {throttled} of 9 tells past the burst waited"
+    );
+}

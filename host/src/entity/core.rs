@@ -75,6 +75,8 @@ pub struct EntitiesStats {
     pub instance_swaps: AtomicU64,
     /// Guest calls that waited at their tenant's gate (concurrency cap or CPU budget).
     pub throttled_calls: AtomicU64,
+    /// Entities' tells that waited for their tenant's message rate before delivery.
+    pub throttled_tells: AtomicU64,
 }
 
 /// What a cell's mailbox carries.

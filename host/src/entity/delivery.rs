@@ -205,11 +205,30 @@ async fn deliver_one(
         if let Some(wait) = wait {
             tokio::time::sleep(wait).await;
         }
-        let Some(core) = weak.upgrade() else {
+        let Some(mut core) = weak.upgrade() else {
             return false;
         };
         if wait.is_some() {
             core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
+        }
+        // Tells leave at the sender's tenant's message rate: a fan-out waits in the durable
+        // outbox instead of filling shared inboxes.
+        if let Some(binding) = core.types.get(&sender.type_key()) {
+            let limits = binding.limits;
+            let gate = core
+                .gates
+                .gate(&sender.tenant, limits.concurrent_guests_max.max(1));
+            drop(core);
+            let waited = gate
+                .take_tell_token(limits.messages_per_second, limits.messages_burst)
+                .await;
+            let Some(again) = weak.upgrade() else {
+                return false;
+            };
+            if waited {
+                again.stats.throttled_tells.fetch_add(1, Ordering::Relaxed);
+            }
+            core = again;
         }
         let config = &core.config.delivery;
         let meta = MessageMeta::from_origin(Origin::Entity {

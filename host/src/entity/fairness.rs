@@ -34,6 +34,8 @@ pub(crate) struct TenantGate {
     epoch: tokio::time::Instant,
     /// This tenant's calls running or waiting at the gate.
     in_flight: AtomicU64,
+    /// Tokens of the bucket its entities' tells are delivered from: `(tokens, refilled at)`.
+    tells: Mutex<(f64, tokio::time::Instant)>,
     /// Tenants with a call running or waiting, shared by every gate of the node.
     busy_tenants: Arc<AtomicU64>,
     /// Until when (µs since `epoch`) caps hold, shared by every gate of the node.
@@ -101,6 +103,7 @@ impl Gates {
                     window_start_us: AtomicU64::new(0),
                     epoch: self.epoch,
                     in_flight: AtomicU64::new(0),
+                    tells: Mutex::new((f64::MAX, tokio::time::Instant::now())),
                     busy_tenants: self.busy_tenants.clone(),
                     contended_until_us: self.contended_until_us.clone(),
                 });
@@ -119,6 +122,35 @@ impl TenantGate {
 
     fn now_us(&self) -> u64 {
         self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// Waits until one more of this tenant's entities' tells may be delivered under its message
+    /// rate (`per_second`, 0 for none; `burst` tokens at most). True if it had to wait.
+    pub(crate) async fn take_tell_token(&self, per_second: u32, burst: u32) -> bool {
+        if per_second == 0 {
+            return false;
+        }
+        let (rate, burst) = (f64::from(per_second), f64::from(burst.max(1)));
+        let mut waited = false;
+        loop {
+            let wait = {
+                let mut bucket = self
+                    .tells
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let now = tokio::time::Instant::now();
+                let elapsed = now.duration_since(bucket.1).as_secs_f64();
+                bucket.0 = (bucket.0.min(burst) + elapsed * rate).min(burst);
+                bucket.1 = now;
+                if bucket.0 >= 1.0 {
+                    bucket.0 -= 1.0;
+                    return waited;
+                }
+                Duration::from_secs_f64((1.0 - bucket.0) / rate)
+            };
+            waited = true;
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// One more call of this tenant is running or waiting.

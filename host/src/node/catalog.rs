@@ -177,6 +177,8 @@ impl NodeCatalog {
                     cap => cap,
                 },
                 cpu_ms_per_second: quotas.cpu_ms_per_second,
+                messages_per_second: quotas.messages_per_second,
+                messages_burst: quotas.messages_burst,
                 ..InstanceLimits::default()
             },
             passivate_idle: options

@@ -52,6 +52,11 @@ pub struct InstanceLimits {
     pub concurrent_guests_max: usize,
     /// The tenant's guest CPU milliseconds per second on this node; 0 for no budget.
     pub cpu_ms_per_second: u64,
+    /// The tenant's message rate (`messages_per_second`), which its entities' tells are
+    /// delivered at, too; 0 for none.
+    pub messages_per_second: u32,
+    /// The burst above that rate (`messages_burst`).
+    pub messages_burst: u32,
 }
 
 impl Default for InstanceLimits {
@@ -72,6 +77,8 @@ impl Default for InstanceLimits {
             reminders_max: 1_024,
             concurrent_guests_max: 4_096,
             cpu_ms_per_second: 0,
+            messages_per_second: 0,
+            messages_burst: 0,
         }
     }
 }
