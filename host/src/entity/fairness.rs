@@ -65,7 +65,7 @@ impl Default for Gates {
 pub(crate) struct Pass {
     gate: Arc<TenantGate>,
     /// `None` when the call ran past the cap because no other tenant was busy.
-    _permit: Option<OwnedSemaphorePermit>,
+    permit: Option<OwnedSemaphorePermit>,
     /// When the call started, if the tenant has a CPU budget to account it against.
     started: Option<Instant>,
 }
@@ -153,6 +153,12 @@ impl TenantGate {
         }
     }
 
+    /// Whether another tenant has had calls at the same time lately (the caps hold).
+    fn contended(&self) -> bool {
+        self.busy_tenants.load(Ordering::Relaxed) > 1
+            || self.now_us() < self.contended_until_us.load(Ordering::Relaxed)
+    }
+
     /// One more call of this tenant is running or waiting.
     fn arrive(&self) {
         if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -227,7 +233,7 @@ impl TenantGate {
         }
         Pass {
             gate: self,
-            _permit: permit,
+            permit,
             started: (cpu_ms_per_second > 0).then(Instant::now),
         }
     }
@@ -269,6 +275,28 @@ fn lock(slot: &Mutex<Option<Pass>>) -> std::sync::MutexGuard<'_, Option<Pass>> {
 impl crate::runtime::CallGate for CallPass {
     fn pause(&self) {
         lock(&self.pass).take();
+    }
+
+    fn preempt(&self) -> Option<crate::contract::BoxFuture<'static, ()>> {
+        {
+            let pass = lock(&self.pass);
+            let unslotted = pass.as_ref().is_some_and(|pass| pass.permit.is_none());
+            if !unslotted || !self.gate.contended() {
+                return None;
+            }
+        }
+        let (gate, slot, core) = (self.gate.clone(), self.pass.clone(), self.core.clone());
+        Some(Box::pin(async move {
+            let Ok(permit) = gate.running.clone().acquire_owned().await else {
+                return;
+            };
+            if let Some(pass) = lock(&slot).as_mut() {
+                pass.permit = Some(permit);
+            }
+            if let Some(core) = core.upgrade() {
+                core.stats.throttled_calls.fetch_add(1, Ordering::Relaxed);
+            }
+        }))
     }
 
     fn resume(&self) -> crate::contract::BoxFuture<'static, ()> {

@@ -276,6 +276,17 @@ impl Runtime {
             if state.message.ticks_used >= state.ticks_limit {
                 return Err(HostTrap::Deadline(state.limits.message_deadline_ms).into());
             }
+            if let Some(wait) = state.message.gate.as_ref().and_then(|gate| gate.preempt()) {
+                // Waiting for a slot is not running: the wall-clock bound does not count it.
+                let clock = state.ask_clock.clone();
+                let paused = async move {
+                    clock.begin_wait();
+                    let started = std::time::Instant::now();
+                    wait.await;
+                    clock.end_wait(started.elapsed());
+                };
+                return Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(paused)));
+            }
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);

@@ -12,4 +12,9 @@ pub trait CallGate: Send + Sync {
 
     /// The ask returned: wait for a slot again before the guest runs on.
     fn resume(&self) -> BoxFuture<'static, ()>;
+
+    /// Asked at each epoch tick while the guest runs: `Some` pauses the guest until the future
+    /// completes (a call that started without a slot because its tenant was alone, when another
+    /// tenant now wants the cores).
+    fn preempt(&self) -> Option<BoxFuture<'static, ()>>;
 }

@@ -127,6 +127,22 @@ impl AskClock {
     pub(crate) fn is_waiting(&self) -> bool {
         self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// A wait that the wall-clock bound does not count begins (an ask, a pause at the gate).
+    pub(crate) fn begin_wait(&self) {
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// That wait ended after `waited`.
+    pub(crate) fn end_wait(&self, waited: Duration) {
+        self.waited_us.fetch_add(
+            waited.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.waiting
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The most keys whose committed size an instance remembers; past it, sizes are read from the
