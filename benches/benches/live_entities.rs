@@ -14,21 +14,11 @@ use tessera_host::contract::{EntityAddress, Envelope, TypeKey};
 use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use tessera_host::runtime::{InstanceLimits, Runtime, RuntimeConfig};
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_tests::resident_bytes;
 use tessera_tests::to_msgpack as json_to_msgpack;
 
 const LIVE_ENTITIES: usize = 100_000;
 const HOLDING_ENTITIES: usize = 1_000;
-const PAGE_BYTES: u64 = 4096;
-
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("linux /proc");
-    let resident_pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm has a resident field");
-    resident_pages * PAGE_BYTES
-}
 
 fn directory(runtime: Arc<Runtime>, dir: &std::path::Path, entity_type: &str) -> Entities {
     let plugin = runtime

@@ -185,3 +185,16 @@ pub fn node_config(data_dir: &Path, admin_token: &str, instances_max: u32) -> No
         ..NodeConfig::default()
     }
 }
+
+/// The process's resident memory in bytes, from `/proc/self/statm` (Linux), for the memory
+/// benchmarks.
+pub fn resident_bytes() -> u64 {
+    const PAGE_BYTES: u64 = 4096;
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("linux /proc");
+    let resident_pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .expect("statm has a resident field");
+    resident_pages * PAGE_BYTES
+}

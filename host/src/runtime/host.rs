@@ -437,9 +437,7 @@ impl host::Host for HostState {
             ..MessageMeta::default()
         };
         let clock = self.ask_clock.clone();
-        clock
-            .waiting
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        clock.begin_wait();
         let started = std::time::Instant::now();
         if let Some(gate) = &self.message.gate {
             gate.pause();
@@ -448,13 +446,7 @@ impl host::Host for HostState {
         if let Some(gate) = &self.message.gate {
             gate.resume().await;
         }
-        clock.waited_us.fetch_add(
-            started.elapsed().as_micros() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        clock
-            .waiting
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        clock.end_wait(started.elapsed());
         if let Err(error) = &reply
             && error.kind == ErrorKind::Deadlock
         {
