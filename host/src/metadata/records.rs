@@ -80,114 +80,92 @@ impl Default for Quotas {
 impl Quotas {
     /// Checks every value is usable.
     pub fn validate(&self) -> Result<(), String> {
-        let checks = [
-            (
-                self.memory_bytes_max < 64 * 1024,
-                "memory_bytes_max must be at least 65536",
-            ),
-            (
-                self.message_deadline_ms == 0,
-                "message_deadline_ms must be at least 1",
-            ),
-            (
-                self.live_entities_max == 0,
-                "live_entities_max must be at least 1",
-            ),
-            (
-                self.mailbox_capacity == 0,
-                "mailbox_capacity must be at least 1",
-            ),
-            (
-                self.messages_per_second == 0,
-                "messages_per_second must be at least 1",
-            ),
-            (
-                self.messages_burst == 0,
-                "messages_burst must be at least 1",
-            ),
-            (
-                self.plugin_bytes_max == 0,
-                "plugin_bytes_max must be at least 1",
-            ),
-            (
-                self.entity_state_bytes_max == 0,
-                "entity_state_bytes_max must be at least 1",
-            ),
-            (
-                self.outbox_entries_max == 0,
-                "outbox_entries_max must be at least 1",
-            ),
-        ];
-        if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
-            return Err((*message).to_string());
-        }
         use super::limits::quota_ceilings as max;
-        let ceilings = [
+        let wide = |value: usize| value as u128;
+        // (name, value, least, most) for every quota.
+        let bounds: [(&str, u128, u128, u128); 12] = [
             (
-                self.memory_bytes_max as u128,
-                max::MEMORY_BYTES_MAX as u128,
                 "memory_bytes_max",
+                wide(self.memory_bytes_max),
+                64 * 1024,
+                wide(max::MEMORY_BYTES_MAX),
             ),
             (
-                u128::from(self.message_deadline_ms),
-                u128::from(max::MESSAGE_DEADLINE_MS_MAX),
                 "message_deadline_ms",
+                self.message_deadline_ms.into(),
+                1,
+                max::MESSAGE_DEADLINE_MS_MAX.into(),
             ),
             (
-                self.live_entities_max as u128,
-                max::LIVE_ENTITIES_MAX as u128,
                 "live_entities_max",
+                wide(self.live_entities_max),
+                1,
+                wide(max::LIVE_ENTITIES_MAX),
             ),
             (
-                self.mailbox_capacity as u128,
-                max::MAILBOX_CAPACITY_MAX as u128,
                 "mailbox_capacity",
+                wide(self.mailbox_capacity),
+                1,
+                wide(max::MAILBOX_CAPACITY_MAX),
             ),
             (
-                u128::from(self.messages_per_second),
-                u128::from(max::MESSAGES_PER_SECOND_MAX),
                 "messages_per_second",
+                self.messages_per_second.into(),
+                1,
+                max::MESSAGES_PER_SECOND_MAX.into(),
             ),
             (
-                u128::from(self.messages_burst),
-                u128::from(max::MESSAGES_PER_SECOND_MAX),
                 "messages_burst",
+                self.messages_burst.into(),
+                1,
+                max::MESSAGES_PER_SECOND_MAX.into(),
             ),
             (
-                self.plugin_bytes_max as u128,
-                max::PLUGIN_BYTES_MAX as u128,
                 "plugin_bytes_max",
+                wide(self.plugin_bytes_max),
+                1,
+                wide(max::PLUGIN_BYTES_MAX),
             ),
             (
-                self.entity_state_bytes_max as u128,
-                max::ENTITY_STATE_BYTES_MAX as u128,
                 "entity_state_bytes_max",
+                wide(self.entity_state_bytes_max),
+                1,
+                wide(max::ENTITY_STATE_BYTES_MAX),
             ),
             (
-                u128::from(self.outbox_entries_max),
-                u128::from(max::ENTITY_MESSAGES_MAX),
                 "outbox_entries_max",
+                self.outbox_entries_max.into(),
+                1,
+                max::ENTITY_MESSAGES_MAX.into(),
             ),
             (
-                u128::from(self.reminders_max),
-                u128::from(max::ENTITY_MESSAGES_MAX),
                 "reminders_max",
+                self.reminders_max.into(),
+                0,
+                max::ENTITY_MESSAGES_MAX.into(),
             ),
             (
-                self.concurrent_guests_max as u128,
-                max::CONCURRENT_GUESTS_MAX as u128,
                 "concurrent_guests_max",
+                wide(self.concurrent_guests_max),
+                0,
+                wide(max::CONCURRENT_GUESTS_MAX),
             ),
             (
-                u128::from(self.cpu_ms_per_second),
-                u128::from(max::CPU_MS_PER_SECOND_MAX),
                 "cpu_ms_per_second",
+                self.cpu_ms_per_second.into(),
+                0,
+                max::CPU_MS_PER_SECOND_MAX.into(),
             ),
         ];
-        match ceilings.iter().find(|(value, ceiling, _)| value > ceiling) {
-            Some((_, ceiling, name)) => Err(format!("{name} must be at most {ceiling}")),
-            None => Ok(()),
+        for (name, value, least, most) in bounds {
+            if value < least {
+                return Err(format!("{name} must be at least {least}"));
+            }
+            if value > most {
+                return Err(format!("{name} must be at most {most}"));
+            }
         }
+        Ok(())
     }
 }
 
