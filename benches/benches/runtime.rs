@@ -119,6 +119,7 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
                         router: Arc::new(NoRoutes),
                         entity_state_bytes: 0,
                         last_timer: 0,
+                        interrupt: Arc::default(),
                     };
                     let mut instance = runtime
                         .instantiate(&plugin, address.clone(), InstanceLimits::default(), context)

@@ -292,8 +292,9 @@ async fn tells_keep_their_order_per_sender_and_receiver() {
 async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
     let dir = tempfile::tempdir().unwrap();
     let node = TestNode::new(dir.path());
+    // 100 ms per token: far longer than one delivery, so each tell past the burst waits.
     let limits = InstanceLimits {
-        messages_per_second: 50,
+        messages_per_second: 10,
         messages_burst: 1,
         ..InstanceLimits::default()
     };
@@ -311,5 +312,27 @@ async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
     assert!(
         throttled >= 8,
         "only {throttled} of 9 tells past the burst waited"
+    );
+}
+
+/// A guest's asks go at its tenant's message rate too: each waits for a token (counted), and
+/// the chain still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_asks_are_sent_at_the_tenant_message_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    let limits = InstanceLimits {
+        messages_per_second: 10,
+        messages_burst: 1,
+        ..InstanceLimits::default()
+    };
+    node.deploy("relay", tessera_tests::RELAY, 1, limits);
+    // r1 asks r2, which asks r3, ... : five asks from the tenant's guests.
+    let bounce = json!({"Bounce": {"path": ["r2", "r3", "r4", "r5", "r6"]}});
+    node.ask("relay", "r1", bounce).await.unwrap();
+    let throttled = node.entities.stats().throttled_asks.load(Relaxed);
+    assert!(
+        throttled >= 4,
+        "only {throttled} of the 4 asks past the burst waited"
     );
 }

@@ -219,6 +219,74 @@ mod plugin {
         assert!(stopped.is_ok(), "the node waited on a sleeping guest");
     }
 
+    /// Shutdown does not run an entity's backlog: it waits for the call already running and
+    /// answers the queued messages `unavailable`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn shutdown_answers_a_backlog_instead_of_running_it() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            message_wall_ms_max: 2_000,
+            ..InstanceLimits::default()
+        };
+        node.deploy("spin", tessera_tests::SPIN_FOREVER, 1, limits);
+        let sleeper = address("spin", "backlog");
+        let sleep = tessera_tests::to_msgpack(&json!({"Sleep": 250}));
+        // 40 × 250 ms queued: 10 s of work if shutdown ran it.
+        let mut replies = Vec::new();
+        for _ in 0..40 {
+            let (envelope, reply) = tessera_host::contract::Envelope::ask(sleep.clone());
+            node.entities.deliver(sleeper.clone(), 0, envelope).unwrap();
+            replies.push(reply);
+        }
+        let stopped = tokio::time::timeout(Duration::from_secs(3), node.entities.stop_all()).await;
+        assert!(stopped.is_ok(), "shutdown ran the backlog");
+        let mut unavailable = 0;
+        for reply in replies {
+            match reply.await.expect("every queued ask is answered") {
+                Ok(_) => {}
+                Err(error) => {
+                    assert_eq!(error.kind, ErrorKind::Unavailable, "{error}");
+                    assert!(error.message.contains("shutting down"), "{error}");
+                    unavailable += 1;
+                }
+            }
+        }
+        assert!(unavailable >= 35, "only {unavailable} of 40 were not run");
+    }
+
+    /// A guest spinning through a long CPU deadline does not hold shutdown up: it is stopped
+    /// at its next epoch tick.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn shutdown_stops_a_spinning_guest_at_its_next_tick() {
+        let (_dir, node) = node();
+        let limits = InstanceLimits {
+            message_deadline_ms: 20_000,
+            ..InstanceLimits::default()
+        };
+        node.deploy("spin", tessera_tests::SPIN_FOREVER, 1, limits);
+        let spinner = address("spin", "hot");
+        let (envelope, reply) =
+            tessera_host::contract::Envelope::ask(tessera_tests::to_msgpack(&json!("Spin")));
+        node.entities.deliver(spinner, 0, envelope).unwrap();
+        // Let it start spinning (the activation comes right before the call; give the call
+        // a few epoch ticks to be under way).
+        while node
+            .entities
+            .stats()
+            .activations
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped = tokio::time::timeout(Duration::from_secs(5), node.entities.stop_all()).await;
+        assert!(stopped.is_ok(), "shutdown waited on a 20 s spin");
+        let error = reply.await.expect("answered").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Unavailable, "{error}");
+        assert!(error.message.contains("epoch tick"), "{error}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn memory_hog() {
         let (_dir, node) = node();

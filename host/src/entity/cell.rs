@@ -9,7 +9,7 @@ use super::counters::TypeCounters;
 use super::reminders::now_ms;
 use super::types::TypeBinding;
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
-use crate::runtime::{Activation, Effects, EntityContext, EntityInstance};
+use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, RanOn};
 use crate::state::remember::{RememberOp, RememberedId};
 use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
 use std::sync::Arc;
@@ -52,6 +52,10 @@ pub(crate) struct Cell {
     passivate_requested: bool,
     /// This entity's tenant's gate to guest execution.
     gate: Option<Arc<super::fairness::TenantGate>>,
+    /// Whether this entity's last message needed the guest pool (ran past its first epoch
+    /// tick): its next one goes there straight away instead of spinning a tick on an I/O
+    /// worker first.
+    runs_long: bool,
     /// When the cell last received a message, for idle passivation.
     last_activity: tokio::time::Instant,
     /// The idle timer, made once (see [`Cell::receive`]).
@@ -88,6 +92,7 @@ impl Cell {
             last_activity: tokio::time::Instant::now(),
             idle_timer: None,
             gate: None,
+            runs_long: false,
         };
         tokio::spawn(cell.run());
     }
@@ -245,6 +250,7 @@ impl Cell {
             router: core.router.clone(),
             entity_state_bytes: meta.state_bytes,
             last_timer: sequences.last_timer,
+            interrupt: core.closing.clone(),
         };
         // The pool is a cache of instances over durable state: when it is full, the least
         // recently used idle entity gives its instance back and this one waits for the slot,
@@ -277,8 +283,16 @@ impl Cell {
             }
         };
         let pass = self.enter_gate(&binding).await;
-        instance.activate(reason).await?;
+        if core.is_closing() {
+            return Err(shutting_down());
+        }
+        let call = Box::pin(async move {
+            let activated = instance.activate(reason).await;
+            (instance, activated)
+        });
+        let (instance, activated) = core.runtime.run_call(call, true).await?.0;
         drop(pass);
+        activated?;
         self.holds_instance
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let tick = core.started.elapsed().as_millis() as u64;
@@ -294,6 +308,10 @@ impl Cell {
     }
 
     async fn process(&mut self, mut envelope: Envelope) {
+        if self.core.is_closing() {
+            envelope.answer(Err(shutting_down()));
+            return;
+        }
         if envelope
             .meta
             .deadline
@@ -329,7 +347,8 @@ impl Cell {
         }
         self.counters.messages.add(1);
         let chain = std::mem::take(&mut envelope.meta.chain);
-        let outcome = self.handle(&envelope.payload, chain, receipt).await;
+        let payload = std::mem::take(&mut envelope.payload);
+        let outcome = self.handle(payload, chain, receipt).await;
         if let Err(error) = &outcome {
             self.counters.failed(error.kind);
         }
@@ -338,20 +357,39 @@ impl Cell {
 
     async fn handle(
         &mut self,
-        payload: &[u8],
+        payload: Vec<u8>,
         chain: Vec<EntityAddress>,
         receipt: Option<Receipt>,
     ) -> Result<Vec<u8>, MessageError> {
         self.ready().await?;
         let binding = self.binding()?;
         let pass = self.enter_gate(&binding).await;
-        let instance = self
+        if self.core.is_closing() {
+            return Err(shutting_down());
+        }
+        let mut instance = self
             .instance
-            .as_mut()
+            .take()
             .expect("invariant: ready() left a running instance");
         let gate: Arc<dyn crate::runtime::CallGate> = pass.clone();
-        let outcome = instance.handle_in_chain(payload, chain, Some(gate)).await;
+        let call = Box::pin(async move {
+            let outcome = instance.handle_in_chain(&payload, chain, Some(gate)).await;
+            (instance, outcome)
+        });
+        let ran = self.core.runtime.run_call(call, !self.runs_long).await;
         drop(pass);
+        let (instance, outcome) = match ran {
+            Ok((ran, place)) => {
+                self.runs_long = place == RanOn::Pool;
+                ran
+            }
+            Err(error) => {
+                // The instance went down with the call.
+                self.instance_lost(&error);
+                return Err(error);
+            }
+        };
+        let instance = self.instance.insert(instance);
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -568,6 +606,17 @@ impl Cell {
         self.drop_instance(false).await;
     }
 
+    /// The instance was lost mid-call (its call could not finish): the cell holds none now.
+    fn instance_lost(&mut self, error: &MessageError) {
+        self.core
+            .stats
+            .instance_discards
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(entity = %self.address, %error, "instance lost");
+        self.holds_instance
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     async fn drop_instance(&mut self, deactivate: bool) {
         self.holds_instance
             .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -613,4 +662,9 @@ impl Cell {
             writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
     }
+}
+
+/// The answer to a message the node did not start because it is shutting down.
+fn shutting_down() -> MessageError {
+    MessageError::unavailable("the node is shutting down; the message was not run")
 }

@@ -77,6 +77,8 @@ pub struct EntitiesStats {
     pub throttled_calls: AtomicU64,
     /// Entities' tells that waited for their tenant's message rate before delivery.
     pub throttled_tells: AtomicU64,
+    /// Guests' asks that waited for their tenant's message rate before they were sent.
+    pub throttled_asks: AtomicU64,
 }
 
 /// What a cell's mailbox carries.
@@ -190,6 +192,10 @@ pub(crate) struct Core {
     /// Cells holding instances, in the order they took them (with their last use then): the
     /// order a full pool asks them to give their instances back in.
     pub(crate) instance_holders: Mutex<std::collections::VecDeque<(EntityAddress, u64)>>,
+    /// Set when the node shuts down: cells answer their queued messages `unavailable` instead
+    /// of running them, so shutdown waits at most for the guest calls already running.
+    /// Also every instance's interrupt flag: running calls trap at their next epoch tick.
+    pub(crate) closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Core {
@@ -210,7 +216,13 @@ impl Core {
             messaging_started: std::sync::atomic::AtomicBool::new(false),
             instance_holders: Mutex::default(),
             gates: super::fairness::Gates::default(),
+            closing: Arc::default(),
         }
+    }
+
+    /// Whether the node is shutting down (no new guest call starts).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
     }
 
     /// Notes that the cell of `entity` took an instance (at `tick`), for the release order.

@@ -220,7 +220,7 @@ async fn deliver_one(
                 .gate(&sender.tenant, limits.concurrent_guests_max.max(1));
             drop(core);
             let waited = gate
-                .take_tell_token(limits.messages_per_second, limits.messages_burst)
+                .take_message_token(limits.messages_per_second, limits.messages_burst)
                 .await;
             let Some(again) = weak.upgrade() else {
                 return false;

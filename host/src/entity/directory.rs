@@ -163,8 +163,13 @@ impl Entities {
         stop(self.senders_where(|address, _| address.is_of(type_key))).await;
     }
 
-    /// Stops every live entity and waits for them (node shutdown).
+    /// Stops every live entity and waits for them (node shutdown). Messages still queued are
+    /// answered `unavailable`, not run, and running guest calls are stopped at their next
+    /// epoch tick (their effects discarded): this waits at most one tick for a CPU-bound call
+    /// and the wall-clock bound for one blocked in a host call.
     pub async fn stop_all(&self) {
+        self.core.closing.store(true, Ordering::Relaxed);
+        self.core.gates.open_all();
         stop(self.senders_where(|_, _| true)).await;
     }
 

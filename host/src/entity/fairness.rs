@@ -34,8 +34,8 @@ pub(crate) struct TenantGate {
     epoch: tokio::time::Instant,
     /// This tenant's calls running or waiting at the gate.
     in_flight: AtomicU64,
-    /// Tokens of the bucket its entities' tells are delivered from: `(tokens, refilled at)`.
-    tells: Mutex<(f64, tokio::time::Instant)>,
+    /// Tokens of the bucket its entities' tells and asks are sent from: `(tokens, refilled at)`.
+    messages: Mutex<(f64, tokio::time::Instant)>,
     /// Tenants with a call running or waiting, shared by every gate of the node.
     busy_tenants: Arc<AtomicU64>,
     /// Until when (µs since `epoch`) caps hold, shared by every gate of the node.
@@ -45,6 +45,8 @@ pub(crate) struct TenantGate {
 /// The gates of every tenant, made on first use.
 pub(crate) struct Gates {
     tenants: Mutex<HashMap<String, Arc<TenantGate>>>,
+    /// Set by `open_all` at shutdown: gates made later are open too.
+    opened: std::sync::atomic::AtomicBool,
     epoch: tokio::time::Instant,
     busy_tenants: Arc<AtomicU64>,
     contended_until_us: Arc<AtomicU64>,
@@ -54,6 +56,7 @@ impl Default for Gates {
     fn default() -> Self {
         Gates {
             tenants: Mutex::default(),
+            opened: std::sync::atomic::AtomicBool::new(false),
             epoch: tokio::time::Instant::now(),
             busy_tenants: Arc::default(),
             contended_until_us: Arc::default(),
@@ -103,13 +106,29 @@ impl Gates {
                     window_start_us: AtomicU64::new(0),
                     epoch: self.epoch,
                     in_flight: AtomicU64::new(0),
-                    tells: Mutex::new((f64::MAX, tokio::time::Instant::now())),
+                    messages: Mutex::new((f64::MAX, tokio::time::Instant::now())),
                     busy_tenants: self.busy_tenants.clone(),
                     contended_until_us: self.contended_until_us.clone(),
                 });
+                if self.opened.load(Ordering::Relaxed) {
+                    gate.running.close();
+                }
                 tenants.insert(tenant.to_string(), gate.clone());
                 gate
             }
+        }
+    }
+
+    /// Lets every waiting and future call through at once, caps no longer held (node
+    /// shutdown: calls let through find the node closing and do not run the guest).
+    pub(crate) fn open_all(&self) {
+        let tenants = self
+            .tenants
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.opened.store(true, Ordering::Relaxed);
+        for gate in tenants.values() {
+            gate.running.close();
         }
     }
 }
@@ -124,9 +143,9 @@ impl TenantGate {
         self.epoch.elapsed().as_micros() as u64
     }
 
-    /// Waits until one more of this tenant's entities' tells may be delivered under its message
-    /// rate (`per_second`, 0 for none; `burst` tokens at most). True if it had to wait.
-    pub(crate) async fn take_tell_token(&self, per_second: u32, burst: u32) -> bool {
+    /// Waits until one more of this tenant's entities' messages (a tell delivered, an ask
+    /// sent) may go under its message rate (`per_second`, 0 for none; `burst` tokens at most). True if it had to wait.
+    pub(crate) async fn take_message_token(&self, per_second: u32, burst: u32) -> bool {
         if per_second == 0 {
             return false;
         }
@@ -135,7 +154,7 @@ impl TenantGate {
         loop {
             let wait = {
                 let mut bucket = self
-                    .tells
+                    .messages
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
                 let now = tokio::time::Instant::now();
@@ -201,7 +220,11 @@ impl TenantGate {
                 if self.used_us.load(Ordering::Relaxed) < budget_us {
                     break;
                 }
-                waited = true;
+                if !waited {
+                    // Counted when the wait begins, so the count shows calls held now.
+                    waited = true;
+                    throttled.fetch_add(1, Ordering::Relaxed);
+                }
                 tokio::time::sleep(Duration::from_micros(start + WINDOW_US - now)).await;
             }
         }
@@ -222,15 +245,14 @@ impl TenantGate {
             match self.running.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
                 Err(_) => {
-                    waited = true;
-                    // Never closed; should it be, the call runs unthrottled.
+                    if !waited {
+                        throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Closed only at shutdown (`open_all`): the call goes on unthrottled.
                     self.running.clone().acquire_owned().await.ok()
                 }
             }
         };
-        if waited {
-            throttled.fetch_add(1, Ordering::Relaxed);
-        }
         Pass {
             gate: self,
             permit,
@@ -286,6 +308,9 @@ impl crate::runtime::CallGate for CallPass {
             }
         }
         let (gate, slot, core) = (self.gate.clone(), self.pass.clone(), self.core.clone());
+        if let Some(core) = core.upgrade() {
+            core.stats.throttled_calls.fetch_add(1, Ordering::Relaxed);
+        }
         Some(Box::pin(async move {
             let Ok(permit) = gate.running.clone().acquire_owned().await else {
                 return;
@@ -293,10 +318,18 @@ impl crate::runtime::CallGate for CallPass {
             if let Some(pass) = lock(&slot).as_mut() {
                 pass.permit = Some(permit);
             }
-            if let Some(core) = core.upgrade() {
-                core.stats.throttled_calls.fetch_add(1, Ordering::Relaxed);
-            }
         }))
+    }
+
+    fn pace(&self, per_second: u32, burst: u32) -> crate::contract::BoxFuture<'static, ()> {
+        let (gate, core) = (self.gate.clone(), self.core.clone());
+        Box::pin(async move {
+            if gate.take_message_token(per_second, burst).await
+                && let Some(core) = core.upgrade()
+            {
+                core.stats.throttled_asks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
     }
 
     fn resume(&self) -> crate::contract::BoxFuture<'static, ()> {

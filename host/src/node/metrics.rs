@@ -213,7 +213,7 @@ impl Node {
     /// Node-wide counters of the entity, sharding, state and runtime layers.
     fn snapshot_layers(&self, snapshot: &mut Snapshot) {
         let entities = self.entities.stats();
-        let plain: [(&'static str, &'static str, u64); 13] = [
+        let plain: [(&'static str, &'static str, u64); 14] = [
             (
                 "tessera_entity_evictions",
                 "Live entities passivated to respect the node's active-entity limit.",
@@ -228,6 +228,11 @@ impl Node {
                 "tessera_tells_throttled",
                 "Entities' tells that waited for their tenant's message rate before delivery.",
                 load(&entities.throttled_tells),
+            ),
+            (
+                "tessera_asks_throttled",
+                "Guests' asks that waited for their tenant's message rate before they were sent.",
+                load(&entities.throttled_asks),
             ),
             (
                 "tessera_guest_calls_throttled",

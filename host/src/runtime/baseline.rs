@@ -45,6 +45,7 @@ impl RawInstance {
             entity_state_bytes: 0,
             committed_sizes: Default::default(),
             ask_clock: Default::default(),
+            interrupted: Default::default(),
         };
         let mut store = Store::new(runtime.engine(), data);
         store.set_epoch_deadline(u64::MAX / 2);

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// The most guest pool threads a node may be configured with.
+pub const GUEST_THREADS_MAX: usize = 1_024;
+
 /// Engine-wide settings: the instance pool and the CPU-deadline clock. Per-tenant limits are
 /// in [`InstanceLimits`](super::InstanceLimits).
 ///
@@ -24,6 +27,9 @@ pub struct RuntimeConfig {
     pub memory_reservation_bytes: u64,
     /// Period of the epoch clock that enforces CPU deadlines.
     pub epoch_tick_ms: u64,
+    /// Threads that finish guest calls outlasting their first epoch tick, off the I/O
+    /// workers (`0`: one per core).
+    pub guest_threads: usize,
     /// Guest stdout/stderr lines logged per message; the rest are counted and dropped.
     pub guest_log_lines_per_message: u32,
     /// Where compiled plugins are cached, keyed by content hash and engine. `None` disables
@@ -38,6 +44,7 @@ impl Default for RuntimeConfig {
             memory_bytes_max: 256 << 20,
             memory_reservation_bytes: 4 << 30,
             epoch_tick_ms: 10,
+            guest_threads: 0,
             guest_log_lines_per_message: 100,
             compiled_cache_dir: None,
         }
@@ -60,6 +67,11 @@ impl RuntimeConfig {
         }
         if self.epoch_tick_ms == 0 {
             return Err("runtime.epoch_tick_ms must be at least 1".into());
+        }
+        if self.guest_threads > GUEST_THREADS_MAX {
+            return Err(format!(
+                "runtime.guest_threads must be at most {GUEST_THREADS_MAX} (0: one per core)"
+            ));
         }
         Ok(())
     }

@@ -6,11 +6,12 @@ use super::bindings::{Entity, EntityPre};
 use super::cache::CompiledCache;
 use super::config::RuntimeConfig;
 use super::guest_log::{GuestOutput, LogBudget};
+use super::guest_pool::{GuestPool, RanOn};
 use super::host::{HostState, HostTrap, MessageScope};
 use super::instance::EntityInstance;
 use super::limits::{InstanceLimits, MemoryLimiter};
 use super::plugin::{LoadError, PLUGIN_BYTES_MAX, Plugin};
-use crate::contract::{EntityAddress, ErrorKind, MessageError, Router};
+use crate::contract::{BoxFuture, EntityAddress, ErrorKind, MessageError, Router};
 use crate::state::EntityState;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -38,6 +39,10 @@ pub struct EntityContext {
     pub entity_state_bytes: u64,
     /// The highest timer id the entity ever committed; `schedule` continues after it.
     pub last_timer: u64,
+    /// Set by the instance's owner when it shuts down: a running guest call traps at its next
+    /// epoch tick (`unavailable`; nothing it did is committed). Shared by every instance of
+    /// the owner, so one store of `true` stops them all.
+    pub interrupt: Arc<AtomicBool>,
 }
 
 /// The process's wasmtime engine, linker and compiled-plugin cache.
@@ -57,6 +62,8 @@ pub struct Runtime {
     compilations: AtomicU64,
     /// Instances alive now, and the bell rung when one is dropped.
     instances: Arc<InstanceSlots>,
+    /// Where guest calls that outlast their first poll are finished.
+    guest_pool: GuestPool,
 }
 
 /// How many pool slots are taken, shared with every [`EntityInstance`] so its drop frees one.
@@ -87,6 +94,10 @@ impl Runtime {
             Some(directory) => Some(CompiledCache::new(directory.clone(), &engine)?),
             None => None,
         };
+        let guest_threads = match config.guest_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            threads => threads,
+        };
         let epoch_ticker_stop = Arc::new(AtomicBool::new(false));
         start_epoch_ticker(&engine, config.epoch_tick_ms, epoch_ticker_stop.clone())?;
         Ok(Runtime {
@@ -97,7 +108,22 @@ impl Runtime {
             epoch_ticker_stop,
             compilations: AtomicU64::new(0),
             instances: Arc::default(),
+            guest_pool: GuestPool::new(guest_threads)?,
         })
+    }
+
+    /// Runs one guest call (an [`EntityInstance`] method, with the instance moved into `call`
+    /// and handed back in its output). With `first_poll_here` it is polled once on the
+    /// caller's thread, where most calls finish; whatever is left runs on the guest pool, off
+    /// the threads that serve I/O. Says where it finished, so the caller can send an entity
+    /// whose calls run long straight to the pool next time. An error when the call was lost
+    /// (whatever it owned is dropped).
+    pub async fn run_call<T: Send + 'static>(
+        &self,
+        call: BoxFuture<'static, T>,
+        first_poll_here: bool,
+    ) -> Result<(T, RanOn), MessageError> {
+        self.guest_pool.run(call, first_poll_here).await
     }
 
     /// The process's engine.
@@ -226,6 +252,7 @@ impl Runtime {
             router,
             entity_state_bytes,
             last_timer,
+            interrupt,
         } = entity;
         let log_budget = Arc::new(LogBudget::default());
         let entity_name: Arc<str> = address.to_string().into();
@@ -267,12 +294,16 @@ impl Runtime {
             entity_state_bytes,
             committed_sizes: Default::default(),
             ask_clock: Default::default(),
+            interrupted: interrupt,
         };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_callback(|mut context| {
             let state = context.data_mut();
             state.message.ticks_used += 1;
+            if state.interrupted.load(Ordering::Relaxed) {
+                return Err(HostTrap::Interrupted.into());
+            }
             if state.message.ticks_used >= state.ticks_limit {
                 return Err(HostTrap::Deadline(state.limits.message_deadline_ms).into());
             }

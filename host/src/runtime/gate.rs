@@ -17,4 +17,9 @@ pub trait CallGate: Send + Sync {
     /// completes (a call that started without a slot because its tenant was alone, when another
     /// tenant now wants the cores).
     fn preempt(&self) -> Option<BoxFuture<'static, ()>>;
+
+    /// The call is about to send an ask (its slot already given back): waits until its
+    /// tenant's message rate (`per_second`, 0 for none; `burst` at most) allows one more
+    /// message, as entities' tells are delivered at that rate too.
+    fn pace(&self, per_second: u32, burst: u32) -> BoxFuture<'static, ()>;
 }

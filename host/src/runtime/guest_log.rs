@@ -1,5 +1,9 @@
 //! Guest stdout and stderr, turned into host log lines tagged with the entity address, with a
 //! per-message line budget so a noisy guest cannot flood the host log.
+//!
+//! The stream is synchronous: a write is split into lines and logged (or counted as dropped)
+//! in the guest's own call, with no background writer task, so a guest call writes its logs on
+//! whichever thread runs it, without a hop per write.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
 /// The longest guest log line kept; the rest of a longer line is cut off.
 pub const GUEST_LOG_LINE_BYTES_MAX: usize = 1024;
@@ -58,11 +63,21 @@ impl IsTerminal for GuestOutput {
 }
 
 impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.writer())
+    }
+
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(GuestLineWriter {
+        Box::new(self.writer())
+    }
+}
+
+impl GuestOutput {
+    fn writer(&self) -> GuestLineWriter {
+        GuestLineWriter {
             output: self.clone(),
             line: Vec::new(),
-        })
+        }
     }
 }
 
@@ -84,6 +99,60 @@ impl GuestLineWriter {
         }
         self.line.clear();
     }
+
+    fn take_bytes(&mut self, buffer: &[u8]) {
+        for &byte in buffer {
+            if byte == b'\n' {
+                self.emit();
+            } else if self.line.len() < GUEST_LOG_LINE_BYTES_MAX {
+                self.line.push(byte);
+            }
+        }
+    }
+}
+
+impl Drop for GuestLineWriter {
+    /// A last line without its newline is logged when the stream goes.
+    fn drop(&mut self) {
+        if !self.line.is_empty() {
+            self.emit();
+        }
+    }
+}
+
+/// The most bytes a guest may hand over in one write (what `check-write` grants).
+const WRITE_BYTES_MAX: usize = 64 * 1024;
+
+impl OutputStream for GuestLineWriter {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        if bytes.len() > WRITE_BYTES_MAX {
+            return Err(StreamError::Trap(wasmtime::Error::msg(format!(
+                "a guest log write of {} bytes is over the {WRITE_BYTES_MAX} granted",
+                bytes.len()
+            ))));
+        }
+        self.take_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_BYTES_MAX)
+    }
+}
+
+impl Pollable for GuestLineWriter {
+    /// Always ready: writes never wait.
+    fn ready<'a, 'b>(&'a mut self) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + 'b>>
+    where
+        'a: 'b,
+        Self: 'b,
+    {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl AsyncWrite for GuestLineWriter {
@@ -92,14 +161,7 @@ impl AsyncWrite for GuestLineWriter {
         _context: &mut Context<'_>,
         buffer: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let writer = self.get_mut();
-        for &byte in buffer {
-            if byte == b'\n' {
-                writer.emit();
-            } else if writer.line.len() < GUEST_LOG_LINE_BYTES_MAX {
-                writer.line.push(byte);
-            }
-        }
+        self.get_mut().take_bytes(buffer);
         Poll::Ready(Ok(buffer.len()))
     }
 

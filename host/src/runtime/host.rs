@@ -28,6 +28,8 @@ pub(crate) enum HostTrap {
     Storage(String),
     #[error("{0}")]
     Misuse(String),
+    #[error("the node is shutting down: the guest call was stopped at its next epoch tick")]
+    Interrupted,
 }
 
 impl HostTrap {
@@ -37,6 +39,7 @@ impl HostTrap {
             HostTrap::StateTooLarge(_) => ErrorKind::StateTooLarge,
             HostTrap::Storage(_) => ErrorKind::Internal,
             HostTrap::Misuse(_) => ErrorKind::Trap,
+            HostTrap::Interrupted => ErrorKind::Unavailable,
         }
     }
 }
@@ -108,6 +111,11 @@ pub(crate) struct HostState {
     pub(crate) committed_sizes: HashMap<String, i64>,
     /// Time this instance spent waiting on asks, which its wall-clock bound does not count.
     pub(crate) ask_clock: Arc<AskClock>,
+    /// Set by the instance's owner at shutdown ([`EntityContext::interrupt`]): the guest traps
+    /// at its next epoch tick.
+    ///
+    /// [`EntityContext::interrupt`]: super::EntityContext::interrupt
+    pub(crate) interrupted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Time spent waiting on asks, shared with the watchdog of the guest call that made them.
@@ -441,6 +449,8 @@ impl host::Host for HostState {
         let started = std::time::Instant::now();
         if let Some(gate) = &self.message.gate {
             gate.pause();
+            gate.pace(self.limits.messages_per_second, self.limits.messages_burst)
+                .await;
         }
         let reply = self.router.ask(target, payload, meta, timeout).await;
         if let Some(gate) = &self.message.gate {

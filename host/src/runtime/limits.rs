@@ -53,7 +53,7 @@ pub struct InstanceLimits {
     /// The tenant's guest CPU milliseconds per second on this node; 0 for no budget.
     pub cpu_ms_per_second: u64,
     /// The tenant's message rate (`messages_per_second`), which its entities' tells are
-    /// delivered at, too; 0 for none.
+    /// delivered at and their asks sent at, too; 0 for none.
     pub messages_per_second: u32,
     /// The burst above that rate (`messages_burst`).
     pub messages_burst: u32,
