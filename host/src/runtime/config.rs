@@ -28,7 +28,8 @@ pub struct RuntimeConfig {
     /// Period of the epoch clock that enforces CPU deadlines.
     pub epoch_tick_ms: u64,
     /// Threads that finish guest calls outlasting their first epoch tick, off the I/O
-    /// workers (`0`: one per core).
+    /// workers (`0`: one fewer than the cores, at least one — a core's worth is always left
+    /// to I/O and short calls).
     pub guest_threads: usize,
     /// Guest stdout/stderr lines logged per message; the rest are counted and dropped.
     pub guest_log_lines_per_message: u32,
@@ -70,7 +71,7 @@ impl RuntimeConfig {
         }
         if self.guest_threads > GUEST_THREADS_MAX {
             return Err(format!(
-                "runtime.guest_threads must be at most {GUEST_THREADS_MAX} (0: one per core)"
+                "runtime.guest_threads must be at most {GUEST_THREADS_MAX} (0: one fewer than the cores)"
             ));
         }
         Ok(())

@@ -95,7 +95,10 @@ impl Runtime {
             None => None,
         };
         let guest_threads = match config.guest_threads {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            // One core's worth is always left to I/O and short calls.
+            0 => std::thread::available_parallelism()
+                .map_or(1, |cores| cores.get().saturating_sub(1))
+                .max(1),
             threads => threads,
         };
         let epoch_ticker_stop = Arc::new(AtomicBool::new(false));
