@@ -9,7 +9,7 @@ use super::counters::TypeCounters;
 use super::reminders::now_ms;
 use super::types::TypeBinding;
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
-use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, RanOn};
+use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, Weight};
 use crate::state::remember::{RememberOp, RememberedId};
 use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
 use std::sync::Arc;
@@ -52,8 +52,8 @@ pub(crate) struct Cell {
     passivate_requested: bool,
     /// This entity's tenant's gate to guest execution.
     gate: Option<Arc<super::fairness::TenantGate>>,
-    /// Whether this entity's last message needed the guest pool (ran past its first epoch
-    /// tick): its next one goes there straight away instead of spinning a tick on an I/O
+    /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
+    /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
     runs_long: bool,
     /// When the cell last received a message, for idle passivation.
@@ -379,8 +379,8 @@ impl Cell {
         let ran = self.core.runtime.run_call(call, !self.runs_long).await;
         drop(pass);
         let (instance, outcome) = match ran {
-            Ok((ran, place)) => {
-                self.runs_long = place == RanOn::Pool;
+            Ok((ran, weight)) => {
+                self.runs_long = weight == Weight::Heavy;
                 ran
             }
             Err(error) => {

@@ -6,7 +6,7 @@ use super::bindings::{Entity, EntityPre};
 use super::cache::CompiledCache;
 use super::config::RuntimeConfig;
 use super::guest_log::{GuestOutput, LogBudget};
-use super::guest_pool::{GuestPool, RanOn};
+use super::guest_pool::{GuestPool, Weight};
 use super::host::{HostState, HostTrap, MessageScope};
 use super::instance::EntityInstance;
 use super::limits::{InstanceLimits, MemoryLimiter};
@@ -101,6 +101,8 @@ impl Runtime {
                 .max(1),
             threads => threads,
         };
+        let guest_pool =
+            GuestPool::new(guest_threads, Duration::from_millis(config.epoch_tick_ms))?;
         let epoch_ticker_stop = Arc::new(AtomicBool::new(false));
         start_epoch_ticker(&engine, config.epoch_tick_ms, epoch_ticker_stop.clone())?;
         Ok(Runtime {
@@ -111,22 +113,23 @@ impl Runtime {
             epoch_ticker_stop,
             compilations: AtomicU64::new(0),
             instances: Arc::default(),
-            guest_pool: GuestPool::new(guest_threads)?,
+            guest_pool,
         })
     }
 
     /// Runs one guest call (an [`EntityInstance`] method, with the instance moved into `call`
-    /// and handed back in its output). With `first_poll_here` it is polled once on the
-    /// caller's thread, where most calls finish; whatever is left runs on the guest pool, off
-    /// the threads that serve I/O. Says where it finished, so the caller can send an entity
-    /// whose calls run long straight to the pool next time. An error when the call was lost
-    /// (whatever it owned is dropped).
+    /// and handed back in its output). With `start_here` it runs on the caller's thread, where
+    /// most calls finish, until its polls have taken one epoch tick of CPU; the rest runs on
+    /// the guest pool, off the threads that serve I/O. Without, it goes to the pool at once.
+    /// Says whether the call was heavy, so the caller can send an entity whose calls are
+    /// heavy straight to the pool next time. An error when the call was lost (whatever it
+    /// owned is dropped).
     pub async fn run_call<T: Send + 'static>(
         &self,
         call: BoxFuture<'static, T>,
-        first_poll_here: bool,
-    ) -> Result<(T, RanOn), MessageError> {
-        self.guest_pool.run(call, first_poll_here).await
+        start_here: bool,
+    ) -> Result<(T, Weight), MessageError> {
+        self.guest_pool.run(call, start_here).await
     }
 
     /// The process's engine.

@@ -1,31 +1,36 @@
 //! Where long guest calls run: threads of their own, off the workers that serve I/O.
 //!
-//! Most guest calls finish in their first poll, on the worker that started them (no hop, no
-//! allocation beyond the boxed call). A call still running at its first epoch tick — a
-//! CPU-heavy message, or one waiting on an ask — is moved to the guest pool and finished
-//! there; the caller may also send a call to the pool straight away (the entity layer does
-//! for an entity whose last call needed the pool, so a CPU-heavy entity does not spend a tick
-//! on an I/O worker at every message). So however many guests burn CPU, the node's I/O workers keep answering sockets and
-//! running short calls: a tenant's long calls queue on the pool (where the tenant gate decides
+//! A guest call runs first on the worker that delivered its message, where almost every call
+//! finishes (no hop, no allocation beyond the boxed call); a call waiting on a host call (a
+//! state read, an ask) stays there too, since waiting costs the worker nothing. A call whose
+//! polls have taken one epoch tick of the worker's time in all — a CPU-heavy message — is
+//! moved to the guest pool and finished there, and the caller may send the entity's next call
+//! there at once (the entity layer does for an entity whose last call was heavy). Time is
+//! measured per poll, so a call that merely waited in a busy run queue does not count as
+//! heavy. So however many guests burn CPU, the node's I/O workers keep answering sockets and
+//! running short calls: a tenant's heavy calls queue on the pool (where the tenant gate decides
 //! who runs), never in front of another tenant's requests. The pool's threads are in the OS's
 //! idle scheduling class where it has one (Linux `SCHED_IDLE`), so a woken I/O worker takes a
 //! core from a spinning guest at once instead of after its time slice. The price: while the
-//! host's own threads keep every core busy, long guest calls wait (their wall-clock bound
+//! host's own threads keep every core busy, heavy guest calls wait (their wall-clock bound
 //! still ends them); short calls, which run on the I/O workers, do not.
 
 use crate::contract::{BoxFuture, ErrorKind, MessageError};
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
-/// Threads that finish guest calls which outlast their first poll.
+/// Threads that finish guest calls which turn out CPU-heavy.
 pub(crate) struct GuestPool {
     /// `Some` until drop, which shuts it down without waiting (dropping a Tokio runtime
     /// inside another one would panic).
     runtime: Option<tokio::runtime::Runtime>,
+    /// Poll time after which a call counts as heavy and moves here.
+    heavy_after: Duration,
 }
 
 impl GuestPool {
-    /// A pool of `threads` threads.
-    pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
+    /// A pool of `threads` threads taking calls whose polls add up to `heavy_after`.
+    pub(crate) fn new(threads: usize, heavy_after: Duration) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("tessera-guest")
@@ -34,44 +39,77 @@ impl GuestPool {
             .build()?;
         Ok(GuestPool {
             runtime: Some(runtime),
+            heavy_after,
         })
     }
 
-    /// Runs `call`: if `first_poll_here`, polled once here first; what is left of it is
-    /// finished on the pool. Says where it finished. An error only if the pool lost the call
-    /// (it panicked, or the pool is shutting down) — whatever the call owned is gone with it.
+    /// Runs `call`. If `start_here`, it runs on the caller's thread until it finishes or its
+    /// polls add up to the heavy threshold, and only then moves to the pool; otherwise it goes
+    /// to the pool at once. Says whether it was heavy (its polls, here and on the pool, took
+    /// the threshold or more). An error only if the pool lost the call (it panicked, or the
+    /// pool is shutting down) — whatever the call owned is gone with it.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
         mut call: BoxFuture<'static, T>,
-        first_poll_here: bool,
-    ) -> Result<(T, RanOn), MessageError> {
-        if first_poll_here {
-            let first =
-                std::future::poll_fn(|context| Poll::Ready(call.as_mut().poll(context))).await;
-            if let Poll::Ready(output) = first {
-                return Ok((output, RanOn::Caller));
+        start_here: bool,
+    ) -> Result<(T, Weight), MessageError> {
+        let heavy_after = self.heavy_after;
+        let mut busy = Duration::ZERO;
+        if start_here {
+            let here = std::future::poll_fn(|context| {
+                let started = Instant::now();
+                let polled = call.as_mut().poll(context);
+                busy += started.elapsed();
+                match polled {
+                    Poll::Ready(output) => Poll::Ready(Some(output)),
+                    Poll::Pending if busy >= heavy_after => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            if let Some(output) = here {
+                return Ok((output, Weight::of(busy, heavy_after)));
             }
         }
         let Some(runtime) = &self.runtime else {
-            return Ok((call.await, RanOn::Caller));
+            return Ok((call.await, Weight::Heavy));
         };
-        let output = runtime.spawn(call).await.map_err(|error| {
+        let on_pool = async move {
+            let output = std::future::poll_fn(|context| {
+                let started = Instant::now();
+                let polled = call.as_mut().poll(context);
+                busy += started.elapsed();
+                polled
+            })
+            .await;
+            (output, Weight::of(busy, heavy_after))
+        };
+        runtime.spawn(on_pool).await.map_err(|error| {
             MessageError::new(
                 ErrorKind::Internal,
                 format!("the guest call was lost on the guest pool: {error}"),
             )
-        })?;
-        Ok((output, RanOn::Pool))
+        })
     }
 }
 
-/// Where a guest call finished.
+/// How much worker time a guest call took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RanOn {
-    /// In its first poll, on the caller's thread.
-    Caller,
-    /// On the guest pool.
-    Pool,
+pub enum Weight {
+    /// Less than one epoch tick in all its polls.
+    Light,
+    /// One epoch tick or more: a CPU-heavy call.
+    Heavy,
+}
+
+impl Weight {
+    fn of(busy: Duration, heavy_after: Duration) -> Self {
+        if busy >= heavy_after {
+            Weight::Heavy
+        } else {
+            Weight::Light
+        }
+    }
 }
 
 impl Drop for GuestPool {
@@ -104,26 +142,44 @@ fn lower_priority() {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_call_finished_in_its_first_poll_stays_on_the_caller() {
-        let pool = GuestPool::new(1).expect("pool");
-        let caller = std::thread::current().id();
-        let (ran_on, place) = pool
-            .run(Box::pin(async { std::thread::current().id() }), true)
-            .await
-            .expect("ran");
-        assert_eq!(ran_on, caller);
-        assert_eq!(place, RanOn::Caller);
+    const TICK: Duration = Duration::from_millis(10);
+
+    /// Busy for `duration` on the calling thread (a guest running between epoch checks).
+    fn spin_for(duration: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < duration {
+            std::hint::spin_loop();
+        }
     }
 
     #[tokio::test]
-    async fn a_call_that_yields_finishes_on_the_pool() {
-        let pool = GuestPool::new(1).expect("pool");
+    async fn a_short_call_stays_on_the_caller_even_when_it_waits() {
+        let pool = GuestPool::new(1, TICK).expect("pool");
         let caller = std::thread::current().id();
-        let ((started_on, finished_on), place) = pool
+        let ((started_on, finished_on), weight) = pool
             .run(
                 Box::pin(async {
                     let started = std::thread::current().id();
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    (started, std::thread::current().id())
+                }),
+                true,
+            )
+            .await
+            .expect("ran");
+        assert_eq!((started_on, finished_on), (caller, caller));
+        assert_eq!(weight, Weight::Light, "waiting is not work");
+    }
+
+    #[tokio::test]
+    async fn a_heavy_call_finishes_on_the_pool() {
+        let pool = GuestPool::new(1, TICK).expect("pool");
+        let caller = std::thread::current().id();
+        let ((started_on, finished_on), weight) = pool
+            .run(
+                Box::pin(async {
+                    let started = std::thread::current().id();
+                    spin_for(TICK * 2);
                     tokio::task::yield_now().await;
                     (started, std::thread::current().id())
                 }),
@@ -133,31 +189,35 @@ mod tests {
             .expect("ran");
         assert_eq!(started_on, caller);
         assert_ne!(finished_on, caller, "the rest ran on the pool");
-        assert_eq!(place, RanOn::Pool);
+        assert_eq!(weight, Weight::Heavy);
     }
 
     #[tokio::test]
     async fn a_call_sent_to_the_pool_never_runs_on_the_caller() {
-        let pool = GuestPool::new(1).expect("pool");
+        let pool = GuestPool::new(1, TICK).expect("pool");
         let caller = std::thread::current().id();
-        let (ran_on, place) = pool
+        let (ran_on, weight) = pool
             .run(Box::pin(async { std::thread::current().id() }), false)
             .await
             .expect("ran");
         assert_ne!(ran_on, caller);
-        assert_eq!(place, RanOn::Pool);
+        assert_eq!(
+            weight,
+            Weight::Light,
+            "a light call on the pool is still light"
+        );
     }
 
     #[tokio::test]
     async fn a_call_that_panics_on_the_pool_is_an_error() {
-        let pool = GuestPool::new(1).expect("pool");
+        let pool = GuestPool::new(1, TICK).expect("pool");
         let lost = pool
             .run(
                 Box::pin(async {
                     tokio::task::yield_now().await;
                     panic!("a host call bug");
                 }),
-                true,
+                false,
             )
             .await;
         let error: MessageError = match lost {

@@ -31,7 +31,7 @@ pub use config::{GUEST_THREADS_MAX, RuntimeConfig};
 pub use engine::{EntityContext, Runtime};
 pub use gate::CallGate;
 pub use guest_log::GUEST_LOG_LINE_BYTES_MAX;
-pub use guest_pool::RanOn;
+pub use guest_pool::Weight;
 pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
 pub use limits::{InstanceLimits, wall_bound_ms};
 pub use plugin::{LoadError, PLUGIN_BYTES_MAX, PLUGIN_CACHE_ENTRIES_DEFAULT, Plugin, PluginCache};
