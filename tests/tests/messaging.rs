@@ -286,19 +286,24 @@ async fn tells_keep_their_order_per_sender_and_receiver() {
     }
 }
 
-/// An entity's tells leave at its tenant's message rate: a fan-out waits in the durable outbox
-/// (counted) and is delivered in full, not dropped and not let through at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = TestNode::new(dir.path());
-    // 100 ms per token: far longer than one delivery, so each tell past the burst waits.
+/// Deploys `relay` at a message rate of 10 per second with a burst of 1: 100 ms per token,
+/// far longer than one delivery or ask, so each message past the burst waits.
+fn deploy_slow_relay(node: &TestNode) {
     let limits = InstanceLimits {
         messages_per_second: 10,
         messages_burst: 1,
         ..InstanceLimits::default()
     };
     node.deploy("relay", tessera_tests::RELAY, 1, limits);
+}
+
+/// An entity's tells leave at its tenant's message rate: a fan-out waits in the durable outbox
+/// (counted) and is delivered in full, not dropped and not let through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::new(dir.path());
+    deploy_slow_relay(&node);
     deploy(&node, "reminder", tessera_tests::REMINDER);
     let notes: Vec<String> = (0..10).map(|index| index.to_string()).collect();
     let tell = json!({"TellNotes": {"entity_type": "reminder", "id": "log", "notes": notes}});
@@ -321,12 +326,7 @@ async fn a_fan_out_is_delivered_at_the_tenant_message_rate() {
 async fn guest_asks_are_sent_at_the_tenant_message_rate() {
     let dir = tempfile::tempdir().unwrap();
     let node = TestNode::new(dir.path());
-    let limits = InstanceLimits {
-        messages_per_second: 10,
-        messages_burst: 1,
-        ..InstanceLimits::default()
-    };
-    node.deploy("relay", tessera_tests::RELAY, 1, limits);
+    deploy_slow_relay(&node);
     // r1 asks r2, which asks r3, ... : five asks from the tenant's guests.
     let bounce = json!({"Bounce": {"path": ["r2", "r3", "r4", "r5", "r6"]}});
     node.ask("relay", "r1", bounce).await.unwrap();

@@ -384,8 +384,8 @@ impl Cell {
                 ran
             }
             Err(error) => {
-                // The instance went down with the call.
-                self.instance_lost(&error);
+                // The instance went down with the call: the cell holds none now.
+                self.discard_instance(&error).await;
                 return Err(error);
             }
         };
@@ -604,17 +604,6 @@ impl Cell {
             .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(entity = %self.address, %error, "instance discarded");
         self.drop_instance(false).await;
-    }
-
-    /// The instance was lost mid-call (its call could not finish): the cell holds none now.
-    fn instance_lost(&mut self, error: &MessageError) {
-        self.core
-            .stats
-            .instance_discards
-            .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(entity = %self.address, %error, "instance lost");
-        self.holds_instance
-            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn drop_instance(&mut self, deactivate: bool) {

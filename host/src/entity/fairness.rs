@@ -144,7 +144,8 @@ impl TenantGate {
     }
 
     /// Waits until one more of this tenant's entities' messages (a tell delivered, an ask
-    /// sent) may go under its message rate (`per_second`, 0 for none; `burst` tokens at most). True if it had to wait.
+    /// sent) may go under its message rate (`per_second`, 0 for none; `burst` tokens at
+    /// most). True if it had to wait.
     pub(crate) async fn take_message_token(&self, per_second: u32, burst: u32) -> bool {
         if per_second == 0 {
             return false;
@@ -307,8 +308,8 @@ impl crate::runtime::CallGate for CallPass {
                 return None;
             }
         }
-        let (gate, slot, core) = (self.gate.clone(), self.pass.clone(), self.core.clone());
-        if let Some(core) = core.upgrade() {
+        let (gate, slot) = (self.gate.clone(), self.pass.clone());
+        if let Some(core) = self.core.upgrade() {
             core.stats.throttled_calls.fetch_add(1, Ordering::Relaxed);
         }
         Some(Box::pin(async move {

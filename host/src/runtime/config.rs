@@ -27,7 +27,7 @@ pub struct RuntimeConfig {
     pub memory_reservation_bytes: u64,
     /// Period of the epoch clock that enforces CPU deadlines.
     pub epoch_tick_ms: u64,
-    /// Threads that finish guest calls outlasting their first epoch tick, off the I/O
+    /// Threads that finish CPU-heavy guest calls (an epoch tick of CPU or more), off the I/O
     /// workers (`0`: one fewer than the cores, at least one — a core's worth is always left
     /// to I/O and short calls).
     pub guest_threads: usize,

@@ -62,7 +62,7 @@ pub struct Runtime {
     compilations: AtomicU64,
     /// Instances alive now, and the bell rung when one is dropped.
     instances: Arc<InstanceSlots>,
-    /// Where guest calls that outlast their first poll are finished.
+    /// Where CPU-heavy guest calls are finished, off the I/O workers.
     guest_pool: GuestPool,
 }
 

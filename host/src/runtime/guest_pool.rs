@@ -56,17 +56,13 @@ impl GuestPool {
         let heavy_after = self.heavy_after;
         let mut busy = Duration::ZERO;
         if start_here {
-            let here = std::future::poll_fn(|context| {
-                let started = Instant::now();
-                let polled = call.as_mut().poll(context);
-                busy += started.elapsed();
-                match polled {
+            let here =
+                std::future::poll_fn(|context| match poll_timed(&mut call, context, &mut busy) {
                     Poll::Ready(output) => Poll::Ready(Some(output)),
                     Poll::Pending if busy >= heavy_after => Poll::Ready(None),
                     Poll::Pending => Poll::Pending,
-                }
-            })
-            .await;
+                })
+                .await;
             if let Some(output) = here {
                 return Ok((output, Weight::of(busy, heavy_after)));
             }
@@ -75,13 +71,8 @@ impl GuestPool {
             return Ok((call.await, Weight::Heavy));
         };
         let on_pool = async move {
-            let output = std::future::poll_fn(|context| {
-                let started = Instant::now();
-                let polled = call.as_mut().poll(context);
-                busy += started.elapsed();
-                polled
-            })
-            .await;
+            let output =
+                std::future::poll_fn(|context| poll_timed(&mut call, context, &mut busy)).await;
             (output, Weight::of(busy, heavy_after))
         };
         runtime.spawn(on_pool).await.map_err(|error| {
@@ -91,6 +82,19 @@ impl GuestPool {
             )
         })
     }
+}
+
+/// Polls `call` once, adding the time the poll took (the guest's CPU time: host calls never
+/// block the thread) to `busy`.
+fn poll_timed<T>(
+    call: &mut BoxFuture<'static, T>,
+    context: &mut std::task::Context<'_>,
+    busy: &mut Duration,
+) -> Poll<T> {
+    let started = Instant::now();
+    let polled = call.as_mut().poll(context);
+    *busy += started.elapsed();
+    polled
 }
 
 /// How much worker time a guest call took.
