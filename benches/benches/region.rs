@@ -53,8 +53,9 @@ fn address(index: usize) -> EntityAddress {
     EntityAddress::new("bench", "counter", format!("c{index}"))
 }
 
-/// Tells `"Get"` `TELLS_PER_ENTITY` times to each entity of `range`, then asks each once (the
-/// ask returns after every earlier tell from this sender: order per sender is kept).
+/// Tells `"Get"` `TELLS_PER_ENTITY` times to each entity of `range`, then asks each once, all
+/// asks in flight together (an ask returns after every earlier tell from this sender: order
+/// per sender is kept).
 async fn send_round(node: Arc<Node>, range: std::ops::Range<usize>, get: Vec<u8>) {
     let addresses: Vec<EntityAddress> = range.map(address).collect();
     for _ in 0..TELLS_PER_ENTITY {
@@ -71,10 +72,13 @@ async fn send_round(node: Arc<Node>, range: std::ops::Range<usize>, get: Vec<u8>
             }
         }
     }
-    for to in addresses {
-        node.ask(to, get.clone(), Duration::from_secs(10))
-            .await
-            .unwrap();
+    // The asks are the round's completion barrier, sent together and awaited together: each
+    // comes after every earlier tell from this sender to its entity.
+    let barrier = addresses
+        .into_iter()
+        .map(|to| node.ask(to, get.clone(), Duration::from_secs(10)));
+    for answer in futures::future::join_all(barrier).await {
+        answer.unwrap();
     }
 }
 
