@@ -5,11 +5,12 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::limits::VERSIONS_PER_TYPE_MAX;
+use super::members::{MemberRecord, MemberState, join_member, set_member_state};
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
 use super::store::{
-    COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS, SHARDS, TENANTS, TOKENS, TYPES,
-    decode, encode,
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS, SHARDS,
+    TENANTS, TOKENS, TYPES, decode, encode,
 };
 use crate::contract::{Allocation, NodeId, ShardKey};
 use redb::{ReadableTable, WriteTransaction};
@@ -19,6 +20,7 @@ impl MetadataStore {
     pub fn apply(&self, command: Command) -> Result<Applied, MetadataError> {
         let transaction = self.database.begin_write().map_err(storage)?;
         let applied = apply_in(&transaction, command)?;
+        count_applied(&transaction)?;
         transaction.commit().map_err(storage)?;
         Ok(applied)
     }
@@ -61,7 +63,43 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             entity_type,
         } => delete_type(transaction, tenant, entity_type),
         Command::AssignShards { assignments } => assign_shards(transaction, assignments),
+        Command::JoinMember {
+            node,
+            cluster_address,
+            api_address,
+            roles,
+            joined_ms,
+        } => {
+            let record = MemberRecord {
+                node,
+                cluster_address,
+                api_address,
+                roles,
+                state: MemberState::Joining,
+                joined_ms,
+                updated_ms: joined_ms,
+            };
+            join_member(transaction, record).map(Applied::Member)
+        }
+        Command::SetMemberState {
+            node,
+            state,
+            updated_ms,
+        } => set_member_state(transaction, &node, state, updated_ms).map(Applied::Member),
     }
+}
+
+/// Counts one more applied command, in the command's own transaction.
+fn count_applied(transaction: &WriteTransaction) -> Result<(), MetadataError> {
+    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
+    let applied = counters
+        .get(APPLIED_COMMANDS)
+        .map_err(storage)?
+        .map_or(0, |count| count.value());
+    counters
+        .insert(APPLIED_COMMANDS, applied + 1)
+        .map_err(storage)?;
+    Ok(())
 }
 
 fn create_tenant(

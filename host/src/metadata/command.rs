@@ -2,9 +2,11 @@
 //! deterministic: everything they need (times, hashes, plugin bytes) is inside them, so every
 //! replica that applies the same sequence ends in the same state.
 
+use super::members::{MemberRecord, MemberState};
 use super::records::{Quotas, Tenant, TypeOptions, TypeRecord};
 use crate::contract::{Allocation, NodeId, ShardKey};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 /// A change to the catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +73,30 @@ pub enum Command {
         /// `(shard, new owner)`, applied in order.
         assignments: Vec<(ShardKey, NodeId)>,
     },
+    /// Adds a node as a joining member, or refreshes the addresses and roles of a member that
+    /// is joining or up already (a restart). Refused for a member leaving, exiting or down.
+    JoinMember {
+        /// The node's id.
+        node: NodeId,
+        /// Where peers reach it.
+        cluster_address: String,
+        /// Where clients reach its HTTP API.
+        api_address: String,
+        /// The roles it advertises.
+        roles: BTreeSet<String>,
+        /// Join time.
+        joined_ms: u64,
+    },
+    /// Moves a member along its life cycle (see [`MemberState::may_become`]); refused, changing
+    /// nothing, for any other step.
+    SetMemberState {
+        /// The node's id.
+        node: NodeId,
+        /// Its next state.
+        state: MemberState,
+        /// Time of the change.
+        updated_ms: u64,
+    },
 }
 
 /// What applying a command produced.
@@ -90,4 +116,6 @@ pub enum Applied {
     },
     /// Shards were assigned, with their new allocations.
     ShardsAssigned(Vec<(ShardKey, Allocation)>),
+    /// A member joined or changed state (`Removed`: its record is gone).
+    Member(MemberRecord),
 }

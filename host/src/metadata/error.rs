@@ -1,6 +1,7 @@
 //! Why a catalog command or read failed. A refused command changes nothing.
 
 use super::limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
+use super::members::MemberState;
 
 /// Why a command or query failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +31,22 @@ pub enum MetadataError {
     /// Quotas are unusable.
     #[error("invalid quotas: {0}")]
     InvalidQuotas(String),
+    /// No such member.
+    #[error("no member {0} in the cluster")]
+    NoMember(String),
+    /// A member's life cycle does not allow the step.
+    #[error("member {node} cannot go from {} to {}", from.as_str(), to.as_str())]
+    MemberTransition {
+        /// The member.
+        node: String,
+        /// Its state.
+        from: MemberState,
+        /// The state asked for.
+        to: MemberState,
+    },
+    /// A member's record is unusable (too many roles, an address too long).
+    #[error("invalid member: {0}")]
+    InvalidMember(String),
     /// The storage engine failed.
     #[error("metadata storage failed: {0}")]
     Storage(String),

@@ -1,5 +1,5 @@
 //! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes
-//! by hash, and the shard allocation table — changed only by [`Command`]s applied by a
+//! by hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by a
 //! deterministic state machine over redb ([`MetadataStore::apply`]).
 //!
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
@@ -12,6 +12,7 @@ mod apply;
 mod command;
 mod error;
 mod limits;
+mod members;
 mod plane;
 mod records;
 mod store;
@@ -19,6 +20,7 @@ mod store;
 pub use command::{Applied, Command};
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
+pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord, MemberState};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
 pub use store::MetadataStore;

@@ -2,6 +2,7 @@
 //! [`apply`](super::apply), one transaction per command.
 
 use super::error::{MetadataError, storage};
+use super::members::MemberRecord;
 use super::records::{Tenant, TypeRecord};
 use crate::contract::{Allocation, AllocationTable, ShardKey, TypeKey};
 use redb::{
@@ -24,11 +25,16 @@ pub(crate) const PLUGIN_REFS: TableDefinition<&str, u32> = TableDefinition::new(
 /// The shard allocation table: `(tenant, type, shard) -> (node, generation)`.
 pub(crate) const SHARDS: TableDefinition<(&str, &str, u32), (&str, u64)> =
     TableDefinition::new("shard_allocations");
-/// Catalog counters by name (`next_generation`).
+/// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord)).
+pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
+/// Catalog counters by name (`next_generation`, `applied_commands`).
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("catalog_counters");
 
 /// The counter allocation generations are taken from.
 pub(crate) const NEXT_GENERATION: &str = "next_generation";
+
+/// The counter of applied commands: the catalog's commit number on this node.
+pub(crate) const APPLIED_COMMANDS: &str = "applied_commands";
 
 /// The catalog over a node's redb database: applied commands, read back.
 ///
@@ -58,6 +64,7 @@ impl MetadataStore {
         transaction.open_table(PLUGIN_REFS).map_err(storage)?;
         transaction.open_table(SHARDS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
+        transaction.open_table(MEMBERS).map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;
         transaction.commit().map_err(storage)?;
         Ok(MetadataStore { database })
@@ -147,6 +154,29 @@ impl MetadataStore {
         let transaction = self.database.begin_read().map_err(storage)?;
         let table = transaction.open_table(PLUGINS).map_err(storage)?;
         table.len().map_err(storage)
+    }
+
+    /// Every member, by node id.
+    pub fn members(&self) -> Result<Vec<MemberRecord>, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(MEMBERS).map_err(storage)?;
+        let mut members = Vec::new();
+        for row in table.iter().map_err(storage)? {
+            let (_, bytes) = row.map_err(storage)?;
+            members.push(decode(bytes.value())?);
+        }
+        Ok(members)
+    }
+
+    /// How many commands this catalog has applied (refused ones do not count): its commit
+    /// number.
+    pub fn applied_commands(&self) -> Result<u64, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(COUNTERS).map_err(storage)?;
+        Ok(table
+            .get(APPLIED_COMMANDS)
+            .map_err(storage)?
+            .map_or(0, |count| count.value()))
     }
 
     /// The committed shard allocation table.
