@@ -92,7 +92,7 @@ pub enum CertError {
 /// let ca = ClusterCa::generate().unwrap();
 /// let node = ca.issue_node("node-1").unwrap();
 /// assert!(node.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
-/// let reloaded = ClusterCa::from_pem(ca.cert_pem(), ca.key_pem()).unwrap();
+/// let reloaded = ClusterCa::from_pem(ca.cert_pem(), &ca.key_pem()).unwrap();
 /// assert_eq!(reloaded.cert_pem(), ca.cert_pem());
 /// ```
 pub struct ClusterCa {

@@ -11,8 +11,11 @@ use thiserror::Error;
 /// is disconnected before a byte of it is buffered, so a peer cannot exhaust host memory.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
-/// The smallest `max_frame_bytes` allowed: the handshake must fit.
+/// The smallest `max_frame_bytes` allowed; anything below a hello's limit is a mistake.
 pub const MAX_FRAME_BYTES_FLOOR: usize = 1024;
+
+/// The largest `max_frame_bytes` allowed: what the 4-byte length prefix can express.
+pub const MAX_FRAME_BYTES_CEILING: usize = u32::MAX as usize;
 
 /// Frames queued for one peer, by default. Beyond it `send` fails with `QueueFull` and the
 /// drop is counted: a slow or absent peer costs bounded memory.
@@ -99,6 +102,14 @@ pub enum ConfigError {
         /// The least value allowed.
         least: u64,
     },
+    /// A bound is larger than the protocol allows.
+    #[error("{field} must be at most {most}")]
+    TooLarge {
+        /// The setting.
+        field: &'static str,
+        /// The largest value allowed.
+        most: u64,
+    },
     /// The backoff range is upside down.
     #[error("reconnect_backoff_min must not exceed reconnect_backoff_max")]
     BackoffRange,
@@ -148,6 +159,12 @@ impl TransportConfig {
                 });
             }
         }
+        if self.max_frame_bytes > MAX_FRAME_BYTES_CEILING {
+            return Err(ConfigError::TooLarge {
+                field: "max_frame_bytes",
+                most: MAX_FRAME_BYTES_CEILING as u64,
+            });
+        }
         let durations = [
             ("handshake_timeout", self.handshake_timeout),
             ("reconnect_backoff_min", self.reconnect_backoff_min),
@@ -162,5 +179,39 @@ impl TransportConfig {
             return Err(ConfigError::BackoffRange);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bound_is_checked() {
+        let good = TransportConfig::new("c", "127.0.0.1:0".parse().unwrap());
+        assert_eq!(good.validate(), Ok(()));
+        let mut config = good.clone();
+        config.max_frame_bytes = MAX_FRAME_BYTES_FLOOR - 1;
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::TooSmall { .. })
+        ));
+        config.max_frame_bytes = MAX_FRAME_BYTES_CEILING + 1;
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::TooLarge { .. })
+        ));
+        let mut config = good.clone();
+        config.inbound_queue_max = 0;
+        assert!(config.validate().is_err());
+        let mut config = good.clone();
+        config.peer_down_drop_after = Duration::ZERO;
+        assert!(config.validate().is_err());
+        let mut config = good.clone();
+        config.reconnect_backoff_max = Duration::from_millis(1);
+        assert_eq!(config.validate(), Err(ConfigError::BackoffRange));
+        let mut config = good;
+        config.cluster_id.clear();
+        assert_eq!(config.validate(), Err(ConfigError::EmptyClusterId));
     }
 }

@@ -32,8 +32,9 @@ pub use cert_files::{
 pub use certs::{CertError, ClusterCa, NodeCertificate};
 pub use config::{
     ConfigError, HANDSHAKE_TIMEOUT, HANDSHAKES_IN_FLIGHT_MAX, INBOUND_QUEUE_MAX, MAX_FRAME_BYTES,
-    PEER_DOWN_DROP_AFTER, PENDING_REQUESTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN,
-    SEND_QUEUE_MAX, TransportConfig, WRITE_BATCH_FRAMES_MAX,
+    MAX_FRAME_BYTES_CEILING, MAX_FRAME_BYTES_FLOOR, PEER_DOWN_DROP_AFTER, PENDING_REQUESTS_MAX,
+    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SEND_QUEUE_MAX, TransportConfig,
+    WRITE_BATCH_FRAMES_MAX,
 };
 pub use error::{RequestError, SendError, TransportError};
 pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id};

@@ -1,8 +1,10 @@
 //! The transport over real loopback TCP and real TLS: `exchange` for what peers do together
 //! (messages both ways, requests, three nodes, full queues, restarts), `refusals` for what a
-//! bad peer gets (wrong cluster, version, CA or node id, garbage, oversized frames). Tests
-//! wait on messages and counters with a bounded deadline, never on a fixed sleep.
+//! bad peer gets (wrong cluster, version, CA or node id, garbage, oversized frames), `bounds`
+//! for the limits on what peers can make a node hold. Tests wait on messages and counters
+//! with a bounded deadline, never on a fixed sleep.
 
+mod bounds;
 mod exchange;
 mod refusals;
 
