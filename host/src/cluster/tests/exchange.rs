@@ -95,7 +95,8 @@ async fn a_request_gets_its_reply_and_a_silent_peer_times_out() {
     .await;
 }
 
-#[tokio::test]
+// On worker threads, so the tasks of the three nodes really run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_talk_all_pairs() {
     let ids = ["node-a", "node-b", "node-c"];
     let certs = Certs::new(&ids);

@@ -52,18 +52,13 @@ async fn a_node_of_another_cluster_is_refused_and_counted() {
 }
 
 #[tokio::test]
-async fn another_protocol_version_is_refused() {
+async fn another_protocol_version_or_a_bad_magic_is_refused() {
     let certs = Certs::new(&["node-0", "node-1", "node-2"]);
     let mut pair = GoodPair::start(&certs).await;
+    let identity = certs.identity("node-0");
     let mut hello = Hello::new(CLUSTER, "node-0");
     hello.protocol_version = PROTOCOL_VERSION + 1;
-    let refused = raw_dial(
-        &certs.identity("node-0"),
-        pair.second.local_addr(),
-        "node-2",
-        &hello,
-    )
-    .await;
+    let refused = raw_dial(&identity, pair.second.local_addr(), "node-2", &hello).await;
     assert!(
         matches!(
             refused,
@@ -71,7 +66,18 @@ async fn another_protocol_version_is_refused() {
         ),
         "{refused:?}"
     );
-    assert_eq!(pair.second.stats().refusals.wrong_version, 1);
+    let mut hello = Hello::new(CLUSTER, "node-0");
+    hello.magic = u32::from_be_bytes(*b"HTTP");
+    let refused = raw_dial(&identity, pair.second.local_addr(), "node-2", &hello).await;
+    assert!(
+        matches!(
+            refused,
+            Err(HandshakeError::RefusedByPeer(RefusalReason::BadMagic))
+        ),
+        "{refused:?}"
+    );
+    let refusals = pair.second.stats().refusals;
+    assert_eq!((refusals.wrong_version, refusals.bad_magic), (1, 1));
     pair.still_talks().await;
 }
 
