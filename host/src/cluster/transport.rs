@@ -168,9 +168,10 @@ where
         &self.shared.hello.node_id
     }
 
-    /// Adds `node_id` at `address`, or moves it there if known. When this node's id is the
-    /// smaller of the two it dials the peer, retrying with backoff; otherwise it waits for the
-    /// peer to dial. Either way `send` queues at once.
+    /// Adds `node_id` at `address`, or, if known, moves it there (from its next dial on; a
+    /// live connection is kept). When this node's id is the smaller of the two it dials the
+    /// peer, retrying with backoff; otherwise it waits for the peer to dial. Either way
+    /// `send` queues at once.
     pub fn add_peer(&self, node_id: &str, address: SocketAddr) -> Result<(), TransportError> {
         validate_node_id(node_id)?;
         if node_id == self.node_id() {
