@@ -18,12 +18,13 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "api",
             "cli",
             "consensus",
+            "cluster",
         ],
     ),
     (
         "codec",
         &[
-            "state", "metadata", "runtime", "entity", "sharding", "node", "api", "cli",
+            "state", "metadata", "runtime", "entity", "sharding", "node", "api", "cli", "cluster",
         ],
     ),
     (
@@ -48,6 +49,12 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("api", &["cli"]),
     (
         "consensus",
+        &[
+            "state", "metadata", "runtime", "entity", "sharding", "node", "api", "cli",
+        ],
+    ),
+    (
+        "cluster",
         &[
             "state", "metadata", "runtime", "entity", "sharding", "node", "api", "cli",
         ],

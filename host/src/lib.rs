@@ -6,11 +6,13 @@
 //! through its mailbox; [`runtime`] sandboxes one instance in wasmtime; [`state`] keeps entity
 //! state durable in redb; [`metadata`] is the catalog of tenants, types and shard allocations,
 //! changed by replayable commands. [`contract`] is the vocabulary they share, [`codec`] the
-//! lossless JSON/MessagePack transcoding of the edge, and [`consensus`] the replication core
-//! the cluster uses. `docs/architecture.md` draws the layers and walks one message through.
+//! lossless JSON/MessagePack transcoding of the edge, [`consensus`] the replication core
+//! the cluster uses, and [`cluster`] the mutually authenticated transport between nodes.
+//! `docs/architecture.md` draws the layers and walks one message through.
 
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod codec;
 pub mod consensus;
 pub mod contract;

@@ -1,0 +1,130 @@
+//! The accept loop. Each incoming connection gets TLS as a server (a client certificate from
+//! the cluster CA is required) and the acceptor's side of the hello, within the handshake
+//! timeout and at most `handshakes_in_flight_max` at a time. The dialer must claim the node
+//! id its certificate names, be in the peer table, and be the pair's dialer; then the
+//! connection goes to that peer's task. Every refusal is counted by reason.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::codec::Framed;
+
+use super::connection::Connection;
+use super::frame;
+use super::handshake::{self, HandshakeError, Hello};
+use super::peer::is_tls_error;
+use super::stats::{RefusalReason, bump};
+use super::tls::certificate_names_node;
+use super::transport::{Role, Shared, lock};
+
+/// Accepted connections waiting for their peer's task to take them. One suffices: the task
+/// takes each at once, and a connection that finds the slot taken is closed (the dialer
+/// retries).
+pub(crate) const ACCEPTED_CONNECTIONS_WAITING_MAX: usize = 1;
+
+/// The pause after `accept` itself fails (out of file descriptors, say), so the loop does
+/// not spin while the condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Accepts until the transport closes (the task is aborted, and with it every handshake in
+/// flight).
+pub(crate) async fn accept_loop<M>(shared: Arc<Shared<M>>, listener: TcpListener)
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) if handshakes.len() >= shared.config.handshakes_in_flight_max => {
+                    bump(&shared.stats.accepts_dropped_busy);
+                    drop(tcp);
+                }
+                Ok((tcp, _)) => {
+                    handshakes.spawn(accept_one(Arc::clone(&shared), tcp));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cluster accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+            },
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+        }
+    }
+}
+
+/// TLS, the hello, and the hand-over of one incoming connection.
+async fn accept_one<M>(shared: Arc<Shared<M>>, tcp: TcpStream) {
+    let attempt = tokio::time::timeout(
+        shared.config.handshake_timeout,
+        handshake_incoming(&shared, tcp),
+    )
+    .await;
+    let (node_id, connection) = match attempt {
+        Ok(Ok(accepted)) => accepted,
+        Ok(Err(reason)) => {
+            shared.stats.refusals.count(reason);
+            tracing::debug!(?reason, "cluster connection refused");
+            return;
+        }
+        Err(_) => {
+            shared.stats.refusals.count(RefusalReason::BadHello);
+            return;
+        }
+    };
+    let handed = lock(&shared.peers)
+        .get(&node_id)
+        .map(|entry| entry.accepted.try_send(connection).is_ok());
+    if handed != Some(true) {
+        tracing::debug!(peer = %node_id, "cluster connection dropped: its peer is busy or gone");
+    }
+}
+
+async fn handshake_incoming<M>(
+    shared: &Shared<M>,
+    tcp: TcpStream,
+) -> Result<(String, Connection), RefusalReason> {
+    let _ = tcp.set_nodelay(true);
+    let acceptor = TlsAcceptor::from(shared.identity.server_config());
+    let tls = acceptor
+        .accept(tcp)
+        .await
+        .map_err(|_| RefusalReason::TlsFailure)?;
+    let certificate = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .cloned()
+        .ok_or(RefusalReason::TlsFailure)?;
+    let mut framed = Framed::new(
+        tokio_rustls::TlsStream::Server(tls),
+        frame::codec(shared.config.max_frame_bytes),
+    );
+    let check_peer = |hello: &Hello| {
+        if !certificate_names_node(&certificate, &hello.node_id) {
+            return Err(RefusalReason::NodeIdMismatch);
+        }
+        match lock(&shared.peers).get(&hello.node_id) {
+            None => Err(RefusalReason::UnknownPeer),
+            Some(entry) if entry.link.role != Role::Acceptor => Err(RefusalReason::WrongDirection),
+            Some(_) => Ok(()),
+        }
+    };
+    let node_id = handshake::accept(&mut framed, &shared.hello, check_peer)
+        .await
+        .map_err(|error| match error {
+            HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason) => reason,
+            HandshakeError::Io(error) if is_tls_error(&error) => RefusalReason::TlsFailure,
+            HandshakeError::Io(_) | HandshakeError::TimedOut => RefusalReason::BadHello,
+        })?;
+    framed
+        .codec_mut()
+        .set_max_frame_length(shared.config.max_frame_bytes);
+    Ok((node_id, framed))
+}
