@@ -50,6 +50,7 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/entities/{type}/{id}/state", get(entities::state))
         .route("/v1/status", get(entities::status))
+        .route("/v1/cluster", get(cluster::status))
         .route("/v1/cluster/members", get(cluster::members))
         .route("/v1/cluster/shards", get(cluster::shards))
         .fallback(not_found)

@@ -4,6 +4,7 @@
 
 mod build;
 mod client;
+mod cluster;
 mod commands;
 mod credentials;
 mod invoke;
@@ -54,6 +55,10 @@ enum Command {
     Status(commands::PlainArgs),
     /// Create, list and show tenants (admin token).
     Tenant(commands::TenantArgs),
+    /// The cluster as a node sees it (admin token).
+    Cluster(cluster::ClusterArgs),
+    /// Create the cluster CA and node certificates for mutual TLS between nodes.
+    Certs(cluster::CertsArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -74,6 +79,8 @@ pub fn run() -> ExitCode {
         Command::State(args) => commands::state(args),
         Command::Status(args) => commands::status(args),
         Command::Tenant(args) => commands::tenant(args),
+        Command::Cluster(args) => cluster::cluster(args),
+        Command::Certs(args) => cluster::certs(args),
     }
 }
 

@@ -21,6 +21,6 @@ pub use command::{Applied, Command};
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord, MemberState};
-pub use plane::{CatalogObserver, LocalPlane, MetadataPlane};
+pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
 pub use store::MetadataStore;

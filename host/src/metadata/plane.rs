@@ -6,7 +6,7 @@
 use super::command::{Applied, Command};
 use super::error::MetadataError;
 use super::store::MetadataStore;
-use crate::contract::BoxFuture;
+use crate::contract::{BoxFuture, NodeId};
 use std::sync::Arc;
 
 /// Reacts to applied commands, in order, on every node (binds types, updates tenants).
@@ -23,6 +23,23 @@ pub trait MetadataPlane: Send + Sync + 'static {
 
     /// The catalog as applied on this node (reads).
     fn store(&self) -> &MetadataStore;
+
+    /// Where the plane is: view, commit number, primary and voters.
+    fn status(&self) -> PlaneStatus;
+}
+
+/// The metadata plane as one node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlaneStatus {
+    /// The consensus view (0 for a plane without consensus).
+    pub view: u64,
+    /// Commands this node has applied: its commit number.
+    pub commit: u64,
+    /// The node that orders commands now; `None` for a single node's plane, which orders its
+    /// own.
+    pub primary: Option<NodeId>,
+    /// The nodes that vote on commands (empty for a single node's plane).
+    pub voters: Vec<NodeId>,
 }
 
 /// The metadata plane of one node: submissions are applied one at a time, in order.
@@ -85,5 +102,18 @@ impl MetadataPlane for LocalPlane {
 
     fn store(&self) -> &MetadataStore {
         &self.inner.store
+    }
+
+    fn status(&self) -> PlaneStatus {
+        let commit = self.inner.store.applied_commands().unwrap_or_else(|error| {
+            tracing::warn!(%error, "the catalog's commit number could not be read");
+            0
+        });
+        PlaneStatus {
+            view: 0,
+            commit,
+            primary: None,
+            voters: Vec::new(),
+        }
     }
 }

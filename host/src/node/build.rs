@@ -6,7 +6,7 @@
 use super::catalog::NodeCatalog;
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use crate::entity::{Entities, EntityParts, TypeTable};
-use crate::metadata::{LocalPlane, MetadataPlane, MetadataStore};
+use crate::metadata::{Applied, Command, LocalPlane, MemberState, MetadataPlane, MetadataStore};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::sharding::{Coordinator, LocalEntities, Membership, Region, RegionParts, Switchboard};
 use crate::state::remember::RememberWriter;
@@ -61,20 +61,17 @@ impl Node {
                 entities,
             )
         })?;
+        let membership = Membership::new();
         let catalog = Arc::new(NodeCatalog::new(
             metadata.clone(),
             runtime.clone(),
             types,
             region.clone(),
             entities.clone(),
+            membership.clone(),
             &config,
         ));
         let plane: Arc<dyn MetadataPlane> = Arc::new(LocalPlane::new(metadata, catalog.clone()));
-        let membership = Membership::new();
-        membership.join(
-            config.node_id.clone(),
-            config.sharding.role_constraint.clone(),
-        );
         let coordinator = Coordinator::start(
             config.sharding.clone(),
             membership.subscribe(),
@@ -82,6 +79,7 @@ impl Node {
             plane.clone(),
         )?;
         catalog.load().await?;
+        join_as_member(&config, plane.as_ref()).await?;
         // Only now is every deployed type bound: outboxes and reminders left by the last run
         // would otherwise meet "type not registered" and be given up.
         entities.start_messaging();
@@ -95,7 +93,6 @@ impl Node {
             entities,
             region,
             coordinator,
-            membership,
             remember,
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),
@@ -103,6 +100,30 @@ impl Node {
             edge: EdgeCounters::default(),
         }))
     }
+}
+
+/// Makes this node an up member of the catalog: joins (or, restarted, refreshes its
+/// addresses) and, being the only voter of a single-node plane, promotes itself.
+async fn join_as_member(config: &NodeConfig, plane: &dyn MetadataPlane) -> Result<(), NodeError> {
+    let now_ms = super::tenants::now_ms();
+    let join = Command::JoinMember {
+        node: config.node_id.clone(),
+        cluster_address: String::new(),
+        api_address: config.http.to_string(),
+        roles: config.sharding.role_constraint.iter().cloned().collect(),
+        joined_ms: now_ms,
+    };
+    if let Applied::Member(member) = plane.submit(join).await?
+        && member.state == MemberState::Joining
+    {
+        let up = Command::SetMemberState {
+            node: config.node_id.clone(),
+            state: MemberState::Up,
+            updated_ms: now_ms,
+        };
+        plane.submit(up).await?;
+    }
+    Ok(())
 }
 
 /// The engine, with the compiled-plugin cache in the data directory unless the config names

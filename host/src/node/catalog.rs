@@ -5,10 +5,12 @@
 
 use crate::contract::{BoxFuture, TypeKey};
 use crate::entity::{Entities, TypeBinding, TypeTable};
-use crate::metadata::{Applied, CatalogObserver, MetadataStore, Tenant, TypeRecord};
+use crate::metadata::{
+    Applied, CatalogObserver, MemberRecord, MemberState, MetadataStore, Tenant, TypeRecord,
+};
 use crate::node::NodeConfig;
 use crate::runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
-use crate::sharding::{RegionHandle, TypeSettings};
+use crate::sharding::{Membership, RegionHandle, TypeSettings};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -46,6 +48,8 @@ pub(crate) struct NodeCatalog {
     types: Arc<TypeTable>,
     region: RegionHandle,
     entities: Entities,
+    /// The members the coordinator may place shards on, as the catalog says.
+    membership: Membership,
     tenants: RwLock<TenantIndex>,
     num_shards: u32,
     default_idle: Option<Duration>,
@@ -58,6 +62,7 @@ impl NodeCatalog {
         types: Arc<TypeTable>,
         region: RegionHandle,
         entities: Entities,
+        membership: Membership,
         config: &NodeConfig,
     ) -> Self {
         NodeCatalog {
@@ -68,6 +73,7 @@ impl NodeCatalog {
             types,
             region,
             entities,
+            membership,
             tenants: RwLock::default(),
             num_shards: config.sharding.num_shards,
             default_idle: config.sharding.passivation_idle_timeout,
@@ -81,6 +87,9 @@ impl NodeCatalog {
         }
         for record in self.store.entity_types(None)? {
             self.bind(&record).await;
+        }
+        for member in self.store.members()? {
+            self.show_member(&member);
         }
         Ok(())
     }
@@ -227,7 +236,23 @@ impl NodeCatalog {
                 self.unbind(&TypeKey::new(tenant.clone(), entity_type.clone()))
                     .await
             }
+            Applied::Member(member) => self.show_member(member),
             _ => {}
+        }
+    }
+
+    /// Shows a member's committed state to the coordinator: only members that are up may own
+    /// shards; joining ones do not yet, and leaving, exiting, down and removed ones no more.
+    fn show_member(&self, member: &MemberRecord) {
+        match member.state {
+            MemberState::Up => self
+                .membership
+                .join(member.node.clone(), member.roles.iter().cloned()),
+            MemberState::Joining => {}
+            MemberState::Leaving
+            | MemberState::Exiting
+            | MemberState::Down
+            | MemberState::Removed => self.membership.leave(&member.node),
         }
     }
 

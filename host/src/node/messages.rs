@@ -118,15 +118,6 @@ impl Node {
             .collect())
     }
 
-    /// The cluster members this node sees.
-    pub fn members(&self) -> Vec<String> {
-        self.membership
-            .snapshot()
-            .members()
-            .map(|member| member.node.clone())
-            .collect()
-    }
-
     /// Stops every entity (their commits complete first), flushes remembered ids and stops
     /// the region (graceful shutdown). Stopped entities stay remembered.
     pub async fn shutdown(&self) {

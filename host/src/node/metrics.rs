@@ -4,12 +4,10 @@
 //! into one snapshot. Label values come only from tenants and types that exist; the names are
 //! listed in `docs/api.md`.
 
+use super::metric_families::{Kind, Sample, Snapshot, Value};
 use super::{Node, NodeError};
 use crate::contract::{ErrorKind, TypeKey};
 use crate::entity::{ACTIVATION_REASONS, COMMIT_BUCKETS_US};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -88,6 +86,7 @@ impl Node {
         let mut snapshot = Snapshot::default();
         self.snapshot_types(&mut snapshot);
         self.snapshot_layers(&mut snapshot);
+        self.snapshot_cluster(&mut snapshot);
         let mut rejections: BTreeMap<(String, String, &'static str), u64> =
             self.quota_rejections.snapshot().into_iter().collect();
         // Refusals by the entity layer's quotas count as quota rejections too.
@@ -427,105 +426,4 @@ impl Node {
 
 fn load(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
-#[derive(Debug)]
-enum Value {
-    Counter(u64),
-    Gauge(i64),
-    Histogram {
-        sum: f64,
-        count: u64,
-        buckets: Vec<(f64, u64)>,
-    },
-}
-
-#[derive(Debug)]
-struct Sample {
-    labels: Vec<(&'static str, String)>,
-    value: Value,
-}
-
-impl Sample {
-    fn counter(labels: Vec<(&'static str, String)>, value: u64) -> Self {
-        Sample {
-            labels,
-            value: Value::Counter(value),
-        }
-    }
-
-    fn gauge(labels: Vec<(&'static str, String)>, value: i64) -> Self {
-        Sample {
-            labels,
-            value: Value::Gauge(value),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    samples: Vec<Sample>,
-}
-
-/// Everything one scrape read, encoded by the `prometheus-client` registry.
-#[derive(Debug, Default)]
-struct Snapshot {
-    families: Vec<Family>,
-}
-
-impl Snapshot {
-    fn family(&mut self, name: &'static str, help: &'static str, kind: Kind) -> &mut Vec<Sample> {
-        let index = match self.families.iter().position(|family| family.name == name) {
-            Some(index) => index,
-            None => {
-                self.families.push(Family {
-                    name,
-                    help,
-                    kind,
-                    samples: Vec::new(),
-                });
-                self.families.len() - 1
-            }
-        };
-        &mut self.families[index].samples
-    }
-}
-
-impl Collector for Snapshot {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for family in &self.families {
-            let metric_type = match family.kind {
-                Kind::Counter => MetricType::Counter,
-                Kind::Gauge => MetricType::Gauge,
-                Kind::Histogram => MetricType::Histogram,
-            };
-            let mut family_encoder =
-                encoder.encode_descriptor(family.name, family.help, None, metric_type)?;
-            for sample in &family.samples {
-                let mut metric = family_encoder.encode_family(&sample.labels)?;
-                match &sample.value {
-                    Value::Counter(value) => {
-                        metric.encode_counter::<NoLabelSet, _, u64>(value, None)?
-                    }
-                    Value::Gauge(value) => metric.encode_gauge(value)?,
-                    Value::Histogram {
-                        sum,
-                        count,
-                        buckets,
-                    } => metric.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
-                }
-            }
-        }
-        Ok(())
-    }
 }

@@ -1,21 +1,25 @@
 //! A node: every layer built in one pass over one data directory ([`build`]), and the
 //! operations the API and CLI offer — tenants and tokens ([`tenants`]), deploys, rollbacks and
-//! deletes ([`deploy`]), messages to entities and inspection ([`messages`]), metrics
+//! deletes ([`deploy`]), messages to entities and inspection ([`messages`]), the cluster view
+//! ([`cluster`]), metrics
 //! ([`metrics`]) and the HTTP edge's counters ([`edge`]). Catalog changes go through the
 //! metadata plane; its one observer ([`catalog`]) updates what the layers below run, so live
 //! entities switch version at their next message boundary.
 
 mod build;
 mod catalog;
+mod cluster;
 mod config;
 mod deploy;
 mod edge;
 mod error;
 mod messages;
+mod metric_families;
 mod metrics;
 mod rate;
 mod tenants;
 
+pub use cluster::{ClusterStatus, MemberView};
 pub use config::{API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, NodeConfig};
 pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
@@ -27,7 +31,7 @@ pub use tenants::{Principal, token_hash};
 use crate::entity::Entities;
 use crate::metadata::MetadataPlane;
 use crate::runtime::Runtime;
-use crate::sharding::{CoordinatorHandle, Membership, RegionHandle};
+use crate::sharding::{CoordinatorHandle, RegionHandle};
 use crate::state::LocalState;
 use crate::state::remember::RememberWriter;
 use catalog::NodeCatalog;
@@ -44,7 +48,6 @@ pub struct Node {
     entities: Entities,
     region: RegionHandle,
     coordinator: CoordinatorHandle,
-    membership: Membership,
     remember: RememberWriter,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,

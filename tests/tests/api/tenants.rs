@@ -181,7 +181,12 @@ async fn bad_json_and_bad_tokens_are_refused_and_change_nothing() {
         .await
         .assert_error(401, "unauthorized");
     let token = server.tenant("acme", None).await;
-    for path in ["/v1/tenants", "/v1/tenants/acme", "/v1/cluster/members"] {
+    for path in [
+        "/v1/tenants",
+        "/v1/tenants/acme",
+        "/v1/cluster/members",
+        "/v1/cluster",
+    ] {
         server
             .http
             .get(path, Some(&token))
@@ -231,7 +236,24 @@ async fn the_cluster_view_is_for_the_admin() {
         .get("/v1/cluster/members", Some(ADMIN))
         .await
         .json();
-    assert_eq!(members, json!({"members": ["node-1"]}));
+    let members = members["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert_eq!(members[0]["node"], json!("node-1"));
+    assert_eq!(members[0]["state"], json!("up"));
+    let cluster = server.http.get("/v1/cluster", Some(ADMIN)).await.json();
+    assert_eq!(cluster["node"], json!("node-1"));
+    assert_eq!(cluster["primary"], json!("node-1"));
+    assert_eq!(cluster["voters"], json!(["node-1"]));
+    assert_eq!(cluster["view"], json!(0));
+    // Joining, up, one tenant, one deploy, and at least one shard allocation.
+    assert!(cluster["commit"].as_u64().unwrap() >= 5, "{cluster}");
+    let member = &cluster["members"][0];
+    assert_eq!(member["state"], json!("up"));
+    assert!(member["shards"].as_u64().unwrap() >= 1, "{cluster}");
+    assert_eq!(
+        member["api_address"],
+        json!(server.node.config().http.to_string())
+    );
     let shards = server
         .http
         .get("/v1/cluster/shards", Some(ADMIN))

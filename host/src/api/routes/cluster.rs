@@ -2,7 +2,7 @@
 
 use super::ApiError;
 use crate::api::auth::Admin;
-use crate::node::{METRICS_CONTENT_TYPE, Node};
+use crate::node::{ClusterStatus, METRICS_CONTENT_TYPE, Node};
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
@@ -24,9 +24,19 @@ pub async fn metrics(
     Ok(([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text))
 }
 
-/// `GET /v1/cluster/members` → `{"members": [node ids]}`.
-pub async fn members(State(node): State<Arc<Node>>, _: Admin) -> Json<Value> {
-    Json(json!({ "members": node.members() }))
+/// `GET /v1/cluster` → members (state, roles, addresses, shards owned) and the metadata
+/// plane (voters, primary, view, commit).
+pub async fn status(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+) -> Result<Json<ClusterStatus>, ApiError> {
+    Ok(Json(node.cluster_status().await?))
+}
+
+/// `GET /v1/cluster/members` → `{"members": [...]}`, as in `GET /v1/cluster`.
+pub async fn members(State(node): State<Arc<Node>>, _: Admin) -> Result<Json<Value>, ApiError> {
+    let status = node.cluster_status().await?;
+    Ok(Json(json!({ "members": status.members })))
 }
 
 /// `GET /v1/cluster/shards` → the shard allocation table.

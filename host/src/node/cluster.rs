@@ -1,0 +1,125 @@
+//! The operators' view of the cluster from this node: every committed member with its state,
+//! roles and the shards it owns, and where the metadata plane is (view, commit number,
+//! primary, voters). `GET /v1/cluster`, `tessera cluster status` and `/metrics` read it.
+
+use super::metric_families::{Kind, Sample, Snapshot};
+use super::{Node, NodeError};
+use crate::metadata::{MemberRecord, MemberState};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One member as the cluster view shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberView {
+    /// The committed record.
+    #[serde(flatten)]
+    pub record: MemberRecord,
+    /// Shards the committed allocation table gives it.
+    pub shards: u64,
+}
+
+/// The cluster as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterStatus {
+    /// The node answering.
+    pub node: String,
+    /// Every member, by node id.
+    pub members: Vec<MemberView>,
+    /// The nodes that vote on catalog commands.
+    pub voters: Vec<String>,
+    /// The node ordering catalog commands now, if known.
+    pub primary: Option<String>,
+    /// The metadata plane's view number.
+    pub view: u64,
+    /// Catalog commands this node has applied.
+    pub commit: u64,
+}
+
+impl ClusterStatus {
+    /// How many members are in `state`.
+    pub fn count(&self, state: MemberState) -> usize {
+        self.members
+            .iter()
+            .filter(|member| member.record.state == state)
+            .count()
+    }
+}
+
+impl Node {
+    /// The cluster as this node sees it: committed members and the metadata plane's progress.
+    /// Read from the local catalog, so it may trail the primary by the commands in flight.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, NodeError> {
+        let table = self.coordinator.allocation_table().await?;
+        let mut shards: BTreeMap<String, u64> = BTreeMap::new();
+        for allocation in table.values() {
+            *shards.entry(allocation.node.clone()).or_default() += 1;
+        }
+        let members = self
+            .plane
+            .store()
+            .members()?
+            .into_iter()
+            .map(|record| MemberView {
+                shards: shards.get(&record.node).copied().unwrap_or(0),
+                record,
+            })
+            .collect();
+        let plane = self.plane.status();
+        // A single node's plane has no voters: the node orders its own commands.
+        let (voters, primary) = if plane.voters.is_empty() {
+            let this = self.config.node_id.clone();
+            (vec![this.clone()], Some(this))
+        } else {
+            (plane.voters, plane.primary)
+        };
+        Ok(ClusterStatus {
+            node: self.config.node_id.clone(),
+            members,
+            voters,
+            primary,
+            view: plane.view,
+            commit: plane.commit,
+        })
+    }
+}
+
+impl Node {
+    /// Members by state and the metadata plane's progress, for `/metrics`.
+    pub(super) fn snapshot_cluster(&self, snapshot: &mut Snapshot) {
+        match self.plane.store().members() {
+            Ok(members) => {
+                let by_state = snapshot.family(
+                    "tessera_cluster_members",
+                    "Committed cluster members, by life-cycle state.",
+                    Kind::Gauge,
+                );
+                for state in MemberState::ALL {
+                    let count = members
+                        .iter()
+                        .filter(|member| member.state == state)
+                        .count();
+                    by_state.push(Sample::gauge(
+                        vec![("state", state.as_str().to_string())],
+                        count as i64,
+                    ));
+                }
+            }
+            Err(error) => tracing::warn!(%error, "members could not be read for metrics"),
+        }
+        let plane = self.plane.status();
+        snapshot
+            .family(
+                "tessera_metadata_commit",
+                "Catalog commands this node has applied (its commit number).",
+                Kind::Gauge,
+            )
+            .push(Sample::gauge(Vec::new(), plane.commit as i64));
+        snapshot
+            .family(
+                "tessera_metadata_view",
+                "The metadata plane's consensus view (0 on a single node).",
+                Kind::Gauge,
+            )
+            .push(Sample::gauge(Vec::new(), plane.view as i64));
+    }
+}
