@@ -115,7 +115,7 @@ impl<J: Journal> Cluster<J> {
                 match action {
                     Action::Send { to, message } => self.queue.push_back((to, message)),
                     Action::Reply(reply) => self.replies.push(reply.client),
-                    Action::Applied { .. } => {}
+                    Action::Applied { .. } | Action::Checkpoint { .. } => {}
                 }
             }
         }

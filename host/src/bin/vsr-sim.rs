@@ -3,14 +3,14 @@
 //! ```text
 //! cargo run --release --bin vsr-sim -- --seed 42          # replay one seed
 //! cargo run --release --bin vsr-sim -- --seeds 10000      # seeds 0..10000
-//! cargo run --release --bin vsr-sim -- --seeds 500 --from 7 --canary
+//! cargo run --release --bin vsr-sim -- --seeds 500 --from 7 --canary install-unverified-state
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use tessera_host::consensus::sim::{SimulationOptions, run_seeds};
+use tessera_host::consensus::sim::{Canary, SimulationOptions, Summary, run_seeds};
 
 /// Runs the VSR simulator and prints one line per failing seed, then a summary.
 #[derive(Debug, Parser)]
@@ -25,9 +25,11 @@ struct Arguments {
     /// First seed of `--seeds`.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Run the deliberately broken replica (commits without a quorum); failures are expected.
-    #[arg(long)]
-    canary: bool,
+    /// Run a deliberately broken replica; failures are expected. One of
+    /// commit-without-quorum (the default when no name is given), acknowledge-before-durable,
+    /// install-unverified-state.
+    #[arg(long, num_args = 0..=1, default_missing_value = "commit-without-quorum")]
+    canary: Option<Canary>,
     /// Ticks of the fault phase of each run.
     #[arg(long, default_value_t = SimulationOptions::default().fault_ticks)]
     fault_ticks: u64,
@@ -39,7 +41,7 @@ struct Arguments {
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
     let options = SimulationOptions {
-        canary: arguments.canary,
+        canary: arguments.canary.unwrap_or_default(),
         fault_ticks: arguments.fault_ticks,
     };
     let (first, count) = match (arguments.seed, arguments.seeds) {
@@ -53,12 +55,15 @@ fn main() -> ExitCode {
     let outcomes = run_seeds(first, count, options, arguments.threads);
     let elapsed_seconds = started.elapsed().as_secs_f64();
     let mut failed = 0u64;
+    let mut totals = Totals::default();
     for outcome in &outcomes {
         match &outcome.result {
-            Ok(summary) if arguments.seed.is_some() => {
-                println!("seed {} passed: {summary:?}", outcome.seed)
+            Ok(summary) => {
+                totals.add(summary);
+                if arguments.seed.is_some() {
+                    println!("seed {} passed: {summary:?}", outcome.seed);
+                }
             }
-            Ok(_) => {}
             Err(reason) => {
                 failed += 1;
                 println!("seed {} failed: {reason}", outcome.seed);
@@ -66,10 +71,42 @@ fn main() -> ExitCode {
         }
     }
     println!("ran {count} seeds in {elapsed_seconds:.1} s");
+    println!(
+        "passing seeds: {} ops committed, {} with checkpoints ({} taken), {} with state \
+         transfers ({} installed, {} corrupted chunks rejected)",
+        totals.ops_committed,
+        totals.seeds_with_checkpoints,
+        totals.checkpoints_taken,
+        totals.seeds_with_transfers,
+        totals.states_transferred,
+        totals.states_rejected
+    );
     println!("{} seeds passed", count - failed);
     if failed > 0 {
         println!("{failed} seeds failed");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// What the passing seeds did, summed.
+#[derive(Debug, Default)]
+struct Totals {
+    ops_committed: u64,
+    seeds_with_checkpoints: u64,
+    checkpoints_taken: u64,
+    seeds_with_transfers: u64,
+    states_transferred: u64,
+    states_rejected: u64,
+}
+
+impl Totals {
+    fn add(&mut self, summary: &Summary) {
+        self.ops_committed += summary.ops_committed;
+        self.seeds_with_checkpoints += u64::from(summary.checkpoints_taken > 0);
+        self.checkpoints_taken += summary.checkpoints_taken;
+        self.seeds_with_transfers += u64::from(summary.states_transferred > 0);
+        self.states_transferred += summary.states_transferred;
+        self.states_rejected += summary.states_rejected;
+    }
 }

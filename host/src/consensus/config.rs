@@ -21,13 +21,38 @@ pub const REQUEST_QUEUE_MAX: usize = 256;
 /// Requests batched into one op when batching is on. Bounds the size of a prepare.
 pub const BATCH_REQUESTS_MAX: usize = 64;
 
-/// Ops a log may hold. There is no checkpointing yet, so the whole log lives in memory and
-/// travels in view-change messages; this caps both. A full log stops accepting requests.
-pub const LOG_OPS_MAX: u64 = 1 << 16;
+/// Committed ops between two checkpoints by default. A replica snapshots its state machine
+/// and client table every this many applied ops, so its log (in memory, in view-change
+/// messages and in the journal) only spans a few intervals however long the cluster lives.
+pub const CHECKPOINT_INTERVAL_OPS: u64 = 1024;
+
+/// The smallest checkpoint interval: a whole prepare pipeline must fit in one interval, so a
+/// healthy primary never runs its log past the window (see [`Config::log_entries_max`]).
+pub const CHECKPOINT_INTERVAL_OPS_MIN: u64 = PIPELINE_PREPARE_QUEUE_MAX;
+
+/// The largest checkpoint interval: bounds the log a replica holds (four intervals).
+pub const CHECKPOINT_INTERVAL_OPS_MAX: u64 = 1 << 16;
+
+/// Intervals of log a replica may hold: one below its checkpoint (so a slightly lagging backup
+/// repairs from the log instead of transferring state), one being filled above it, and the
+/// rest as slack for a view change that brings ops the replica has not applied yet.
+pub const LOG_WINDOW_INTERVALS: u64 = 4;
+
+/// Largest encoded checkpoint (state machine snapshot plus client table) a replica accepts in
+/// a state transfer, so a peer cannot make it allocate without bound.
+pub const CHECKPOINT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// Largest chunk of a checkpoint in one state-transfer message by default: keeps every message
+/// well below a transport's frame limit.
+pub const STATE_CHUNK_BYTES_MAX: usize = 64 * 1024;
 
 /// Client sessions kept for at-most-once execution. When full, the session whose last request
 /// committed earliest is evicted (a deterministic choice, so every replica evicts the same one).
 pub const CLIENT_SESSIONS_MAX: usize = 1024;
+
+/// Evicted clients remembered (oldest forgotten first), so that a retry of a request whose
+/// session was evicted is answered `SessionEvicted` instead of executing a second time.
+pub const EVICTED_CLIENTS_MAX: usize = 4 * CLIENT_SESSIONS_MAX;
 
 /// Prepares the primary resends per backup per retransmission, and per repair request: bounds
 /// the burst one lagging backup can cause.
@@ -69,10 +94,28 @@ pub struct Config {
     pub batch_requests_max: usize,
     /// Protocol timers.
     pub timeouts: Timeouts,
-    /// Deliberately broken: the primary commits as soon as it has prepared, without a quorum.
-    /// Exists only so the simulator can prove that its checkers catch a broken replica.
+    /// Applied ops between checkpoints,
+    /// `CHECKPOINT_INTERVAL_OPS_MIN..=CHECKPOINT_INTERVAL_OPS_MAX`. The same on every replica.
+    pub checkpoint_interval_ops: u64,
+    /// Bytes of checkpoint per state-transfer message, `1..=STATE_CHUNK_BYTES_MAX`.
+    pub state_chunk_bytes: usize,
+    /// Deliberately broken behaviours, each existing only so the simulator can prove that its
+    /// checkers catch it.
     #[doc(hidden)]
-    pub canary_commit_without_quorum: bool,
+    pub canaries: Canaries,
+}
+
+/// The deliberately broken behaviours a replica can be told to have (all off by default).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Canaries {
+    /// The primary commits as soon as it has prepared, without a quorum.
+    pub commit_without_quorum: bool,
+    /// A backup acknowledges a prepare before its journal write is durable (it syncs in a
+    /// later handler).
+    pub acknowledge_before_durable: bool,
+    /// A replica installs a transferred checkpoint without verifying its checksum.
+    pub install_unverified_state: bool,
 }
 
 /// A configuration that cannot work.
@@ -93,6 +136,14 @@ pub enum ConfigError {
     /// `batch_requests_max` is 0 or above [`BATCH_REQUESTS_MAX`].
     #[error("batch size {0} outside 1..={BATCH_REQUESTS_MAX}")]
     BatchSize(usize),
+    /// `checkpoint_interval_ops` is outside its bounds.
+    #[error(
+        "checkpoint interval {0} outside {CHECKPOINT_INTERVAL_OPS_MIN}..={CHECKPOINT_INTERVAL_OPS_MAX}"
+    )]
+    CheckpointInterval(u64),
+    /// `state_chunk_bytes` is 0 or above [`STATE_CHUNK_BYTES_MAX`].
+    #[error("state chunk size {0} outside 1..={STATE_CHUNK_BYTES_MAX}")]
+    StateChunk(usize),
 }
 
 impl Config {
@@ -103,7 +154,9 @@ impl Config {
             replica,
             batch_requests_max: BATCH_REQUESTS_MAX,
             timeouts: Timeouts::default(),
-            canary_commit_without_quorum: false,
+            checkpoint_interval_ops: CHECKPOINT_INTERVAL_OPS,
+            state_chunk_bytes: STATE_CHUNK_BYTES_MAX,
+            canaries: Canaries::default(),
         }
     }
 
@@ -121,7 +174,19 @@ impl Config {
         if self.batch_requests_max == 0 || self.batch_requests_max > BATCH_REQUESTS_MAX {
             return Err(ConfigError::BatchSize(self.batch_requests_max));
         }
+        let interval = self.checkpoint_interval_ops;
+        if !(CHECKPOINT_INTERVAL_OPS_MIN..=CHECKPOINT_INTERVAL_OPS_MAX).contains(&interval) {
+            return Err(ConfigError::CheckpointInterval(interval));
+        }
+        if self.state_chunk_bytes == 0 || self.state_chunk_bytes > STATE_CHUNK_BYTES_MAX {
+            return Err(ConfigError::StateChunk(self.state_chunk_bytes));
+        }
         Ok(())
+    }
+
+    /// The most entries a replica's log holds (and a log-carrying message may carry).
+    pub fn log_entries_max(&self) -> u64 {
+        LOG_WINDOW_INTERVALS * self.checkpoint_interval_ops
     }
 
     /// Replicas that must agree: a majority.

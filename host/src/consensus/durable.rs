@@ -1,25 +1,45 @@
-//! The on-disk journal: one append-only file of checksummed records (log entries and
-//! superblocks), synced with `fdatasync`. Recovery reads records up to the first torn or
-//! corrupt one, cuts the file there, and applies the shared rule of [`super::journal`]: the
-//! newest intact superblock whose log walks back whole. Nothing is overwritten in place, so a
-//! crash in the middle of a write can only damage the unsynced tail.
+//! The on-disk journal: one file holding two superblock slots followed by checksummed records
+//! (log entries and checkpoints), synced with `fdatasync`.
 //!
-//! Compaction is not implemented: records of truncated suffixes and old superblocks stay in
-//! the file until a checkpoint mechanism exists (see `docs/consensus.md`).
+//! A sync appends the records and syncs them, then overwrites the older superblock slot with
+//! the next copy (sequence number, end of the synced records, superblock) and syncs again. A
+//! crash can therefore tear only unsynced records or the slot being written, never the other
+//! slot. On open, recovery takes the newest intact copy; every record before the end it names
+//! was synced, so one that fails its CRC there is corruption and the journal refuses to start
+//! (naming the file and offset), while anything after it is an unsynced tail and is cut.
+//! Whenever a superblock names a newer checkpoint the file is compacted: the checkpoint and the
+//! log above it are written to a new file, synced, renamed over the old one and the directory
+//! synced, so the file stays a few checkpoint intervals long however long the replica lives.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::journal::{Journal, JournalError, Record, Recovered, Superblock, recover_from_records};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::journal::{
+    Checkpoint, Journal, JournalError, Record, Recovered, Superblock, SuperblockCopy,
+    compacted_records, copies_newest_first, recover_log,
+};
 use super::message::Entry;
 
 /// Largest record accepted when reading back: a length above this is corruption, not a record
-/// to allocate for (a full batch of maximal requests is far below it).
-pub const RECORD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// to allocate for (a full batch of maximal requests, or a checkpoint, is below it).
+pub const RECORD_BYTES_MAX: usize = 512 * 1024 * 1024;
 
-/// Bytes before each record's payload: its length and its CRC32, both little endian.
-const RECORD_HEADER_BYTES: usize = 8;
+/// Bytes reserved for each superblock copy at the start of the file: one disk sector's worth
+/// of pages, far more than an encoded copy needs.
+pub const SUPERBLOCK_SLOT_BYTES: u64 = 4096;
+
+/// Where the records start: after the two superblock slots.
+const RECORDS_START: u64 = 2 * SUPERBLOCK_SLOT_BYTES;
+
+/// Bytes before each frame's payload: its length and its CRC32, both little endian.
+const FRAME_HEADER_BYTES: usize = 8;
+
+/// The suffix of the file a compaction writes before renaming it over the journal.
+const COMPACTING_SUFFIX: &str = "compacting";
 
 /// A [`Journal`] in one file.
 ///
@@ -29,9 +49,17 @@ const RECORD_HEADER_BYTES: usize = 8;
 /// use tessera_host::consensus::message::CHECKSUM_ROOT;
 ///
 /// let directory = tempfile::tempdir()?;
-/// let path = directory.path().join("journal");
+/// let path = directory.path().join("replica-0").join("journal");
 /// let mut journal = FileJournal::open(&path)?;
-/// journal.append_superblock(&Superblock::new(3, 3, 0, 0, CHECKSUM_ROOT));
+/// journal.write_superblock(&Superblock {
+///     view: 3,
+///     log_view: 3,
+///     commit: 0,
+///     op_head: 0,
+///     head_checksum: CHECKSUM_ROOT,
+///     checkpoint_op: 0,
+///     checkpoint_state_checksum: 0,
+/// });
 /// journal.sync();
 /// drop(journal);
 /// let recovered = FileJournal::open(&path)?.recover()?;
@@ -40,72 +68,221 @@ const RECORD_HEADER_BYTES: usize = 8;
 /// ```
 #[derive(Debug)]
 pub struct FileJournal {
+    path: PathBuf,
     file: File,
     unsynced: Vec<u8>,
+    /// Where the next record goes: the end of the synced records.
+    records_end: u64,
+    staged_superblock: Option<Superblock>,
+    sequence: u64,
+    compacted_checkpoint_op: u64,
+    directory_syncs: u64,
 }
 
 impl FileJournal {
-    /// Opens (creating if needed) the journal file at `path`.
+    /// Opens the journal file at `path`, creating it (and its directory) if needed; a new file
+    /// and its directory entry are synced before this returns.
     pub fn open(path: &Path) -> Result<FileJournal, JournalError> {
-        let file = OpenOptions::new()
+        let directory = parent_directory(path);
+        std::fs::create_dir_all(&directory)?;
+        let compacting = compacting_path(path);
+        if compacting.exists() {
+            // A compaction that crashed before its rename: the journal itself is intact.
+            std::fs::remove_file(&compacting)?;
+        }
+        let created = !path.exists();
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)?;
+        let mut directory_syncs = 0;
+        if created {
+            file.set_len(RECORDS_START)?;
+            file.sync_all()?;
+            sync_directory(path)?;
+            directory_syncs += 1;
+        }
+        let bytes = read_all(&mut file)?;
+        let sequence = read_copies(&bytes)
+            .iter()
+            .flatten()
+            .map(|copy| copy.sequence)
+            .max()
+            .unwrap_or(0);
         Ok(FileJournal {
+            path: path.to_path_buf(),
             file,
             unsynced: Vec::new(),
+            records_end: (bytes.len() as u64).max(RECORDS_START),
+            staged_superblock: None,
+            sequence,
+            compacted_checkpoint_op: 0,
+            directory_syncs,
         })
     }
 
-    fn append_record(&mut self, record: &Record) {
-        let payload = rmp_serde::to_vec(record)
-            .unwrap_or_else(|error| panic!("journal record always encodes: {error}"));
-        let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        self.unsynced.extend_from_slice(&length.to_le_bytes());
-        self.unsynced
-            .extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        self.unsynced.extend_from_slice(&payload);
+    /// Times the directory was synced (at creation and after each compaction).
+    pub fn directory_syncs(&self) -> u64 {
+        self.directory_syncs
     }
 
-    /// Reads every intact record from the start and cuts the file after the last one.
-    fn read_records(&mut self) -> Result<Vec<Record>, JournalError> {
-        let mut bytes = Vec::new();
-        self.file.seek(SeekFrom::Start(0))?;
-        self.file.read_to_end(&mut bytes)?;
-        let (records, valid_bytes) = parse_records(&bytes);
-        if valid_bytes < bytes.len() {
-            self.file.set_len(valid_bytes as u64)?;
-            self.file.sync_all()?;
+    fn append_record(&mut self, record: &Record) {
+        append_frame(&mut self.unsynced, record);
+    }
+
+    fn write_copy(&mut self, superblock: Superblock) -> std::io::Result<()> {
+        self.sequence += 1;
+        let copy = SuperblockCopy::new(self.sequence, self.records_end, superblock);
+        write_slot(&mut self.file, &copy)?;
+        self.file.sync_data()?;
+        if superblock.checkpoint_op > self.compacted_checkpoint_op {
+            self.compact(superblock)?;
         }
-        self.file.seek(SeekFrom::End(0))?;
-        Ok(records)
+        Ok(())
+    }
+
+    /// Rewrites the journal as the checkpoint and the log above it, with both slots naming
+    /// them, into a new file that replaces the old one atomically.
+    fn compact(&mut self, superblock: Superblock) -> std::io::Result<()> {
+        let bytes = read_all(&mut self.file)?;
+        let end = usize::try_from(self.records_end).unwrap_or(usize::MAX);
+        let Ok(records) = parse_records(&bytes, RECORDS_START as usize, end) else {
+            panic!("records this journal synced parse back");
+        };
+        let Some(recovered) = recover_log(&superblock, &records) else {
+            panic!("a superblock just written names records that are durable");
+        };
+        let mut region = Vec::new();
+        for record in compacted_records(&recovered) {
+            append_frame(&mut region, &record);
+        }
+        let compacting = compacting_path(&self.path);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&compacting)?;
+        file.set_len(RECORDS_START)?;
+        file.seek(SeekFrom::Start(RECORDS_START))?;
+        file.write_all(&region)?;
+        let records_end = RECORDS_START + region.len() as u64;
+        for _ in 0..2 {
+            self.sequence += 1;
+            write_slot(
+                &mut file,
+                &SuperblockCopy::new(self.sequence, records_end, superblock),
+            )?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&compacting, &self.path)?;
+        sync_directory(&self.path)?;
+        self.directory_syncs += 1;
+        self.file = file;
+        self.records_end = records_end;
+        self.compacted_checkpoint_op = superblock.checkpoint_op;
+        Ok(())
+    }
+
+    fn corrupt(&self, offset: u64) -> JournalError {
+        JournalError::Corrupt {
+            location: self.path.display().to_string(),
+            offset,
+        }
     }
 }
 
-/// Parses records until the first one that is short, oversized, corrupt or undecodable;
-/// returns them with the length of the intact prefix.
-fn parse_records(bytes: &[u8]) -> (Vec<Record>, usize) {
-    let mut records = Vec::new();
-    let mut offset = 0;
-    while let Some(header) = bytes.get(offset..offset + RECORD_HEADER_BYTES) {
-        let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let checksum = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let start = offset + RECORD_HEADER_BYTES;
-        let Some(payload) = bytes.get(start..start.saturating_add(length)) else {
-            break;
-        };
-        if length > RECORD_BYTES_MAX || crc32fast::hash(payload) != checksum {
-            break;
-        }
-        let Ok(record) = rmp_serde::from_slice::<Record>(payload) else {
-            break;
-        };
-        records.push(record);
-        offset = start + length;
+fn parent_directory(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
     }
-    (records, offset)
+}
+
+/// Makes the journal's directory entry (a creation or a rename) durable.
+fn sync_directory(path: &Path) -> std::io::Result<()> {
+    File::open(parent_directory(path))?.sync_all()
+}
+
+fn compacting_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".");
+    name.push(COMPACTING_SUFFIX);
+    PathBuf::from(name)
+}
+
+fn read_all(file: &mut File) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(0))?;
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn append_frame<T: Serialize>(buffer: &mut Vec<u8>, value: &T) {
+    let payload = rmp_serde::to_vec(value)
+        .unwrap_or_else(|error| panic!("journal records always encode: {error}"));
+    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    buffer.extend_from_slice(&length.to_le_bytes());
+    buffer.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    buffer.extend_from_slice(&payload);
+}
+
+/// Decodes the frame at `offset`; its end, or `None` if it is short, oversized, corrupt or
+/// undecodable.
+fn parse_frame<T: DeserializeOwned>(bytes: &[u8], offset: usize) -> Option<(T, usize)> {
+    let header = bytes.get(offset..offset.checked_add(FRAME_HEADER_BYTES)?)?;
+    let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let checksum = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let start = offset + FRAME_HEADER_BYTES;
+    if length > RECORD_BYTES_MAX {
+        return None;
+    }
+    let payload = bytes.get(start..start.checked_add(length)?)?;
+    if crc32fast::hash(payload) != checksum {
+        return None;
+    }
+    let value = rmp_serde::from_slice(payload).ok()?;
+    Some((value, start + length))
+}
+
+/// Parses the records in `start..end`; the offset of the first bad one otherwise.
+fn parse_records(bytes: &[u8], start: usize, end: usize) -> Result<Vec<Record>, u64> {
+    let mut records = Vec::new();
+    let mut offset = start;
+    while offset < end {
+        match parse_frame::<Record>(bytes, offset) {
+            Some((record, next)) if next <= end => {
+                records.push(record);
+                offset = next;
+            }
+            _ => return Err(offset as u64),
+        }
+    }
+    Ok(records)
+}
+
+fn read_copies(bytes: &[u8]) -> [Option<SuperblockCopy>; 2] {
+    [0, 1].map(|slot| {
+        let offset = (slot * SUPERBLOCK_SLOT_BYTES) as usize;
+        parse_frame::<SuperblockCopy>(bytes, offset)
+            .filter(|(copy, end)| {
+                *end as u64 <= (slot + 1) * SUPERBLOCK_SLOT_BYTES && copy.sequence % 2 == slot
+            })
+            .map(|(copy, _)| copy)
+    })
+}
+
+fn write_slot(file: &mut File, copy: &SuperblockCopy) -> std::io::Result<()> {
+    let mut frame = Vec::new();
+    append_frame(&mut frame, copy);
+    assert!(
+        frame.len() as u64 <= SUPERBLOCK_SLOT_BYTES,
+        "a superblock copy fits its slot"
+    );
+    file.seek(SeekFrom::Start((copy.sequence % 2) * SUPERBLOCK_SLOT_BYTES))?;
+    file.write_all(&frame)
 }
 
 impl Journal for FileJournal {
@@ -113,103 +290,62 @@ impl Journal for FileJournal {
         self.append_record(&Record::Entry(entry.clone()));
     }
 
-    fn append_superblock(&mut self, superblock: &Superblock) {
-        self.append_record(&Record::Superblock(*superblock));
+    fn append_checkpoint(&mut self, checkpoint: &Checkpoint) {
+        self.append_record(&Record::Checkpoint(checkpoint.clone()));
+    }
+
+    fn write_superblock(&mut self, superblock: &Superblock) {
+        self.staged_superblock = Some(*superblock);
     }
 
     fn sync(&mut self) {
-        let result = self
-            .file
-            .write_all(&self.unsynced)
-            .and_then(|()| self.file.sync_data());
+        let mut result = Ok(());
+        if !self.unsynced.is_empty() {
+            result = self
+                .file
+                .seek(SeekFrom::Start(self.records_end))
+                .and_then(|_| self.file.write_all(&self.unsynced))
+                .and_then(|()| self.file.sync_data());
+            self.records_end += self.unsynced.len() as u64;
+            self.unsynced.clear();
+        }
+        if let (Ok(()), Some(superblock)) = (&result, self.staged_superblock.take()) {
+            result = self.write_copy(superblock);
+        }
         if let Err(error) = result {
             panic!("journal sync failed; the replica cannot keep its promises: {error}");
         }
-        self.unsynced.clear();
     }
 
     fn recover(&mut self) -> Result<Recovered, JournalError> {
         self.unsynced.clear();
-        let records = self.read_records()?;
-        recover_from_records(records.iter())
+        self.staged_superblock = None;
+        let bytes = read_all(&mut self.file)?;
+        for copy in copies_newest_first(&read_copies(&bytes)) {
+            let Ok(end) = usize::try_from(copy.records_length) else {
+                return Err(self.corrupt(copy.records_length));
+            };
+            if end > bytes.len() || end < RECORDS_START as usize {
+                return Err(self.corrupt(bytes.len() as u64));
+            }
+            let records = parse_records(&bytes, RECORDS_START as usize, end)
+                .map_err(|offset| self.corrupt(offset))?;
+            let Some(recovered) = recover_log(&copy.superblock, &records) else {
+                continue;
+            };
+            if end < bytes.len() {
+                self.file.set_len(end as u64)?;
+                self.file.sync_all()?;
+            }
+            self.records_end = end as u64;
+            self.sequence = copy.sequence;
+            self.compacted_checkpoint_op = copy.superblock.checkpoint_op;
+            return Ok(recovered);
+        }
+        Err(JournalError::NoSuperblock)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::consensus::config::Config;
-    use crate::consensus::message::{CHECKSUM_ROOT, Message, Request};
-    use crate::consensus::replica::Replica;
-    use crate::consensus::state_machine::{KeyValue, KeyValueOperation};
-
-    fn entry(op: u64, parent: u64) -> Entry {
-        let request = Request {
-            client: 1,
-            request_number: op,
-            operation: vec![op as u8],
-        };
-        Entry::new(op, 0, parent, vec![request])
-    }
-
-    #[test]
-    fn unsynced_writes_are_lost_and_a_torn_tail_is_cut() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let path = directory.path().join("journal");
-        let first = entry(1, CHECKSUM_ROOT);
-        {
-            let mut journal = FileJournal::open(&path).expect("open");
-            journal.append_entry(&first);
-            journal.append_superblock(&Superblock::new(0, 0, 1, 1, first.checksum));
-            journal.sync();
-            let second = entry(2, first.checksum);
-            journal.append_entry(&second);
-            journal.append_superblock(&Superblock::new(0, 0, 2, 2, second.checksum));
-        }
-        let synced_length = std::fs::metadata(&path).expect("metadata").len();
-        let mut file = OpenOptions::new().append(true).open(&path).expect("append");
-        file.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, 5])
-            .expect("torn tail");
-        drop(file);
-
-        let mut journal = FileJournal::open(&path).expect("reopen");
-        let recovered = journal.recover().expect("recover");
-        assert_eq!(recovered.log, vec![first]);
-        assert_eq!(recovered.superblock.commit, 1);
-        assert_eq!(
-            std::fs::metadata(&path).expect("metadata").len(),
-            synced_length
-        );
-    }
-
-    #[test]
-    fn a_replica_on_disk_recovers_its_committed_state_after_a_crash() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let path = directory.path().join("journal");
-        let journal = FileJournal::open(&path).expect("open");
-        let mut replica =
-            Replica::format(Config::new(1, 0), journal, KeyValue::default()).expect("format");
-        for number in 1..=20 {
-            let operation = KeyValueOperation::Put {
-                key: number % 3,
-                value: number,
-            }
-            .encode();
-            let request = Request {
-                client: 5,
-                request_number: number,
-                operation,
-            };
-            replica.on_message(Message::Request(request));
-        }
-        assert_eq!(replica.commit(), 20);
-        drop(replica);
-
-        let journal = FileJournal::open(&path).expect("reopen");
-        let recovered =
-            Replica::open(Config::new(1, 0), journal, KeyValue::default(), 1).expect("recover");
-        assert_eq!(recovered.commit(), 20);
-        assert_eq!(recovered.state_machine().get(2), Some(20));
-        assert_eq!(recovered.state_machine().get(0), Some(18));
-    }
-}
+#[path = "durable_tests.rs"]
+mod tests;

@@ -3,6 +3,7 @@
 //! plain data; the protocol logic lives in [`super::replica`].
 
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// Index of a replica in the cluster configuration, `0..replica_count`.
 pub type ReplicaIndex = u8;
@@ -37,8 +38,19 @@ pub struct Reply {
     pub request_number: u64,
     /// The view the primary was in, so the client learns who the primary is.
     pub view: ViewNumber,
-    /// The state machine's result.
-    pub result: Vec<u8>,
+    /// The state machine's result, or why the request was not executed.
+    pub result: Result<Vec<u8>, ReplyError>,
+}
+
+/// Why a request was answered without being executed.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// The client's session was evicted from the client table (`CLIENT_SESSIONS_MAX`), so the
+    /// cluster can no longer tell a retry from a new request; the client must open a new
+    /// session (a new client id) and find out itself whether its last request took effect.
+    #[error("the client session was evicted")]
+    SessionEvicted,
 }
 
 /// One slot of the replicated log: a batch of requests ordered at `op`, prepared in `view`.
@@ -97,9 +109,15 @@ impl Entry {
 /// Whether `log` is a well-formed log: ops 1, 2, ... in order, every entry intact and chained to
 /// the one before it.
 pub fn is_chained_log(log: &[Entry]) -> bool {
-    let mut parent = CHECKSUM_ROOT;
-    for (index, entry) in log.iter().enumerate() {
-        if entry.op != index as u64 + 1 || entry.parent != parent || !entry.is_intact() {
+    is_chained_from(0, CHECKSUM_ROOT, log)
+}
+
+/// Whether `entries` are ops `base + 1, base + 2, ...` in order, every entry intact and chained
+/// to the one before it, the first to `base_checksum`.
+pub fn is_chained_from(base: OpNumber, base_checksum: u64, entries: &[Entry]) -> bool {
+    let mut parent = base_checksum;
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.op != base + index as u64 + 1 || entry.parent != parent || !entry.is_intact() {
             return false;
         }
         parent = entry.checksum;
@@ -107,13 +125,64 @@ pub fn is_chained_log(log: &[Entry]) -> bool {
     true
 }
 
+/// The part of a log a replica still holds and sends in view-change and recovery messages:
+/// the entries above `base`, where `base` is an op the sender has already committed (at or
+/// below its checkpoint) and `base_checksum` the checksum of the entry at `base`
+/// ([`CHECKSUM_ROOT`] for op 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSuffix {
+    /// The committed op just below the first entry.
+    pub base: OpNumber,
+    /// The checksum of the entry at `base`.
+    pub base_checksum: u64,
+    /// Ops `base + 1..=base + entries.len()`.
+    pub entries: Vec<Entry>,
+}
+
+impl LogSuffix {
+    /// A suffix starting at the root (the whole log).
+    pub fn from_root(entries: Vec<Entry>) -> LogSuffix {
+        LogSuffix {
+            base: 0,
+            base_checksum: CHECKSUM_ROOT,
+            entries,
+        }
+    }
+
+    /// The op of the last entry (`base` when empty).
+    pub fn op(&self) -> OpNumber {
+        self.base + self.entries.len() as OpNumber
+    }
+
+    /// Whether the entries are intact and chained to the base.
+    pub fn is_chained(&self) -> bool {
+        is_chained_from(self.base, self.base_checksum, &self.entries)
+    }
+
+    /// The checksum of the entry at `op`, if the suffix covers it (its base included).
+    pub fn checksum_at(&self, op: OpNumber) -> Option<u64> {
+        if op == self.base {
+            return Some(self.base_checksum);
+        }
+        let index = op.checked_sub(self.base + 1)?;
+        self.entries.get(index as usize).map(|entry| entry.checksum)
+    }
+}
+
 /// FNV-1a (64 bit) over a sequence of words, for small fixed-layout records such as the
 /// superblock.
 pub(crate) fn checksum_words(words: &[u64]) -> u64 {
+    checksum_words_and_bytes(words, &[])
+}
+
+/// FNV-1a (64 bit) over a sequence of words followed by bytes (a checkpoint's op, entry
+/// checksum and state).
+pub(crate) fn checksum_words_and_bytes(words: &[u64], bytes: &[u8]) -> u64 {
     let mut hash = Fnv64::new();
     for word in words {
         hash.write_u64(*word);
     }
+    hash.write(bytes);
     hash.finish()
 }
 
@@ -187,7 +256,7 @@ pub enum Message {
         /// The last view in which the sender's status was normal.
         log_view: ViewNumber,
         /// The sender's log.
-        log: Vec<Entry>,
+        log: LogSuffix,
         /// The sender's commit number.
         commit: OpNumber,
     },
@@ -196,7 +265,7 @@ pub enum Message {
         /// The new view.
         view: ViewNumber,
         /// The authoritative log of the view.
-        log: Vec<Entry>,
+        log: LogSuffix,
         /// The primary's commit number.
         commit: OpNumber,
     },
@@ -236,9 +305,40 @@ pub enum Message {
         /// The responder's status in `view`.
         status: Status,
         /// The responder's log, present only from the normal primary of `view`.
-        log: Option<Vec<Entry>>,
+        log: Option<LogSuffix>,
         /// The responder's commit number.
         commit: OpNumber,
+    },
+    /// A replica that needs ops its peers no longer hold asks for a chunk of a checkpoint.
+    RequestState {
+        /// The sender.
+        replica: ReplicaIndex,
+        /// The highest op the sender has applied: only a newer checkpoint helps it.
+        applied: OpNumber,
+        /// The checkpoint being assembled (its op and state checksum), 0 and 0 for none.
+        op: OpNumber,
+        /// The state checksum of that checkpoint.
+        state_checksum: u64,
+        /// The byte offset wanted.
+        offset: u64,
+    },
+    /// A chunk of the sender's latest checkpoint.
+    StateChunk {
+        /// The sender.
+        replica: ReplicaIndex,
+        /// The checkpoint's op.
+        op: OpNumber,
+        /// The checksum of the entry at `op`.
+        entry_checksum: u64,
+        /// The checksum of the whole checkpoint (op, entry checksum and state bytes).
+        state_checksum: u64,
+        /// The length of the whole encoded state.
+        state_bytes: u64,
+        /// Where `bytes` starts in it.
+        offset: u64,
+        /// At most `state_chunk_bytes` of it.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
     },
 }
 

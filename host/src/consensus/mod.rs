@@ -1,14 +1,19 @@
 //! Consensus: a Viewstamped Replication (VSR) core and the deterministic simulator that tests
 //! it. [`replica`] is the sans-IO protocol (with `normal`, `view_change` and `recovery`
-//! operation beside it); [`journal`] and [`durable`] are where a replica's log and superblock
-//! live; [`state_machine`] is what gets replicated; [`sim`] drives many replicas over a faulty
+//! operation beside it, and checkpoints and state transfer so the log stays a bounded window);
+//! [`journal`] and [`durable`] are where a replica's log, checkpoints and superblock live;
+//! [`state_machine`] is what gets replicated; [`sim`] drives many replicas over a faulty
 //! network and disk from one seed and checks safety, linearizability and liveness. The
 //! protocol is described in `docs/consensus.md`.
 
+mod apply;
+pub mod checkpoint;
 pub mod client_table;
 pub mod config;
 pub mod durable;
 pub mod journal;
+mod log;
+mod memory_journal;
 pub mod message;
 mod normal;
 mod progress;
@@ -16,7 +21,12 @@ mod recovery;
 pub mod replica;
 pub mod sim;
 pub mod state_machine;
+mod state_transfer;
 mod view_change;
 
 #[cfg(test)]
+mod checkpoint_tests;
+#[cfg(test)]
 mod replica_tests;
+#[cfg(test)]
+mod test_cluster;

@@ -4,11 +4,11 @@
 //! hear a quorum.
 
 use super::client_table::Lookup;
-use super::config::{
-    LOG_OPS_MAX, PIPELINE_PREPARE_QUEUE_MAX, REPAIR_PREPARES_MAX, REQUEST_QUEUE_MAX,
-};
+use super::config::{PIPELINE_PREPARE_QUEUE_MAX, REPAIR_PREPARES_MAX, REQUEST_QUEUE_MAX};
 use super::journal::Journal;
-use super::message::{Entry, Message, OpNumber, ReplicaIndex, Reply, Request, Status, ViewNumber};
+use super::message::{
+    Entry, Message, OpNumber, ReplicaIndex, Reply, ReplyError, Request, Status, ViewNumber,
+};
 use super::replica::{Action, Replica};
 use super::state_machine::StateMachine;
 
@@ -17,20 +17,25 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if self.status != Status::Normal || !self.is_primary() {
             return self.drop_request();
         }
-        match self.clients.lookup(request.client, request.request_number) {
+        let result = match self.clients.lookup(request.client, request.request_number) {
             Lookup::Stale => return self.drop_request(),
-            Lookup::Latest(result) => {
-                let reply = Reply {
-                    client: request.client,
-                    request_number: request.request_number,
-                    view: self.view,
-                    result: result.to_vec(),
-                };
-                self.outbox.push(Action::Reply(reply));
-                return;
+            Lookup::Latest(result) => Ok(result.to_vec()),
+            Lookup::Evicted if self.clients.was_evicted(request.client) => {
+                Err(ReplyError::SessionEvicted)
             }
-            Lookup::New => {}
-        }
+            // Decided when the op applies, once the table holds every op before it.
+            Lookup::Evicted | Lookup::New => return self.queue_request(request),
+        };
+        let reply = Reply {
+            client: request.client,
+            request_number: request.request_number,
+            view: self.view,
+            result,
+        };
+        self.outbox.push(Action::Reply(reply));
+    }
+
+    fn queue_request(&mut self, request: Request) {
         if self.is_in_flight(&request) || self.request_queue.len() >= REQUEST_QUEUE_MAX {
             return self.drop_request();
         }
@@ -42,10 +47,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let same = |queued: &Request| {
             queued.client == request.client && queued.request_number == request.request_number
         };
-        let uncommitted = &self.log[self.commit.min(self.op()) as usize..];
         self.request_queue.iter().any(same)
-            || uncommitted
+            || self
+                .log
+                .entries()
                 .iter()
+                .filter(|entry| entry.op > self.commit)
                 .any(|entry| entry.requests.iter().any(same))
     }
 
@@ -53,7 +60,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         while !self.abdicating
             && !self.request_queue.is_empty()
             && self.op() - self.commit.min(self.op()) < PIPELINE_PREPARE_QUEUE_MAX
-            && self.op() < LOG_OPS_MAX
+            && self.op() + 1 - self.checkpoint.op <= self.config.log_entries_max() / 2
         {
             let count = self.request_queue.len().min(self.config.batch_requests_max);
             let batch: Vec<Request> = self.request_queue.drain(..count).collect();
@@ -71,15 +78,17 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     pub(super) fn on_prepare(&mut self, view: ViewNumber, entry: Entry, commit: OpNumber) {
-        if entry.op == 0 || entry.op > LOG_OPS_MAX {
+        if entry.op == 0 {
             return self.ignore();
         }
         if !self.accept_from_primary(view) {
             return;
         }
         self.repair_target = self.repair_target.max(entry.op);
+        let fits = entry.op.saturating_sub(self.checkpoint.op) <= self.config.log_entries_max();
         if entry.op <= self.op() {
-            if self.log[entry.op as usize - 1].checksum == entry.checksum {
+            let held = self.log.checksum_at(entry.op);
+            if entry.op <= self.log.base() || held == Some(entry.checksum) {
                 self.acknowledge();
             } else {
                 self.ignore();
@@ -88,8 +97,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             && entry.parent == self.head_checksum()
             && entry.is_intact()
         {
-            self.append(entry);
-            self.acknowledge();
+            if fits {
+                self.append(entry);
+                self.acknowledge();
+            } else {
+                self.ignore();
+            }
         } else {
             self.request_repair();
         }
@@ -141,7 +154,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let mut acks = self.acks.clone();
         acks.sort_unstable_by(|left, right| right.cmp(left));
         let mut candidate = acks[self.config.quorum() - 1];
-        if self.config.canary_commit_without_quorum {
+        if self.config.canaries.commit_without_quorum {
             candidate = self.op();
         }
         if candidate > self.commit {
@@ -168,7 +181,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     fn request_repair(&mut self) {
-        if self.now_ticks < self.repair_allowed_tick {
+        if self.now_ticks < self.repair_allowed_tick || self.state_transfer.is_some() {
             return;
         }
         self.repair_allowed_tick = self.now_ticks + self.config.timeouts.resend_interval_ticks;
@@ -202,6 +215,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if !valid {
             return self.ignore();
         }
+        if op_first <= self.log.base() {
+            // The backup needs ops this replica has checkpointed and discarded.
+            return self.send_state_chunk(replica, 0);
+        }
         let op_last = op_first
             .saturating_add(count.min(REPAIR_PREPARES_MAX))
             .saturating_sub(1);
@@ -210,7 +227,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
 
     fn send_prepares(&mut self, to: ReplicaIndex, op_first: OpNumber, op_last: OpNumber) {
         for op in op_first..=op_last {
-            let entry = self.log[op as usize - 1].clone();
+            let Some(entry) = self.log.entry(op).cloned() else {
+                continue;
+            };
             let message = Message::Prepare {
                 view: self.view,
                 entry,
@@ -265,7 +284,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
 
     pub(super) fn tick_backup(&mut self) {
         let silence = self.now_ticks - self.primary_heard_tick;
-        if silence >= self.timeout_with_jitter(self.config.timeouts.primary_silence_timeout_ticks) {
+        let timeout = self.timeout_with_jitter(self.config.timeouts.primary_silence_timeout_ticks);
+        // A replica fetching state is in no position to judge the primary; the transfer is
+        // abandoned if its source goes silent, and the timeout applies again.
+        if silence >= timeout && self.state_transfer.is_none() {
             return self.start_view_change(self.view + 1);
         }
         if self.repair_target > self.op() || self.commit > self.op() {

@@ -1,15 +1,16 @@
-//! The bookkeeping of the two multi-step protocols a replica runs besides normal operation:
-//! the votes of a view change ([`ViewChangeState`]) and the answers of a recovery
-//! ([`RecoveryState`]). The protocols themselves live in `view_change` and `recovery`; the
-//! replica holds one of each.
+//! The bookkeeping of the multi-step protocols a replica runs besides normal operation: the
+//! votes of a view change ([`ViewChangeState`]), the answers of a recovery
+//! ([`RecoveryState`]) and the chunks of a state transfer ([`StateTransferState`]). The
+//! protocols themselves live in `view_change`, `recovery` and `state_transfer`.
 
-use super::message::{Entry, OpNumber, Status, ViewNumber};
+use super::message::{LogSuffix, OpNumber, ReplicaIndex, Status, ViewNumber};
 
 /// A do-view-change vote as held by the new primary.
 #[derive(Clone, Debug)]
 pub(super) struct DoViewChangeVote {
+    pub(super) replica: ReplicaIndex,
     pub(super) log_view: ViewNumber,
-    pub(super) log: Vec<Entry>,
+    pub(super) log: LogSuffix,
     pub(super) commit: OpNumber,
 }
 
@@ -51,7 +52,7 @@ impl ViewChangeState {
 pub(super) struct Answer {
     pub(super) view: ViewNumber,
     pub(super) status: Status,
-    pub(super) log: Option<Vec<Entry>>,
+    pub(super) log: Option<LogSuffix>,
     pub(super) commit: OpNumber,
 }
 
@@ -69,6 +70,38 @@ impl RecoveryState {
             nonce,
             answers: vec![None; usize::from(replica_count)],
             sent_tick: None,
+        }
+    }
+}
+
+/// Which checkpoint a state-transfer chunk belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CheckpointIdentity {
+    pub(super) op: OpNumber,
+    pub(super) entry_checksum: u64,
+    pub(super) state_checksum: u64,
+    pub(super) state_bytes: u64,
+}
+
+/// Progress of fetching a checkpoint from one peer.
+#[derive(Clone, Debug)]
+pub(super) struct StateTransferState {
+    pub(super) source: ReplicaIndex,
+    /// Known from the first chunk on.
+    pub(super) identity: Option<CheckpointIdentity>,
+    pub(super) bytes: Vec<u8>,
+    pub(super) progress_tick: u64,
+    pub(super) requested_tick: u64,
+}
+
+impl StateTransferState {
+    pub(super) fn new(source: ReplicaIndex, now_ticks: u64) -> StateTransferState {
+        StateTransferState {
+            source,
+            identity: None,
+            bytes: Vec::new(),
+            progress_tick: now_ticks,
+            requested_tick: now_ticks,
         }
     }
 }

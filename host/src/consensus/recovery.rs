@@ -10,7 +10,7 @@
 //! its in-flight state), joins a view change with its durable log.
 
 use super::journal::Journal;
-use super::message::{Entry, Message, OpNumber, ReplicaIndex, Status, ViewNumber, is_chained_log};
+use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::Answer;
 use super::replica::Replica;
 use super::state_machine::StateMachine;
@@ -45,7 +45,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if !self.is_peer(replica) {
             return self.ignore();
         }
-        let log = (self.status == Status::Normal && self.is_primary()).then(|| self.log.clone());
+        let log = (self.status == Status::Normal && self.is_primary()).then(|| self.log.suffix());
         let message = Message::RecoveryResponse {
             view: self.view,
             replica: self.config.replica,
@@ -63,11 +63,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         replica: ReplicaIndex,
         nonce: u64,
         status: Status,
-        log: Option<Vec<Entry>>,
+        log: Option<LogSuffix>,
         commit: OpNumber,
     ) {
         let well_formed =
-            self.is_peer(replica) && log.as_ref().is_none_or(|log| is_chained_log(log));
+            self.is_peer(replica) && log.as_ref().is_none_or(|log| self.is_valid_suffix(log));
         let Some(recovery) = self.recovery.as_mut() else {
             return self.ignore();
         };
@@ -83,7 +83,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.conclude_recovery();
     }
 
-    fn conclude_recovery(&mut self) {
+    pub(super) fn conclude_recovery(&mut self) {
         let Some(recovery) = self.recovery.as_ref() else {
             return;
         };
@@ -107,9 +107,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             .and_then(|answer| answer.log.clone().map(|log| (log, answer.commit)));
         if primary != self.config.replica {
             if let Some((log, commit)) = primary_answer {
+                let Some(common) = self.link_or_request_state(&log, primary) else {
+                    return;
+                };
                 self.recovery = None;
                 self.view = view_max;
-                return self.start_view_as_backup(log, commit);
+                return self.start_view_as_backup(log, common, commit);
             }
             if normal_in_view_max {
                 return;

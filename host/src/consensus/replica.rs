@@ -4,22 +4,24 @@
 //! synchronously: every handler syncs what it wrote before returning, so no action leaves the
 //! replica before the state it depends on is durable.
 //!
-//! This file holds the state, the handler dispatch, the durability barrier and the apply loop;
-//! normal operation is in `normal.rs`, view changes in `view_change.rs` and recovery after a
-//! crash in `recovery.rs`.
+//! This file holds the state, the handler dispatch, the durability barrier and the log
+//! installation rule; normal operation is in `normal.rs`, the apply loop in `apply.rs`, view
+//! changes in `view_change.rs`, recovery after a crash in `recovery.rs`, checkpoints in
+//! `checkpoint.rs` and state transfer in `state_transfer.rs`.
 
 use std::collections::VecDeque;
 
 use thiserror::Error;
 
-use super::client_table::{ClientTable, Lookup, Session};
-use super::config::{Config, ConfigError, LOG_OPS_MAX, REQUEST_QUEUE_MAX};
+use super::checkpoint::{Checkpoint, CheckpointError};
+use super::client_table::ClientTable;
+use super::config::{Config, ConfigError, REQUEST_QUEUE_MAX};
 use super::journal::{Journal, JournalError, Superblock};
+use super::log::Log;
 use super::message::{
-    CHECKSUM_ROOT, ClientId, Entry, Message, OpNumber, ReplicaIndex, Reply, Request, Status,
-    ViewNumber,
+    ClientId, Entry, Message, OpNumber, ReplicaIndex, Reply, Request, Status, ViewNumber,
 };
-use super::progress::{RecoveryState, ViewChangeState};
+use super::progress::{CheckpointIdentity, RecoveryState, StateTransferState, ViewChangeState};
 use super::state_machine::StateMachine;
 
 /// Something the host must do on the replica's behalf, in order.
@@ -44,6 +46,17 @@ pub enum Action {
         /// The requests it carried, as (client, request number).
         requests: Vec<(ClientId, u64)>,
     },
+    /// The replica's state at `op` (state machine and client table) has `state_checksum`: it
+    /// took a checkpoint there, or replaced its state with one (from its journal at a restart,
+    /// or from a peer by state transfer), skipping the ops up to `op`.
+    Checkpoint {
+        /// The checkpoint's op.
+        op: OpNumber,
+        /// The checksum of the replica's state at `op` (see [`Checkpoint`]).
+        state_checksum: u64,
+        /// Whether the state was replaced rather than taken from the replica's own applies.
+        installed: bool,
+    },
 }
 
 /// Why a replica could not be started.
@@ -56,6 +69,9 @@ pub enum ReplicaError {
     /// The journal could not be read back.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The journal's checkpoint could not be restored.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// Counts of what a replica refused, for metrics. A malformed or stale message is never an
@@ -68,6 +84,12 @@ pub struct Counters {
     pub requests_dropped: u64,
     /// View changes started by this replica.
     pub view_changes_started: u64,
+    /// Checkpoints taken.
+    pub checkpoints_taken: u64,
+    /// Checkpoints installed from a peer by state transfer.
+    pub states_installed: u64,
+    /// Transferred checkpoints rejected because their checksum did not match.
+    pub states_rejected: u64,
 }
 
 /// One replica of a VSR cluster.
@@ -78,7 +100,11 @@ pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) status: Status,
     pub(super) view: ViewNumber,
     pub(super) log_view: ViewNumber,
-    pub(super) log: Vec<Entry>,
+    pub(super) log: Log,
+    /// The latest checkpoint, at or below `applied`; the log's base is at or below it.
+    pub(super) checkpoint: Checkpoint,
+    /// A checkpoint being fetched from a peer, chunk by chunk.
+    pub(super) state_transfer: Option<StateTransferState>,
     /// The highest op known committed (may exceed the log while a backup repairs).
     pub(super) commit: OpNumber,
     /// The highest op applied to the state machine.
@@ -154,8 +180,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let superblock = recovered.superblock;
         replica.view = superblock.view;
         replica.log_view = superblock.log_view;
-        replica.log = recovered.log;
-        replica.commit = superblock.commit.min(replica.op());
+        if let Some(checkpoint) = recovered.checkpoint {
+            replica.restore_checkpoint(checkpoint)?;
+        }
+        let (base, base_checksum) = (replica.checkpoint.op, replica.checkpoint.entry_checksum);
+        replica.log = Log::from_checkpoint(base, base_checksum, recovered.log);
+        replica.commit = superblock.commit.max(base).min(replica.op());
         if config.replica_count == 1 {
             replica.log_view = replica.view;
             replica.commit = replica.op();
@@ -177,7 +207,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             status: Status::Normal,
             view: 0,
             log_view: 0,
-            log: Vec::new(),
+            log: Log::root(),
+            checkpoint: Checkpoint::genesis(),
+            state_transfer: None,
             commit: 0,
             applied: 0,
             clients: ClientTable::default(),
@@ -237,6 +269,30 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 log,
                 commit,
             } => self.on_recovery_response(view, replica, nonce, status, log, commit),
+            Message::RequestState {
+                replica,
+                applied,
+                op,
+                state_checksum,
+                offset,
+            } => self.on_request_state(replica, applied, (op, state_checksum), offset),
+            Message::StateChunk {
+                replica,
+                op,
+                entry_checksum,
+                state_checksum,
+                state_bytes,
+                offset,
+                bytes,
+            } => {
+                let identity = CheckpointIdentity {
+                    op,
+                    entry_checksum,
+                    state_checksum,
+                    state_bytes,
+                };
+                self.on_state_chunk(replica, identity, offset, bytes)
+            }
         }
         self.flush()
     }
@@ -251,25 +307,43 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             Status::ViewChange => self.tick_view_change(),
             Status::Recovering => self.tick_recovering(),
         }
+        self.tick_state_transfer();
         self.flush()
     }
 
     /// Syncs whatever this handler wrote, then hands over the actions that depend on it.
     fn flush(&mut self) -> Vec<Action> {
-        if self.durable_dirty {
-            let superblock = Superblock::new(
-                self.view,
-                self.log_view,
-                self.commit.min(self.op()),
-                self.op(),
-                self.head_checksum(),
-            );
-            self.journal.append_superblock(&superblock);
+        if self.durable_dirty && !self.canary_skips_sync() {
+            let superblock = Superblock {
+                view: self.view,
+                log_view: self.log_view,
+                commit: self.commit.min(self.op()),
+                op_head: self.op(),
+                head_checksum: self.head_checksum(),
+                checkpoint_op: self.checkpoint.op,
+                checkpoint_state_checksum: self.checkpoint.state_checksum,
+            };
+            self.journal.write_superblock(&superblock);
             self.journal.sync();
             self.durable_dirty = false;
         }
         self.check_invariants();
         std::mem::take(&mut self.outbox)
+    }
+
+    /// The acknowledge-before-durable canary: a backup that is about to acknowledge leaves its
+    /// writes for a later handler to sync.
+    fn canary_skips_sync(&self) -> bool {
+        self.config.canaries.acknowledge_before_durable
+            && self.outbox.iter().any(|action| {
+                matches!(
+                    action,
+                    Action::Send {
+                        message: Message::PrepareOk { .. },
+                        ..
+                    }
+                )
+            })
     }
 
     fn check_invariants(&self) {
@@ -282,8 +356,14 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             "a replica applies only ops it holds"
         );
         assert!(
-            self.op() <= LOG_OPS_MAX,
-            "the log never exceeds LOG_OPS_MAX"
+            self.log.entries().len() as u64 <= self.config.log_entries_max(),
+            "the log never holds more than log_entries_max entries"
+        );
+        assert!(
+            self.log.base() <= self.checkpoint.op
+                && self.checkpoint.op <= self.applied
+                && self.log.checksum_at(self.checkpoint.op) == Some(self.checkpoint.entry_checksum),
+            "the log grows from the checkpoint, which is applied state"
         );
         assert!(
             self.request_queue.len() <= REQUEST_QUEUE_MAX,
@@ -297,7 +377,8 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             self.log_view <= self.view,
             "the log view never passes the view"
         );
-        let tail = &self.log[self.log.len().saturating_sub(2)..];
+        let entries = self.log.entries();
+        let tail = &entries[entries.len().saturating_sub(2)..];
         assert!(
             tail.last().is_none_or(|entry| entry.op == self.op())
                 && (tail.len() < 2 || tail[1].parent == tail[0].checksum),
@@ -307,7 +388,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
 
     /// The highest op in the log.
     pub fn op(&self) -> OpNumber {
-        self.log.len() as OpNumber
+        self.log.op()
     }
 
     /// The highest op known committed (never decreases while the replica runs).
@@ -335,9 +416,19 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.status
     }
 
-    /// The replicated log.
+    /// The part of the replicated log the replica holds: ops `log_base() + 1..=op()`.
     pub fn log(&self) -> &[Entry] {
-        &self.log
+        self.log.entries()
+    }
+
+    /// The op just below the first entry of [`Replica::log`].
+    pub fn log_base(&self) -> OpNumber {
+        self.log.base()
+    }
+
+    /// The latest checkpoint (op 0: the empty state of a new cluster).
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
     }
 
     /// What the replica has refused so far.
@@ -374,9 +465,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     pub(super) fn head_checksum(&self) -> u64 {
-        self.log
-            .last()
-            .map_or(CHECKSUM_ROOT, |entry| entry.checksum)
+        self.log.head_checksum()
     }
 
     pub(super) fn send(&mut self, to: ReplicaIndex, message: Message) {
@@ -400,78 +489,6 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.counters.requests_dropped += 1;
     }
 
-    pub(super) fn append(&mut self, entry: Entry) {
-        assert_eq!(entry.op, self.op() + 1, "the log grows one op at a time");
-        assert_eq!(
-            entry.parent,
-            self.head_checksum(),
-            "each entry chains to the head"
-        );
-        self.journal.append_entry(&entry);
-        self.log.push(entry);
-        self.durable_dirty = true;
-    }
-
-    /// Replaces the log with `log` (already checked to be chained), keeping the common prefix
-    /// in the journal. Committed ops are never replaced.
-    pub(super) fn install_log(&mut self, log: Vec<Entry>) {
-        assert!(
-            log.len() as u64 >= self.applied
-                && log
-                    .iter()
-                    .zip(&self.log)
-                    .take(self.applied as usize)
-                    .all(|(new, old)| new.checksum == old.checksum),
-            "a committed op is never truncated or changed by a view change"
-        );
-        let common = log
-            .iter()
-            .zip(&self.log)
-            .take_while(|(new, old)| new.checksum == old.checksum)
-            .count();
-        self.log.truncate(common);
-        for entry in log.into_iter().skip(common) {
-            self.append(entry);
-        }
-        self.durable_dirty = true;
-    }
-
-    pub(super) fn become_primary_of_own_view(&mut self) {
-        assert!(
-            self.is_primary(),
-            "only the view's primary takes the primary role"
-        );
-        self.status = Status::Normal;
-        self.log_view = self.view;
-        self.acks.iter_mut().for_each(|ack| *ack = 0);
-        self.acks[usize::from(self.config.replica)] = self.op();
-        self.peer_heard_tick
-            .iter_mut()
-            .for_each(|tick| *tick = self.now_ticks);
-        self.abdicating = false;
-        self.heartbeat_tick = self.now_ticks;
-        self.resend_tick = self.now_ticks;
-        self.durable_dirty = true;
-        self.try_commit();
-    }
-
-    pub(super) fn become_backup(&mut self, commit: OpNumber) {
-        assert!(
-            !self.is_primary(),
-            "a backup is not the primary of its view"
-        );
-        self.status = Status::Normal;
-        self.log_view = self.view;
-        self.request_queue.clear();
-        self.primary_heard_tick = self.now_ticks;
-        self.repair_target = self.op();
-        self.durable_dirty = true;
-        let primary = self.primary_of(self.view);
-        let (view, op, replica) = (self.view, self.op(), self.config.replica);
-        self.send(primary, Message::PrepareOk { view, op, replica });
-        self.advance_commit(commit);
-    }
-
     /// A timeout spread by replica and view so that replicas rarely time out together.
     pub(super) fn timeout_with_jitter(&self, timeout_ticks: u64) -> u64 {
         let words = [u64::from(self.config.replica), self.view];
@@ -480,54 +497,5 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
 
     pub(super) fn clear_primary_state(&mut self) {
         self.request_queue.clear();
-    }
-
-    pub(super) fn apply_committed(&mut self) {
-        let target = self.commit.min(self.op());
-        while self.applied < target {
-            let op = self.applied + 1;
-            let index = op as usize - 1;
-            let mut requests = Vec::with_capacity(self.log[index].requests.len());
-            for position in 0..self.log[index].requests.len() {
-                let request = &self.log[index].requests[position];
-                requests.push((request.client, request.request_number));
-                self.apply_request(op, index, position);
-            }
-            self.applied = op;
-            let checksum = self.log[index].checksum;
-            self.outbox.push(Action::Applied {
-                op,
-                checksum,
-                requests,
-            });
-        }
-    }
-
-    fn apply_request(&mut self, op: OpNumber, index: usize, position: usize) {
-        let request = &self.log[index].requests[position];
-        let (client, request_number) = (request.client, request.request_number);
-        let result = match self.clients.lookup(client, request_number) {
-            Lookup::Stale => return,
-            Lookup::Latest(result) => result.to_vec(),
-            Lookup::New => {
-                let result = self.state_machine.apply(&request.operation);
-                let session = Session {
-                    request_number,
-                    result: result.clone(),
-                    op,
-                };
-                self.clients.record(client, session);
-                result
-            }
-        };
-        if self.status == Status::Normal && self.is_primary() {
-            let reply = Reply {
-                client,
-                request_number,
-                view: self.view,
-                result,
-            };
-            self.outbox.push(Action::Reply(reply));
-        }
     }
 }

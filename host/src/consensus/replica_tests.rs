@@ -1,129 +1,10 @@
 //! Scenario tests of one replica group over a perfect, hand-driven network: each names one
 //! protocol behaviour and asserts it directly. Randomised faults are the simulator's job.
 
-use std::collections::VecDeque;
-
-use super::config::{Config, PIPELINE_PREPARE_QUEUE_MAX};
-use super::journal::InMemoryJournal;
-use super::message::{CHECKSUM_ROOT, Entry, Message, ReplicaIndex, Reply, Request, Status};
-use super::replica::{Action, Replica};
-use super::state_machine::{KeyValue, KeyValueOperation, KeyValueResult};
-
-type TestReplica = Replica<InMemoryJournal, KeyValue>;
-
-/// Ticks enough for any view change or repair with default timeouts.
-const SETTLE_TICKS: u64 = 400;
-
-struct Cluster {
-    replicas: Vec<Option<TestReplica>>,
-    journals: Vec<Option<InMemoryJournal>>,
-    queue: VecDeque<(ReplicaIndex, Message)>,
-    replies: Vec<Reply>,
-    applied_counts: Vec<u64>,
-    inbound_blocked: Vec<bool>,
-    batch_requests_max: usize,
-}
-
-impl Cluster {
-    fn new(replica_count: u8) -> Cluster {
-        Cluster::with_batch(replica_count, 1)
-    }
-
-    fn with_batch(replica_count: u8, batch_requests_max: usize) -> Cluster {
-        let mut cluster = Cluster {
-            replicas: Vec::new(),
-            journals: (0..replica_count).map(|_| None).collect(),
-            queue: VecDeque::new(),
-            replies: Vec::new(),
-            applied_counts: vec![0; usize::from(replica_count)],
-            inbound_blocked: vec![false; usize::from(replica_count)],
-            batch_requests_max,
-        };
-        for index in 0..replica_count {
-            let config = cluster.config(index);
-            let replica = Replica::format(config, InMemoryJournal::new(), KeyValue::default());
-            cluster
-                .replicas
-                .push(Some(replica.expect("a valid configuration formats")));
-        }
-        cluster
-    }
-
-    fn config(&self, replica: ReplicaIndex) -> Config {
-        let mut config = Config::new(self.replicas.len().max(self.journals.len()) as u8, replica);
-        config.batch_requests_max = self.batch_requests_max;
-        config
-    }
-
-    fn replica(&self, index: usize) -> &TestReplica {
-        self.replicas[index].as_ref().expect("replica is running")
-    }
-
-    fn send(&mut self, to: ReplicaIndex, message: Message) {
-        self.queue.push_back((to, message));
-    }
-
-    fn put(&mut self, to: ReplicaIndex, client: u64, request_number: u64, value: u64) {
-        let operation = KeyValueOperation::Put { key: 1, value }.encode();
-        self.send(
-            to,
-            Message::Request(Request {
-                client,
-                request_number,
-                operation,
-            }),
-        );
-    }
-
-    fn handle(&mut self, index: usize, actions: Vec<Action>) {
-        for action in actions {
-            match action {
-                Action::Send { to, message } => self.queue.push_back((to, message)),
-                Action::Reply(reply) => self.replies.push(reply),
-                Action::Applied { .. } => self.applied_counts[index] += 1,
-            }
-        }
-    }
-
-    fn deliver_all(&mut self) {
-        while let Some((to, message)) = self.queue.pop_front() {
-            let index = usize::from(to);
-            if self.inbound_blocked[index] {
-                continue;
-            }
-            if let Some(replica) = self.replicas[index].as_mut() {
-                let actions = replica.on_message(message);
-                self.handle(index, actions);
-            }
-        }
-    }
-
-    fn run(&mut self, ticks: u64) {
-        for _ in 0..ticks {
-            self.deliver_all();
-            for index in 0..self.replicas.len() {
-                if let Some(replica) = self.replicas[index].as_mut() {
-                    let actions = replica.tick();
-                    self.handle(index, actions);
-                }
-            }
-        }
-        self.deliver_all();
-    }
-
-    fn crash(&mut self, index: usize) {
-        let replica = self.replicas[index].take().expect("replica is running");
-        self.journals[index] = Some(replica.into_journal());
-    }
-
-    fn restart(&mut self, index: usize) {
-        let journal = self.journals[index].take().expect("replica was crashed");
-        let config = self.config(index as ReplicaIndex);
-        let replica = Replica::open(config, journal, KeyValue::default(), 99 + index as u64);
-        self.replicas[index] = Some(replica.expect("a synced journal recovers"));
-        self.applied_counts[index] = 0;
-    }
-}
+use super::config::PIPELINE_PREPARE_QUEUE_MAX;
+use super::message::{CHECKSUM_ROOT, Entry, LogSuffix, Message, Status};
+use super::state_machine::KeyValueResult;
+use super::test_cluster::{Cluster, SETTLE_TICKS};
 
 #[test]
 fn every_cluster_size_from_one_to_five_commits_and_replies_once() {
@@ -163,7 +44,7 @@ fn a_retried_request_executes_once_and_gets_the_same_reply() {
             .all(|reply| reply == &cluster.replies[0])
     );
     assert_eq!(
-        KeyValueResult::decode(&cluster.replies[0].result),
+        KeyValueResult::decode(cluster.replies[0].result.as_deref().unwrap_or_default()),
         KeyValueResult::Value(None)
     );
     assert_eq!(
@@ -226,7 +107,7 @@ fn a_recovering_replica_votes_for_nothing_until_it_has_recovered() {
             view: 5,
             replica: 0,
             log_view: 0,
-            log: Vec::new(),
+            log: LogSuffix::from_root(Vec::new()),
             commit: 0,
         },
     ];
@@ -331,12 +212,12 @@ fn malformed_and_stale_messages_are_ignored_and_counted() {
             view: 4,
             replica: 0,
             log_view: 0,
-            log: vec![orphan.clone()],
+            log: LogSuffix::from_root(vec![orphan.clone()]),
             commit: 0,
         },
         Message::StartView {
             view: 3,
-            log: vec![torn],
+            log: LogSuffix::from_root(vec![torn]),
             commit: 1,
         },
         Message::Prepare {

@@ -8,14 +8,49 @@
 //! than its own asks that view's primary for the start-view (`RequestStartView`), which is also
 //! how a replica cut off during a view change catches up.
 
-use super::config::LOG_OPS_MAX;
 use super::journal::Journal;
-use super::message::{Entry, Message, OpNumber, ReplicaIndex, Status, ViewNumber, is_chained_log};
+use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::DoViewChangeVote;
 use super::replica::Replica;
 use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
+    pub(super) fn become_primary_of_own_view(&mut self) {
+        assert!(
+            self.is_primary(),
+            "only the view's primary takes the primary role"
+        );
+        self.status = Status::Normal;
+        self.log_view = self.view;
+        self.acks.iter_mut().for_each(|ack| *ack = 0);
+        self.acks[usize::from(self.config.replica)] = self.op();
+        self.peer_heard_tick
+            .iter_mut()
+            .for_each(|tick| *tick = self.now_ticks);
+        self.abdicating = false;
+        self.heartbeat_tick = self.now_ticks;
+        self.resend_tick = self.now_ticks;
+        self.durable_dirty = true;
+        self.try_commit();
+    }
+
+    pub(super) fn become_backup(&mut self, commit: OpNumber) {
+        assert!(
+            !self.is_primary(),
+            "a backup is not the primary of its view"
+        );
+        self.status = Status::Normal;
+        self.log_view = self.view;
+        self.request_queue.clear();
+        self.primary_heard_tick = self.now_ticks;
+        self.repair_target = self.op();
+        self.durable_dirty = true;
+        let primary = self.primary_of(self.view);
+        let (view, op, replica) = (self.view, self.op(), self.config.replica);
+        self.send(primary, Message::PrepareOk { view, op, replica });
+        self.advance_commit(commit);
+    }
+
     /// Gives up on the current view and asks everyone to move to `view`.
     pub(super) fn start_view_change(&mut self, view: ViewNumber) {
         assert!(
@@ -84,8 +119,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let primary = self.primary_of(self.view);
         if primary == self.config.replica {
             let vote = DoViewChangeVote {
+                replica: primary,
                 log_view: self.log_view,
-                log: self.log.clone(),
+                log: self.log.suffix(),
                 commit: self.commit.min(self.op()),
             };
             self.view_change.do_view_change_votes[usize::from(primary)] = Some(vote);
@@ -95,7 +131,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             view: self.view,
             replica: self.config.replica,
             log_view: self.log_view,
-            log: self.log.clone(),
+            log: self.log.suffix(),
             commit: self.commit.min(self.op()),
         };
         self.send(primary, message);
@@ -106,13 +142,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         view: ViewNumber,
         replica: ReplicaIndex,
         log_view: ViewNumber,
-        log: Vec<Entry>,
+        log: LogSuffix,
         commit: OpNumber,
     ) {
-        let well_formed = self.is_peer(replica)
-            && log_view < view
-            && log.len() as u64 <= LOG_OPS_MAX
-            && is_chained_log(&log);
+        let well_formed = self.is_peer(replica) && log_view < view && self.is_valid_suffix(&log);
         if !well_formed
             || self.status == Status::Recovering
             || view < self.view
@@ -126,10 +159,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if self.status == Status::Normal {
             return self.send_start_view(replica);
         }
-        let commit = commit.min(log.len() as u64);
+        let commit = commit.min(log.op());
         let index = usize::from(replica);
         self.view_change.start_view_change_votes[index] = true;
         self.view_change.do_view_change_votes[index] = Some(DoViewChangeVote {
+            replica,
             log_view,
             log,
             commit,
@@ -138,7 +172,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.check_do_view_change_quorum();
     }
 
-    fn check_do_view_change_quorum(&mut self) {
+    pub(super) fn check_do_view_change_quorum(&mut self) {
         let votes = &self.view_change.do_view_change_votes;
         let own_vote = votes[usize::from(self.config.replica)].is_some();
         let count = votes.iter().flatten().count();
@@ -148,16 +182,19 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let best = votes
             .iter()
             .flatten()
-            .max_by_key(|vote| (vote.log_view, vote.log.len()))
-            .map(|vote| vote.log.clone());
+            .max_by_key(|vote| (vote.log_view, vote.log.op()))
+            .map(|vote| (vote.replica, vote.log.clone()));
         let commit_max = votes
             .iter()
             .flatten()
             .map(|vote| vote.commit)
             .max()
             .unwrap_or(0);
-        let Some(log) = best else { return };
-        self.install_log(log);
+        let Some((source, log)) = best else { return };
+        let Some(common) = self.link_or_request_state(&log, source) else {
+            return;
+        };
+        self.install_suffix(log, common);
         self.commit = self.commit.max(commit_max.min(self.op()));
         assert!(
             self.commit <= self.op(),
@@ -166,7 +203,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.become_primary_of_own_view();
         let message = Message::StartView {
             view: self.view,
-            log: self.log.clone(),
+            log: self.log.suffix(),
             commit: self.commit,
         };
         self.broadcast(&message);
@@ -176,30 +213,43 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     fn send_start_view(&mut self, to: ReplicaIndex) {
         let message = Message::StartView {
             view: self.view,
-            log: self.log.clone(),
+            log: self.log.suffix(),
             commit: self.commit,
         };
         self.send(to, message);
     }
 
-    pub(super) fn on_start_view(&mut self, view: ViewNumber, log: Vec<Entry>, commit: OpNumber) {
+    pub(super) fn on_start_view(&mut self, view: ViewNumber, log: LogSuffix, commit: OpNumber) {
         let current = view < self.view || (view == self.view && self.status == Status::Normal);
-        let well_formed = log.len() as u64 <= LOG_OPS_MAX && is_chained_log(&log);
         if current
-            || !well_formed
+            || !self.is_valid_suffix(&log)
             || self.status == Status::Recovering
             || self.primary_of(view) == self.config.replica
         {
             return self.ignore();
         }
+        let Some(common) = self.link_or_request_state(&log, self.primary_of(view)) else {
+            return;
+        };
         self.view = view;
         self.view_change.reset(self.now_ticks);
-        self.start_view_as_backup(log, commit);
+        self.start_view_as_backup(log, common, commit);
     }
 
-    /// Installs the log of the current view as a backup (after start-view or recovery).
-    pub(super) fn start_view_as_backup(&mut self, log: Vec<Entry>, commit: OpNumber) {
-        self.install_log(log);
+    /// Whether a log suffix from a peer is chained and within the log bound.
+    pub(super) fn is_valid_suffix(&self, log: &LogSuffix) -> bool {
+        log.entries.len() as u64 <= self.config.log_entries_max() && log.is_chained()
+    }
+
+    /// Installs the log of the current view as a backup (after start-view or recovery), joining
+    /// it to the local log at `common`.
+    pub(super) fn start_view_as_backup(
+        &mut self,
+        log: LogSuffix,
+        common: OpNumber,
+        commit: OpNumber,
+    ) {
+        self.install_suffix(log, common);
         assert!(
             self.commit <= self.op(),
             "every op known committed is in the view's log"
@@ -235,7 +285,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     pub(super) fn tick_view_change(&mut self) {
         let timeouts = self.config.timeouts;
         let elapsed = self.now_ticks - self.view_change.started_tick;
-        if elapsed >= self.timeout_with_jitter(timeouts.view_change_timeout_ticks) {
+        let timeout = self.timeout_with_jitter(timeouts.view_change_timeout_ticks);
+        // While fetching state the replica holds its view change open rather than pushing
+        // everyone into the next view (see `tick_backup`).
+        if elapsed >= timeout && self.state_transfer.is_none() {
             return self.start_view_change(self.view + 1);
         }
         if self.now_ticks < self.resend_tick + timeouts.resend_interval_ticks {

@@ -6,9 +6,11 @@
 //! - monotonicity: a replica's view and commit number never decrease while it runs, and a
 //!   restart resumes at or above its durable view;
 //! - durability: an acknowledged request was committed before its reply, and at the end every
-//!   live replica has applied every acknowledged request.
+//!   live replica has applied every acknowledged request;
+//! - same state: every replica's state at a checkpoint op (taken, restored after a restart or
+//!   installed by state transfer) has the same checksum as every other replica's at that op.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::consensus::message::{ClientId, OpNumber, ViewNumber};
 
@@ -23,12 +25,15 @@ struct Incarnation {
 /// Accumulated observations of one run.
 #[derive(Debug, Default)]
 pub struct Checker {
-    /// Checksum of the entry committed at each op (index `op - 1`).
-    committed: Vec<u64>,
+    /// Checksum of the entry committed at each op seen applied (a replica that restarts from
+    /// a checkpoint its crash kept it from reporting leaves ops no replica reported).
+    committed: BTreeMap<OpNumber, u64>,
     /// The op at which each request first committed.
     request_ops: HashMap<(ClientId, u64), OpNumber>,
     /// Requests acknowledged to clients.
     acknowledged: Vec<(ClientId, u64)>,
+    /// The state checksum first reported at each checkpoint op, and by which replica.
+    states: HashMap<OpNumber, (u64, usize)>,
     replicas: Vec<Incarnation>,
 }
 
@@ -43,7 +48,7 @@ impl Checker {
 
     /// The highest op any replica has applied.
     pub fn committed_max(&self) -> OpNumber {
-        self.committed.len() as OpNumber
+        self.committed.keys().next_back().copied().unwrap_or(0)
     }
 
     /// A replica applied `op`.
@@ -62,24 +67,54 @@ impl Checker {
             ));
         }
         incarnation.applied = op;
-        match self.committed.get(op as usize - 1) {
-            Some(existing) if *existing != checksum => {
-                return Err(format!("replicas committed different entries at op {op}"));
-            }
-            Some(_) => {}
-            None => {
-                assert_eq!(
-                    self.committed.len() as u64,
-                    op - 1,
-                    "ops are committed in order"
-                );
-                self.committed.push(checksum);
-            }
+        if *self.committed.entry(op).or_insert(checksum) != checksum {
+            return Err(format!("replicas committed different entries at op {op}"));
         }
         for request in requests {
             self.request_ops.entry(*request).or_insert(op);
         }
         Ok(())
+    }
+
+    /// A replica's state at `op` has `state_checksum`: it checkpointed after applying `op`, or
+    /// (`installed`) replaced its state with a checkpoint and resumes applying after `op`.
+    pub fn on_checkpoint(
+        &mut self,
+        replica: usize,
+        op: OpNumber,
+        state_checksum: u64,
+        installed: bool,
+    ) -> Result<(), String> {
+        let incarnation = &mut self.replicas[replica];
+        if installed {
+            if op < incarnation.applied {
+                return Err(format!(
+                    "replica {replica} installed a checkpoint at op {op} below applied op {}",
+                    incarnation.applied
+                ));
+            }
+            incarnation.applied = op;
+        } else if op != incarnation.applied {
+            return Err(format!(
+                "replica {replica} checkpointed op {op} having applied op {}",
+                incarnation.applied
+            ));
+        }
+        match self.states.get(&op) {
+            Some((first, other)) if *first != state_checksum => Err(format!(
+                "replica {replica} {} a state at op {op} that differs from replica {other}'s",
+                if installed {
+                    "installed"
+                } else {
+                    "checkpointed"
+                }
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.states.insert(op, (state_checksum, replica));
+                Ok(())
+            }
+        }
     }
 
     /// A replica's view and commit after a handler.

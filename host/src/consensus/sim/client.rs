@@ -154,7 +154,10 @@ impl Client {
         if reply.request_number != outstanding.request.request_number {
             return Ok(None);
         }
-        let value = match KeyValueResult::decode(&reply.result) {
+        let Ok(result) = &reply.result else {
+            return Err(format!("client {} was told {:?}", self.id, reply.result));
+        };
+        let value = match KeyValueResult::decode(result) {
             KeyValueResult::Value(value) => value,
             KeyValueResult::Malformed => {
                 return Err(format!("client {} got a malformed result", self.id));

@@ -67,6 +67,9 @@ pub struct NetworkFaults {
     pub duplicate_per_mille: u64,
     /// Largest delay; each packet takes `1..=delay_ticks_max` ticks.
     pub delay_ticks_max: u64,
+    /// Chance a state-transfer chunk arrives with one byte of its state flipped (other
+    /// messages are covered by entry checksums; this one tests the checkpoint checksum).
+    pub corrupt_state_chunk_per_mille: u64,
 }
 
 /// The network between `replica_count` replicas and any number of clients.
@@ -111,6 +114,14 @@ impl Network {
         }
         if rng.chance(self.faults.duplicate_per_mille) {
             self.enqueue(rng, now_tick, to, payload.clone());
+        }
+        let mut payload = payload;
+        if let Payload::Message(Message::StateChunk { bytes, .. }) = &mut payload
+            && !bytes.is_empty()
+            && rng.chance(self.faults.corrupt_state_chunk_per_mille)
+        {
+            let index = rng.below(bytes.len() as u64) as usize;
+            bytes[index] ^= 1 << rng.below(8);
         }
         self.enqueue(rng, now_tick, to, payload);
     }

@@ -5,12 +5,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::checker::Checker;
 use super::client::{Client, History};
 use super::linearizability;
-use super::network::{Address, Network, NetworkFaults, Payload};
+use super::network::{Address, Network, Payload};
 use super::rng::Rng;
+use super::scenario::{Outcome, Scenario, SimulationOptions, Summary};
 use crate::consensus::config::Config;
 use crate::consensus::journal::InMemoryJournal;
 use crate::consensus::message::{Message, ReplicaIndex, Status};
-use crate::consensus::replica::{Action, Replica};
+use crate::consensus::replica::{Action, Counters, Replica};
 use crate::consensus::state_machine::KeyValue;
 
 /// Ticks allowed, after faults stop, for every replica to agree and every client to be
@@ -18,78 +19,6 @@ use crate::consensus::state_machine::KeyValue;
 pub const CONVERGENCE_TICKS_MAX: u64 = 5_000;
 
 type SimReplica = Replica<InMemoryJournal, KeyValue>;
-
-/// Knobs of a run that do not come from the seed.
-#[derive(Clone, Copy, Debug)]
-pub struct SimulationOptions {
-    /// Run the deliberately broken replica that commits without a quorum.
-    pub canary: bool,
-    /// Length of the fault phase.
-    pub fault_ticks: u64,
-}
-
-impl Default for SimulationOptions {
-    fn default() -> SimulationOptions {
-        SimulationOptions {
-            canary: false,
-            fault_ticks: 3_000,
-        }
-    }
-}
-
-/// What a passing run did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Summary {
-    /// Cluster size.
-    pub replica_count: u8,
-    /// Ops committed.
-    pub ops_committed: u64,
-    /// Requests acknowledged to clients.
-    pub requests_acknowledged: u64,
-    /// Crashes injected.
-    pub crashes: u64,
-    /// Ticks until convergence after the fault phase.
-    pub convergence_ticks: u64,
-}
-
-/// The result of one seed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The seed.
-    pub seed: u64,
-    /// The summary, or what went wrong.
-    pub result: Result<Summary, String>,
-}
-
-/// Fault rates and sizes drawn from the seed.
-#[derive(Clone, Copy, Debug)]
-struct Scenario {
-    replica_count: u8,
-    client_count: u64,
-    requests_per_client: u64,
-    issue_per_mille: u64,
-    network: NetworkFaults,
-    crash_per_mille: u64,
-    partition_change_per_mille: u64,
-}
-
-impl Scenario {
-    fn from_rng(rng: &mut Rng) -> Scenario {
-        Scenario {
-            replica_count: rng.between(1, 5) as u8,
-            client_count: rng.between(1, 12),
-            requests_per_client: rng.between(20, 200),
-            issue_per_mille: rng.between(20, 80),
-            network: NetworkFaults {
-                loss_per_mille: rng.below(100),
-                duplicate_per_mille: rng.below(50),
-                delay_ticks_max: rng.between(1, 8),
-            },
-            crash_per_mille: rng.below(8),
-            partition_change_per_mille: rng.below(12),
-        }
-    }
-}
 
 /// Runs one seed; a panic inside a replica (a violated invariant) is a failure too.
 pub fn run_seed(seed: u64, options: SimulationOptions) -> Outcome {
@@ -145,13 +74,15 @@ struct Simulation {
     history: History,
     checker: Checker,
     crashes: u64,
+    /// Counters of replicas that have crashed since, summed.
+    counters_of_crashed: Counters,
     faults_on: bool,
 }
 
 impl Simulation {
     fn new(seed: u64, options: SimulationOptions) -> Simulation {
         let mut rng = Rng::new(seed);
-        let scenario = Scenario::from_rng(&mut rng);
+        let scenario = Scenario::from_rng(&mut rng, options.fault_ticks);
         let count = usize::from(scenario.replica_count);
         let clients = (0..scenario.client_count)
             .map(|id| {
@@ -175,14 +106,13 @@ impl Simulation {
             history: History::default(),
             checker: Checker::new(count),
             crashes: 0,
+            counters_of_crashed: Counters::default(),
             faults_on: true,
         }
     }
 
     fn config(&self, replica: ReplicaIndex) -> Config {
-        let mut config = Config::new(self.scenario.replica_count, replica);
-        config.canary_commit_without_quorum = self.options.canary;
-        config
+        self.scenario.config(replica, self.options.canary)
     }
 
     fn run(mut self) -> Result<Summary, String> {
@@ -212,7 +142,12 @@ impl Simulation {
         }
         let live = vec![true; self.replicas.len()];
         self.checker.check_acknowledged_everywhere(&live)?;
+        self.check_same_state()?;
         linearizability::check(&self.history)?;
+        let mut counters = self.counters_of_crashed;
+        for replica in self.replicas.iter().flatten() {
+            add_counters(&mut counters, &replica.counters());
+        }
         Ok(Summary {
             replica_count: self.scenario.replica_count,
             ops_committed: self.checker.committed_max(),
@@ -223,14 +158,35 @@ impl Simulation {
                 .filter(|operation| operation.completed.is_some())
                 .count() as u64,
             crashes: self.crashes,
+            checkpoints_taken: counters.checkpoints_taken,
+            states_transferred: counters.states_installed,
+            states_rejected: counters.states_rejected,
             convergence_ticks,
         })
+    }
+
+    /// After convergence every replica has applied the same ops, so it must hold the same state
+    /// machine, however it got there (applies, restarts or state transfers).
+    fn check_same_state(&self) -> Result<(), String> {
+        let states: Vec<&KeyValue> = self
+            .replicas
+            .iter()
+            .flatten()
+            .map(|replica| replica.state_machine())
+            .collect();
+        match states.iter().position(|state| *state != states[0]) {
+            Some(replica) => Err(format!(
+                "replica {replica} holds a different state than replica 0 at the same op"
+            )),
+            None => Ok(()),
+        }
     }
 
     fn step(&mut self) -> Result<(), String> {
         self.now_tick += 1;
         if self.faults_on {
             self.inject_faults();
+            self.start_outage();
         }
         self.restart_due()?;
         while let Some(packet) = self.network.pop_due(self.now_tick) {
@@ -252,6 +208,16 @@ impl Simulation {
         }
         self.tick_clients();
         Ok(())
+    }
+
+    /// Takes the scenario's outage replica down for long at its start tick.
+    fn start_outage(&mut self) {
+        let Some(outage) = self.scenario.outage else {
+            return;
+        };
+        if outage.start_tick == self.now_tick {
+            self.crash(usize::from(outage.replica), outage.downtime_ticks);
+        }
     }
 
     fn inject_faults(&mut self) {
@@ -293,7 +259,8 @@ impl Simulation {
             return Ok(());
         };
         if replica.journal_mut().has_crashed() {
-            self.crash(index);
+            let downtime_ticks = self.rng.between(10, 300);
+            self.crash(index, downtime_ticks);
             return Ok(());
         }
         self.checker
@@ -328,19 +295,27 @@ impl Simulation {
                 } => {
                     self.checker.on_applied(index, op, checksum, &requests)?;
                 }
+                Action::Checkpoint {
+                    op,
+                    state_checksum,
+                    installed,
+                } => {
+                    self.checker
+                        .on_checkpoint(index, op, state_checksum, installed)?;
+                }
             }
         }
         Ok(())
     }
 
-    fn crash(&mut self, index: usize) {
+    fn crash(&mut self, index: usize, downtime_ticks: u64) {
         let Some(replica) = self.replicas[index].take() else {
             return;
         };
+        add_counters(&mut self.counters_of_crashed, &replica.counters());
         let mut journal = replica.into_journal();
         let rng = &mut self.rng;
         journal.crash(&mut || rng.next_u64());
-        let downtime_ticks = self.rng.between(10, 300);
         self.down[index] = Some((journal, self.now_tick + downtime_ticks));
         self.crashes += 1;
     }
@@ -417,6 +392,7 @@ impl Simulation {
         self.network.heal();
         self.network.faults.loss_per_mille = 0;
         self.network.faults.duplicate_per_mille = 0;
+        self.network.faults.corrupt_state_chunk_per_mille = 0;
         for replica in self.replicas.iter_mut().flatten() {
             replica.journal_mut().disarm();
         }
@@ -447,12 +423,15 @@ impl Simulation {
             .enumerate()
             .map(|(index, replica)| match replica {
                 Some(replica) => format!(
-                    "r{index} {:?} view {} op {} commit {} applied {}",
+                    "r{index} {:?} view {} op {} commit {} applied {} log base {} checkpoint {} {:?}",
                     replica.status(),
                     replica.view(),
                     replica.op(),
                     replica.commit(),
-                    replica.applied()
+                    replica.applied(),
+                    replica.log_base(),
+                    replica.checkpoint().op,
+                    replica.counters(),
                 ),
                 None => format!("r{index} down"),
             })
@@ -466,69 +445,12 @@ impl Simulation {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Seeds run by `cargo test`: enough to cover every cluster size and fault mix, small
-    /// enough for a debug build.
-    const FIXED_SEEDS: u64 = 200;
-
-    fn failures(outcomes: &[Outcome]) -> Vec<String> {
-        outcomes
-            .iter()
-            .filter_map(|outcome| {
-                outcome
-                    .result
-                    .as_ref()
-                    .err()
-                    .map(|reason| format!("seed {}: {reason}", outcome.seed))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_fixed_set_of_seeds_passes_every_check() {
-        // Exactly what `vsr-sim --seeds 200` runs.
-        let outcomes = run_seeds(0, FIXED_SEEDS, SimulationOptions::default(), 2);
-        assert_eq!(outcomes.len() as u64, FIXED_SEEDS);
-        assert_eq!(failures(&outcomes), Vec::<String>::new());
-        let committed: u64 = outcomes
-            .iter()
-            .filter_map(|outcome| outcome.result.as_ref().ok())
-            .map(|summary| summary.ops_committed)
-            .sum();
-        assert!(
-            committed > FIXED_SEEDS * 20,
-            "the seeds carried real load: {committed} ops"
-        );
-    }
-
-    #[test]
-    fn the_canary_that_commits_without_a_quorum_is_caught() {
-        let options = SimulationOptions {
-            canary: true,
-            ..SimulationOptions::default()
-        };
-        let outcomes = run_seeds(0, 40, options, 2);
-        let failed = failures(&outcomes);
-        assert!(
-            failed.len() >= 4,
-            "the checkers caught only {} canary seeds",
-            failed.len()
-        );
-        assert!(
-            failed
-                .iter()
-                .any(|failure| failure.contains("committed different entries")),
-            "the agreement checker itself, not only replica asserts, catches the canary"
-        );
-    }
-
-    #[test]
-    fn a_seed_replays_identically() {
-        let options = SimulationOptions::default();
-        assert_eq!(run_seed(11, options), run_seed(11, options));
-        assert_ne!(run_seed(11, options), run_seed(12, options));
-    }
+fn add_counters(total: &mut Counters, counters: &Counters) {
+    total.checkpoints_taken += counters.checkpoints_taken;
+    total.states_installed += counters.states_installed;
+    total.states_rejected += counters.states_rejected;
 }
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;
