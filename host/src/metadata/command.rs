@@ -100,7 +100,7 @@ pub enum Command {
 }
 
 /// What applying a command produced.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Applied {
     /// A tenant was created or changed.
@@ -118,4 +118,6 @@ pub enum Applied {
     ShardsAssigned(Vec<(ShardKey, Allocation)>),
     /// A member joined or changed state (`Removed`: its record is gone).
     Member(MemberRecord),
+    /// The whole catalog was replaced by a snapshot (state transfer): reload everything.
+    Restored,
 }

@@ -4,7 +4,7 @@ use super::limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
 use super::members::MemberState;
 
 /// Why a command or query failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum MetadataError {
     /// A name is empty, too long or has characters outside `[A-Za-z0-9_.-]`.
@@ -47,6 +47,9 @@ pub enum MetadataError {
     /// A member's record is unusable (too many roles, an address too long).
     #[error("invalid member: {0}")]
     InvalidMember(String),
+    /// A replicated operation is not a catalog command.
+    #[error("malformed catalog command: {0}")]
+    Malformed(String),
     /// The storage engine failed.
     #[error("metadata storage failed: {0}")]
     Storage(String),

@@ -2,6 +2,8 @@
 //! by hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by a
 //! deterministic state machine over redb ([`MetadataStore::apply`]).
 //!
+//! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group.
+//!
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
 //! applies them in order; in a cluster the same commands are ordered by consensus and applied
 //! on every node. Either way the node's [`CatalogObserver`] hears of each applied command and
@@ -15,6 +17,7 @@ mod limits;
 mod members;
 mod plane;
 mod records;
+mod replicated;
 mod store;
 
 pub use command::{Applied, Command};
@@ -23,4 +26,5 @@ pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord, MemberState};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
+pub use replicated::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use store::MetadataStore;

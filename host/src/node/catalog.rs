@@ -214,6 +214,28 @@ impl NodeCatalog {
         self.entities.stop_type(key).await;
     }
 
+    /// Makes what the layers run match a catalog replaced by a snapshot: tenants afresh, types
+    /// the snapshot lacks unbound, the rest bound (again), members shown.
+    async fn reload(&self) -> Result<(), crate::metadata::MetadataError> {
+        *self.tenants_mut() = TenantIndex::default();
+        let records = self.store.entity_types(None)?;
+        for key in self.types.keys() {
+            let kept = records
+                .iter()
+                .any(|record| record.tenant == key.tenant && record.name == key.entity_type);
+            if !kept {
+                self.unbind(&key).await;
+            }
+        }
+        let members = self.store.members()?;
+        for member in self.membership.snapshot().members() {
+            if !members.iter().any(|record| record.node == member.node) {
+                self.membership.leave(&member.node);
+            }
+        }
+        self.load().await
+    }
+
     async fn on_applied(&self, applied: &Applied) {
         match applied {
             Applied::Tenant(tenant) => {
@@ -237,6 +259,11 @@ impl NodeCatalog {
                     .await
             }
             Applied::Member(member) => self.show_member(member),
+            Applied::Restored => {
+                if let Err(error) = self.reload().await {
+                    tracing::error!(%error, "the node could not reload a restored catalog");
+                }
+            }
             _ => {}
         }
     }
