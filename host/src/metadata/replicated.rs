@@ -24,6 +24,9 @@ pub const UNOBSERVED_APPLIED_MAX: usize = 4096;
 /// What a replicated catalog command answered.
 pub type CatalogResult = Result<Applied, MetadataError>;
 
+/// One row of the shard allocation table: `((tenant, type, shard), (node, generation))`.
+type ShardRow = ((String, String, u32), (String, u64));
+
 /// Every catalog table, row by row in key order: one deterministic snapshot.
 #[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct CatalogSnapshot {
@@ -32,7 +35,7 @@ struct CatalogSnapshot {
     types: Vec<((String, String), serde_bytes::ByteBuf)>,
     plugins: Vec<(String, serde_bytes::ByteBuf)>,
     plugin_refs: Vec<(String, u32)>,
-    shards: Vec<((String, String, u32), (String, u64))>,
+    shards: Vec<ShardRow>,
     counters: Vec<(String, u64)>,
     members: Vec<(String, serde_bytes::ByteBuf)>,
 }
