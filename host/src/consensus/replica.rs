@@ -441,6 +441,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         &self.state_machine
     }
 
+    /// The state machine, mutably, for a host that drains what it reported (the catalog's
+    /// applied commands). Changing its state here would break replication.
+    pub fn state_machine_mut(&mut self) -> &mut S {
+        &mut self.state_machine
+    }
+
     /// The journal, for a host that needs to inspect it (the simulator arms crashes with it).
     pub fn journal_mut(&mut self) -> &mut J {
         &mut self.journal

@@ -97,6 +97,16 @@ impl CatalogMachine {
         })
     }
 
+    /// Empties every table: a replica rebuilds its catalog from its checkpoint and journal when
+    /// it starts, so nothing it applied before is applied twice.
+    pub fn reset(&mut self) -> Result<(), RestoreError> {
+        let empty = rmp_serde::to_vec(&CatalogSnapshot::default())
+            .map_err(|error| RestoreError::Malformed(error.to_string()))?;
+        self.restore(&empty)?;
+        self.unobserved.clear();
+        Ok(())
+    }
+
     /// Applied commands since the last call, in order, for the node's catalog observer.
     pub fn take_applied(&mut self) -> Vec<Applied> {
         self.unobserved.drain(..).collect()

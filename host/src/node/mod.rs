@@ -16,6 +16,7 @@ mod error;
 mod messages;
 mod metric_families;
 mod metrics;
+pub mod plane;
 mod rate;
 mod tenants;
 

@@ -1,0 +1,154 @@
+//! The metadata plane of a cluster: the catalog replicated by Viewstamped Replication among
+//! the configured voters over the cluster transport. Each voter runs a [`Replica`] over a file
+//! journal with the catalog ([`CatalogMachine`]) as its state machine, driven by one task
+//! ([`driver`]) that ticks it, carries its messages and tells the node's observer of every
+//! command it applies, in order, on every voter.
+//!
+//! A command submitted on any voter is sent to all voters; only the primary orders it, and its
+//! reply comes back to the submitting node, which answers once its own catalog has applied the
+//! command too (so a caller reads its own write on the node it wrote through). Reads come from
+//! the local catalog and trail the primary by the commands in flight.
+//!
+//! [`Replica`]: crate::consensus::replica::Replica
+
+mod driver;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use wire::PlaneMessage;
+
+use crate::cluster::{Inbound, Transport};
+use crate::consensus::config::Config;
+use crate::contract::BoxFuture;
+use crate::metadata::{
+    Applied, CatalogObserver, Command, MetadataError, MetadataPlane, MetadataStore, PlaneStatus,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Submissions waiting for the driver; past it `submit` answers `unavailable`.
+pub const SUBMISSIONS_MAX: usize = 256;
+
+/// The longest a submission waits for its command to commit and apply here.
+pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a voter of the metadata plane runs.
+#[derive(Clone, Debug)]
+pub struct PlaneConfig {
+    /// Every voter's node id, in replica order (the same list on every voter).
+    pub voters: Vec<String>,
+    /// This node's id (one of `voters`).
+    pub node: String,
+    /// The journal file.
+    pub journal: PathBuf,
+    /// Real time per protocol tick (the replica's timeouts count ticks).
+    pub tick: Duration,
+}
+
+/// The cluster's metadata plane as one voter runs it.
+pub struct ReplicatedPlane {
+    store: MetadataStore,
+    submissions: mpsc::Sender<driver::Submission>,
+    status: watch::Receiver<PlaneStatus>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+/// Why the plane could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaneError {
+    /// The configuration is unusable.
+    #[error("metadata plane: {0}")]
+    Config(String),
+    /// The journal could not be opened or recovered.
+    #[error("metadata plane journal: {0}")]
+    Journal(String),
+}
+
+impl ReplicatedPlane {
+    /// Starts this voter: opens (or, on first start, creates) its journal, rebuilds the catalog
+    /// from it and starts driving the replica over `transport`, whose peers must include
+    /// every other voter.
+    pub fn start(
+        config: PlaneConfig,
+        store: MetadataStore,
+        observer: Arc<dyn CatalogObserver>,
+        transport: Arc<Transport<PlaneMessage>>,
+        inbound: Inbound<PlaneMessage>,
+    ) -> Result<ReplicatedPlane, PlaneError> {
+        let index = config
+            .voters
+            .iter()
+            .position(|voter| *voter == config.node)
+            .ok_or_else(|| PlaneError::Config(format!("{} is not a voter", config.node)))?;
+        let replica_count = u8::try_from(config.voters.len())
+            .map_err(|_| PlaneError::Config("too many voters".into()))?;
+        let replica_config = Config::new(replica_count, index as u8);
+        replica_config
+            .validate()
+            .map_err(|error| PlaneError::Config(error.to_string()))?;
+        let replica = driver::open_replica(replica_config, &config.journal, store.clone())?;
+        let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
+        let (status_sender, status) = watch::channel(PlaneStatus {
+            view: 0,
+            commit: 0,
+            primary: None,
+            voters: config.voters.clone(),
+        });
+        let driver = driver::Driver::new(
+            config,
+            replica,
+            observer,
+            transport,
+            inbound,
+            submitted,
+            status_sender,
+        );
+        Ok(ReplicatedPlane {
+            store,
+            submissions,
+            status,
+            driver: tokio::spawn(driver.run()),
+        })
+    }
+}
+
+impl Drop for ReplicatedPlane {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl MetadataPlane for ReplicatedPlane {
+    fn submit(&self, command: Command) -> BoxFuture<'static, Result<Applied, MetadataError>> {
+        let submissions = self.submissions.clone();
+        Box::pin(async move {
+            let (answer, answered) = oneshot::channel();
+            let submission = driver::Submission { command, answer };
+            submissions.try_send(submission).map_err(|_| {
+                MetadataError::Unavailable("too many catalog commands in flight".into())
+            })?;
+            match tokio::time::timeout(SUBMIT_TIMEOUT, answered).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(MetadataError::Unavailable(
+                    "the metadata plane stopped".into(),
+                )),
+                Err(_) => Err(MetadataError::Unavailable(format!(
+                    "no quorum committed the command within {SUBMIT_TIMEOUT:?}"
+                ))),
+            }
+        })
+    }
+
+    fn store(&self) -> &MetadataStore {
+        &self.store
+    }
+
+    fn status(&self) -> PlaneStatus {
+        self.status.borrow().clone()
+    }
+}
