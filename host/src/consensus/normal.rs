@@ -159,6 +159,13 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         }
         if candidate > self.commit {
             self.advance_commit(candidate);
+            // Tell the backups at once rather than at the next heartbeat, so a backup whose
+            // client waits to read its own write applies it one round trip later.
+            self.heartbeat_tick = self.now_ticks;
+            self.broadcast(&Message::Commit {
+                view: self.view,
+                commit: self.commit,
+            });
         }
     }
 
