@@ -61,14 +61,14 @@ impl Node {
                 entities,
             )
         })?;
-        let membership = Membership::new();
+        let membership = Arc::new(Membership::new());
         let catalog = Arc::new(NodeCatalog::new(
             metadata.clone(),
             runtime.clone(),
             types,
             region.clone(),
             entities.clone(),
-            membership.clone(),
+            Arc::downgrade(&membership),
             &config,
         ));
         let plane: Arc<dyn MetadataPlane> = Arc::new(LocalPlane::new(metadata, catalog.clone()));
@@ -93,6 +93,7 @@ impl Node {
             entities,
             region,
             coordinator,
+            _membership: membership,
             remember,
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),

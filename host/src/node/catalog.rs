@@ -12,7 +12,7 @@ use crate::node::NodeConfig;
 use crate::runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
 use crate::sharding::{Membership, RegionHandle, TypeSettings};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 // A tenant's plugin quota can never exceed what the runtime loads.
@@ -48,8 +48,10 @@ pub(crate) struct NodeCatalog {
     types: Arc<TypeTable>,
     region: RegionHandle,
     entities: Entities,
-    /// The members the coordinator may place shards on, as the catalog says.
-    membership: Membership,
+    /// The members the coordinator may place shards on, as the catalog says. Weak: the node
+    /// owns the view, and dropping it is what ends the coordinator (which holds this catalog
+    /// through the plane).
+    membership: Weak<Membership>,
     tenants: RwLock<TenantIndex>,
     num_shards: u32,
     default_idle: Option<Duration>,
@@ -62,7 +64,7 @@ impl NodeCatalog {
         types: Arc<TypeTable>,
         region: RegionHandle,
         entities: Entities,
-        membership: Membership,
+        membership: Weak<Membership>,
         config: &NodeConfig,
     ) -> Self {
         NodeCatalog {
@@ -228,9 +230,11 @@ impl NodeCatalog {
             }
         }
         let members = self.store.members()?;
-        for member in self.membership.snapshot().members() {
-            if !members.iter().any(|record| record.node == member.node) {
-                self.membership.leave(&member.node);
+        if let Some(membership) = self.membership.upgrade() {
+            for member in membership.snapshot().members() {
+                if !members.iter().any(|record| record.node == member.node) {
+                    membership.leave(&member.node);
+                }
             }
         }
         self.load().await
@@ -271,15 +275,16 @@ impl NodeCatalog {
     /// Shows a member's committed state to the coordinator: only members that are up may own
     /// shards; joining ones do not yet, and leaving, exiting, down and removed ones no more.
     fn show_member(&self, member: &MemberRecord) {
+        let Some(membership) = self.membership.upgrade() else {
+            return; // the node is gone
+        };
         match member.state {
-            MemberState::Up => self
-                .membership
-                .join(member.node.clone(), member.roles.iter().cloned()),
+            MemberState::Up => membership.join(member.node.clone(), member.roles.iter().cloned()),
             MemberState::Joining => {}
             MemberState::Leaving
             | MemberState::Exiting
             | MemberState::Down
-            | MemberState::Removed => self.membership.leave(&member.node),
+            | MemberState::Removed => membership.leave(&member.node),
         }
     }
 

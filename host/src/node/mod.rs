@@ -32,7 +32,7 @@ pub use tenants::{Principal, token_hash};
 use crate::entity::Entities;
 use crate::metadata::MetadataPlane;
 use crate::runtime::Runtime;
-use crate::sharding::{CoordinatorHandle, RegionHandle};
+use crate::sharding::{CoordinatorHandle, Membership, RegionHandle};
 use crate::state::LocalState;
 use crate::state::remember::RememberWriter;
 use catalog::NodeCatalog;
@@ -49,6 +49,9 @@ pub struct Node {
     entities: Entities,
     region: RegionHandle,
     coordinator: CoordinatorHandle,
+    /// The membership view the coordinator follows; the catalog updates it through a weak
+    /// handle, so dropping the node ends the coordinator.
+    _membership: Arc<Membership>,
     remember: RememberWriter,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
