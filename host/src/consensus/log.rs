@@ -162,7 +162,15 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             link => {
                 assert!(
                     link != Link::Disjoint || suffix.base > self.applied,
-                    "replicas agree on every committed op, and a log holds every committed op"
+                    "replicas agree on every committed op, and a log holds every committed op \
+                     (replica {} log {}..={} applied {}, suffix from {} {}..={})",
+                    self.config.replica,
+                    self.log.base(),
+                    self.op(),
+                    self.applied,
+                    source,
+                    suffix.base,
+                    suffix.op()
                 );
                 self.request_state(source);
                 None

@@ -107,6 +107,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             .and_then(|answer| answer.log.clone().map(|log| (log, answer.commit)));
         if primary != self.config.replica {
             if let Some((log, commit)) = primary_answer {
+                if log.op() < self.applied {
+                    // An answer older than a checkpoint installed since; the next round of
+                    // recovery requests brings a current one.
+                    return;
+                }
                 let Some(common) = self.link_or_request_state(&log, primary) else {
                     return;
                 };

@@ -228,6 +228,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         {
             return self.ignore();
         }
+        if log.op() < self.applied {
+            // Sent before ops this replica has since installed by state transfer were
+            // prepared in that view: ask for the view's current log instead.
+            return self.request_start_view(view);
+        }
         let Some(common) = self.link_or_request_state(&log, self.primary_of(view)) else {
             return;
         };
