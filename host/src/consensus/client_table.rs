@@ -71,6 +71,13 @@ impl ClientTable {
         }
     }
 
+    /// Every session, in no particular order.
+    pub fn sessions(&self) -> impl Iterator<Item = (ClientId, &Session)> {
+        self.sessions
+            .iter()
+            .map(|(client, session)| (*client, session))
+    }
+
     /// Whether the client's session is known to have been evicted. Unlike
     /// [`Lookup::Evicted`] for a request above 1 without a session, this holds even for a
     /// primary whose table lags the log (the request before may be committed, not applied).

@@ -148,11 +148,17 @@ impl FileJournal {
     fn compact(&mut self, superblock: Superblock) -> std::io::Result<()> {
         let bytes = read_all(&mut self.file)?;
         let end = usize::try_from(self.records_end).unwrap_or(usize::MAX);
-        let Ok(records) = parse_records(&bytes, RECORDS_START as usize, end) else {
-            panic!("records this journal synced parse back");
-        };
+        let records = parse_records(&bytes, RECORDS_START as usize, end).map_err(|offset| {
+            let path = self.path.display();
+            invalid_data(format!(
+                "{path}: synced record at offset {offset} reads back corrupt"
+            ))
+        })?;
         let Some(recovered) = recover_log(&superblock, &records) else {
-            panic!("a superblock just written names records that are durable");
+            let path = self.path.display();
+            return Err(invalid_data(format!(
+                "{path}: superblock names records it lacks"
+            )));
         };
         let mut region = Vec::new();
         for record in compacted_records(&recovered) {
@@ -199,6 +205,10 @@ fn parent_directory(path: &Path) -> PathBuf {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     }
+}
+
+fn invalid_data(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
 /// Makes the journal's directory entry (a creation or a rename) durable.

@@ -21,6 +21,17 @@ pub(super) enum Link {
     Disjoint,
 }
 
+/// What a replica can do with a log suffix from a peer (see [`Replica::join`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Join {
+    /// Install it above this op, where both logs agree.
+    At(OpNumber),
+    /// Not yet: a state transfer must bring the ops below it first.
+    Pending,
+    /// Never: it predates the state the replica has applied.
+    Stale,
+}
+
 /// Ops `base + 1..=op()` of the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Log {
@@ -148,30 +159,40 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.durable_dirty = true;
     }
 
-    /// Where `suffix` would join the log, if it can: its entries must link to the log and fit
-    /// in the window above the checkpoint. Otherwise the replica is missing ops below the
-    /// suffix (which are committed: a suffix's base is) and asks `source` for its checkpoint.
-    pub(super) fn link_or_request_state(
-        &mut self,
-        suffix: &LogSuffix,
-        source: ReplicaIndex,
-    ) -> Option<OpNumber> {
+    /// Where `suffix` would join the log, if it can: it must agree with the state the replica
+    /// has applied, link to the log and fit in the window above the checkpoint.
+    ///
+    /// A suffix that ends below the applied state, or disagrees with it, is [`Join::Stale`]: a
+    /// replica that installed a checkpoint from a later view can receive a log of an earlier
+    /// one, whose uncommitted tail that later view replaced. A suffix that starts above the
+    /// applied state and does not link is [`Join::Pending`]: the replica misses ops below it
+    /// (committed: a suffix's base is) and asks `source` for its checkpoint.
+    pub(super) fn join(&mut self, suffix: &LogSuffix, source: ReplicaIndex) -> Join {
+        let applied_checksum = self.log.checksum_at(self.applied);
+        let consistent = suffix.op() >= self.applied
+            && suffix
+                .checksum_at(self.applied)
+                .is_none_or(|checksum| Some(checksum) == applied_checksum);
+        if !consistent {
+            self.ignore();
+            return Join::Stale;
+        }
         let fits = suffix.op().saturating_sub(self.checkpoint.op) <= self.config.log_entries_max();
         match self.log.link(suffix) {
-            Link::At(common) if fits => Some(common),
+            Link::At(common) if fits => Join::At(common),
             link => {
                 assert!(
                     link != Link::Disjoint || suffix.base > self.applied,
-                    "replicas agree on every committed op, and a log holds every committed op"
+                    "a log that agrees with the applied state links to it"
                 );
                 self.request_state(source);
-                None
+                Join::Pending
             }
         }
     }
 
-    /// Replaces the log above `common` (where it agrees with `suffix`, see
-    /// [`Replica::link_or_request_state`]) with the suffix's entries. Committed ops are never
+    /// Replaces the log above `common` (where it agrees with `suffix`, see [`Replica::join`])
+    /// with the suffix's entries. Committed ops are never
     /// replaced.
     pub(super) fn install_suffix(&mut self, suffix: LogSuffix, common: OpNumber) {
         assert!(

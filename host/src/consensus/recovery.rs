@@ -10,6 +10,7 @@
 //! its in-flight state), joins a view change with its durable log.
 
 use super::journal::Journal;
+use super::log::Join;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::Answer;
 use super::replica::Replica;
@@ -107,7 +108,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             .and_then(|answer| answer.log.clone().map(|log| (log, answer.commit)));
         if primary != self.config.replica {
             if let Some((log, commit)) = primary_answer {
-                let Some(common) = self.link_or_request_state(&log, primary) else {
+                // A stale answer (older than a checkpoint installed since) waits for the next
+                // round of recovery requests, which brings a current one.
+                let Join::At(common) = self.join(&log, primary) else {
                     return;
                 };
                 self.recovery = None;

@@ -436,6 +436,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.counters
     }
 
+    /// The client table, for inspection.
+    pub fn client_table(&self) -> &ClientTable {
+        &self.clients
+    }
+
     /// The state machine, for inspection.
     pub fn state_machine(&self) -> &S {
         &self.state_machine

@@ -9,6 +9,7 @@
 //! how a replica cut off during a view change catches up.
 
 use super::journal::Journal;
+use super::log::Join;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::DoViewChangeVote;
 use super::replica::Replica;
@@ -191,7 +192,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             .max()
             .unwrap_or(0);
         let Some((source, log)) = best else { return };
-        let Some(common) = self.link_or_request_state(&log, source) else {
+        // A stale best log means these votes predate a checkpoint installed since (from a
+        // later view): this view change cannot complete; a newer view will be learned.
+        let Join::At(common) = self.join(&log, source) else {
             return;
         };
         self.install_suffix(log, common);
@@ -228,8 +231,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         {
             return self.ignore();
         }
-        let Some(common) = self.link_or_request_state(&log, self.primary_of(view)) else {
-            return;
+        let common = match self.join(&log, self.primary_of(view)) {
+            Join::At(common) => common,
+            Join::Pending => return,
+            // Sent before ops this replica has since installed by state transfer were prepared
+            // in that view: ask for the view's current log instead.
+            Join::Stale => return self.request_start_view(view),
         };
         self.view = view;
         self.view_change.reset(self.now_ticks);

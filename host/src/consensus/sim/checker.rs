@@ -117,6 +117,16 @@ impl Checker {
         }
     }
 
+    /// A replica installed a state in which `request_number` of `client` committed at `op`
+    /// (its client table says so). The ops below a checkpoint may never have been reported
+    /// applied: a replica that crashed in the handler that applied them restarts from a
+    /// checkpoint that holds them.
+    pub fn on_session(&mut self, client: ClientId, request_number: u64, op: OpNumber) {
+        self.request_ops
+            .entry((client, request_number))
+            .or_insert(op);
+    }
+
     /// A replica's view and commit after a handler.
     pub fn on_state(
         &mut self,

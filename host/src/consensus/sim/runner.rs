@@ -302,10 +302,24 @@ impl Simulation {
                 } => {
                     self.checker
                         .on_checkpoint(index, op, state_checksum, installed)?;
+                    if installed {
+                        self.report_sessions(index);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Tells the checker which requests the client table of `index` holds as committed.
+    fn report_sessions(&mut self, index: usize) {
+        let Some(replica) = self.replicas[index].as_ref() else {
+            return;
+        };
+        for (client, session) in replica.client_table().sessions() {
+            self.checker
+                .on_session(client, session.request_number, session.op);
+        }
     }
 
     fn crash(&mut self, index: usize, downtime_ticks: u64) {
