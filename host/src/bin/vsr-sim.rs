@@ -4,13 +4,39 @@
 //! cargo run --release --bin vsr-sim -- --seed 42          # replay one seed
 //! cargo run --release --bin vsr-sim -- --seeds 10000      # seeds 0..10000
 //! cargo run --release --bin vsr-sim -- --seeds 500 --from 7 --canary install-unverified-state
+//! cargo run --release --bin vsr-sim -- --machine catalog --seeds 2000  # the real catalog
 //! ```
 
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Instant;
 
 use clap::Parser;
-use tessera_host::consensus::sim::{Canary, SimulationOptions, Summary, run_seeds};
+use tessera_host::consensus::sim::{
+    Canary, KeyValueWorkload, Outcome, SimulationOptions, Summary, Workload, run_workload_seeds,
+};
+use tessera_host::metadata::CatalogWorkload;
+
+/// What the simulated cluster replicates.
+#[derive(Clone, Copy, Debug)]
+enum Machine {
+    /// The test key-value store, checked for linearizability.
+    KeyValue,
+    /// The real catalog, checked against a reference replay of the committed order.
+    Catalog,
+}
+
+impl FromStr for Machine {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Machine, String> {
+        match name {
+            name if name == KeyValueWorkload.name() => Ok(Machine::KeyValue),
+            name if name == CatalogWorkload.name() => Ok(Machine::Catalog),
+            _ => Err(format!("unknown machine {name}: kv or catalog")),
+        }
+    }
+}
 
 /// Runs the VSR simulator and prints one line per failing seed, then a summary.
 #[derive(Debug, Parser)]
@@ -33,6 +59,9 @@ struct Arguments {
     /// Ticks of the fault phase of each run.
     #[arg(long, default_value_t = SimulationOptions::default().fault_ticks)]
     fault_ticks: u64,
+    /// The replicated state machine: kv (the test key-value store) or catalog.
+    #[arg(long, default_value = "kv")]
+    machine: Machine,
     /// Worker threads.
     #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |count| count.get()))]
     threads: usize,
@@ -52,7 +81,14 @@ fn main() -> ExitCode {
     // A violated invariant panics inside a replica; the runner reports it per seed.
     std::panic::set_hook(Box::new(|_| {}));
     let started = Instant::now();
-    let outcomes = run_seeds(first, count, options, arguments.threads);
+    let outcomes: Vec<Outcome> = match arguments.machine {
+        Machine::KeyValue => {
+            run_workload_seeds(&KeyValueWorkload, first, count, options, arguments.threads)
+        }
+        Machine::Catalog => {
+            run_workload_seeds(&CatalogWorkload, first, count, options, arguments.threads)
+        }
+    };
     let elapsed_seconds = started.elapsed().as_secs_f64();
     let mut failed = 0u64;
     let mut totals = Totals::default();
@@ -81,6 +117,15 @@ fn main() -> ExitCode {
         totals.states_transferred,
         totals.states_rejected
     );
+    println!(
+        "{:?} machine: {} acknowledged replies checked, {} membership commands committed \
+         ({} seeds with one), {} refusals",
+        arguments.machine,
+        totals.replies_checked,
+        totals.membership_commands,
+        totals.seeds_with_membership,
+        totals.refusals
+    );
     println!("{} seeds passed", count - failed);
     if failed > 0 {
         println!("{failed} seeds failed");
@@ -98,6 +143,10 @@ struct Totals {
     seeds_with_transfers: u64,
     states_transferred: u64,
     states_rejected: u64,
+    replies_checked: u64,
+    membership_commands: u64,
+    seeds_with_membership: u64,
+    refusals: u64,
 }
 
 impl Totals {
@@ -108,5 +157,9 @@ impl Totals {
         self.seeds_with_transfers += u64::from(summary.states_transferred > 0);
         self.states_transferred += summary.states_transferred;
         self.states_rejected += summary.states_rejected;
+        self.replies_checked += summary.workload.replies_checked;
+        self.membership_commands += summary.workload.membership_commands;
+        self.seeds_with_membership += u64::from(summary.workload.membership_commands > 0);
+        self.refusals += summary.workload.refusals;
     }
 }

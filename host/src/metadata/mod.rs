@@ -2,7 +2,8 @@
 //! by hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by a
 //! deterministic state machine over redb ([`MetadataStore::apply`]).
 //!
-//! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group.
+//! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group;
+//! [`CatalogWorkload`] runs it in the VSR simulator.
 //!
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
 //! applies them in order; in a cluster the same commands are ordered by consensus and applied
@@ -26,5 +27,6 @@ pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord, MemberState};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
+pub use replicated::sim_workload::CatalogWorkload;
 pub use replicated::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use store::MetadataStore;

@@ -8,6 +8,8 @@
 //! is not: it would make this replica differ from the others, so the machine records it as a
 //! [`fault`](CatalogMachine::fault), applies nothing more, and its host must stop the replica.
 
+pub mod sim_workload;
+
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::store::{

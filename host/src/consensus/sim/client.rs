@@ -1,40 +1,49 @@
 //! Simulated clients and the history they record. A client has at most one request
 //! outstanding (as VSR assumes), sends it to the primary it believes in, and after a timeout
 //! resends it to every replica with the same request number. Every invocation and completion
-//! is recorded in a [`History`] for the linearizability checker.
+//! is recorded in a [`History`] for the workload's check. What a request carries and what a
+//! reply means is the [`Workload`]'s business.
 
 use super::rng::Rng;
+use super::workload::Workload;
 use crate::consensus::message::{ClientId, Message, ReplicaIndex, Reply, Request};
-use crate::consensus::state_machine::{KeyValueOperation, KeyValueResult};
 
 /// Ticks a client waits for a reply before resending to every replica.
 pub const CLIENT_RETRY_TICKS: u64 = 40;
 
-/// Keys the clients use: few, so that operations contend.
-pub const KEY_COUNT: u64 = 3;
-
-/// One operation as the clients saw it.
+/// One operation as the clients saw it: `O` is the workload's request, `A` its answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Operation {
+pub struct Operation<O, A> {
     /// Who issued it.
     pub client: ClientId,
-    /// The key-value operation.
-    pub operation: KeyValueOperation,
+    /// Its request number in the client's session.
+    pub request_number: u64,
+    /// The operation.
+    pub operation: O,
     /// Position in the global event order when it was invoked.
     pub invoked: u64,
-    /// Position when its reply arrived and the result, or `None` while pending.
-    pub completed: Option<(u64, Option<u64>)>,
+    /// Position when its reply arrived and the answer, or `None` while pending.
+    pub completed: Option<(u64, A)>,
 }
 
 /// Every operation of a run, with a global event order.
-#[derive(Clone, Debug, Default)]
-pub struct History {
+#[derive(Clone, Debug)]
+pub struct History<O, A> {
     /// The operations in invocation order.
-    pub operations: Vec<Operation>,
+    pub operations: Vec<Operation<O, A>>,
     events: u64,
 }
 
-impl History {
+impl<O, A> Default for History<O, A> {
+    fn default() -> Self {
+        History {
+            operations: Vec::new(),
+            events: 0,
+        }
+    }
+}
+
+impl<O, A> History<O, A> {
     fn next_event(&mut self) -> u64 {
         self.events += 1;
         self.events
@@ -85,13 +94,15 @@ impl Client {
         self.outstanding.is_some()
     }
 
-    /// Issues a new request (when `may_issue`) or resends a timed-out one; returns what to send.
-    pub fn tick(
+    /// Issues a new request of `workload` (when `may_issue`) or resends a timed-out one;
+    /// returns what to send.
+    pub fn tick<W: Workload>(
         &mut self,
+        workload: &W,
         rng: &mut Rng,
         now_tick: u64,
         may_issue: bool,
-        history: &mut History,
+        history: &mut History<W::Operation, W::Answer>,
     ) -> Vec<(ReplicaIndex, Message)> {
         if let Some(outstanding) = self.outstanding.as_mut() {
             if now_tick < outstanding.sent_tick + CLIENT_RETRY_TICKS {
@@ -108,27 +119,20 @@ impl Client {
         }
         self.requests_left -= 1;
         self.request_number += 1;
-        let key = rng.below(KEY_COUNT);
-        let operation = if rng.chance(500) {
-            KeyValueOperation::Put {
-                key,
-                value: (self.id << 32) | self.request_number,
-            }
-        } else {
-            KeyValueOperation::Get { key }
+        let operation = workload.next_operation(rng, self.id, self.request_number);
+        let request = Request {
+            client: self.id,
+            request_number: self.request_number,
+            operation: workload.encode(&operation),
         };
         let invoked = history.next_event();
         history.operations.push(Operation {
             client: self.id,
+            request_number: self.request_number,
             operation,
             invoked,
             completed: None,
         });
-        let request = Request {
-            client: self.id,
-            request_number: self.request_number,
-            operation: operation.encode(),
-        };
         let primary = (self.view_guess % u64::from(self.replica_count)) as ReplicaIndex;
         let message = Message::Request(request.clone());
         let history_index = history.operations.len() - 1;
@@ -142,10 +146,11 @@ impl Client {
 
     /// Takes a reply; returns the acknowledged request number if it completed the outstanding
     /// request (duplicates and stale replies return `None`).
-    pub fn on_reply(
+    pub fn on_reply<W: Workload>(
         &mut self,
+        workload: &W,
         reply: &Reply,
-        history: &mut History,
+        history: &mut History<W::Operation, W::Answer>,
     ) -> Result<Option<u64>, String> {
         self.view_guess = self.view_guess.max(reply.view);
         let Some(outstanding) = self.outstanding.as_ref() else {
@@ -157,14 +162,11 @@ impl Client {
         let Ok(result) = &reply.result else {
             return Err(format!("client {} was told {:?}", self.id, reply.result));
         };
-        let value = match KeyValueResult::decode(result) {
-            KeyValueResult::Value(value) => value,
-            KeyValueResult::Malformed => {
-                return Err(format!("client {} got a malformed result", self.id));
-            }
-        };
+        let answer = workload
+            .decode_answer(result)
+            .map_err(|error| format!("client {} got a bad answer: {error}", self.id))?;
         let completed = history.next_event();
-        history.operations[outstanding.history_index].completed = Some((completed, value));
+        history.operations[outstanding.history_index].completed = Some((completed, answer));
         self.outstanding = None;
         Ok(Some(reply.request_number))
     }

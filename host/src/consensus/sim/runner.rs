@@ -1,41 +1,67 @@
-//! One simulated run per seed: the scenario, the event loop and the final checks.
+//! One simulated run per seed: the scenario, the event loop and the final checks, generic over
+//! the [`Workload`] the cluster replicates.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::checker::Checker;
 use super::client::{Client, History};
-use super::linearizability;
+use super::key_value::KeyValueWorkload;
 use super::network::{Address, Network, Payload};
 use super::rng::Rng;
 use super::scenario::{Outcome, Scenario, SimulationOptions, Summary};
+use super::workload::{CommittedOrder, Workload};
 use crate::consensus::config::Config;
 use crate::consensus::journal::InMemoryJournal;
 use crate::consensus::message::{Message, ReplicaIndex, Status};
 use crate::consensus::replica::{Action, Counters, Replica};
-use crate::consensus::state_machine::KeyValue;
+use crate::consensus::state_machine::StateMachine;
 
 /// Ticks allowed, after faults stop, for every replica to agree and every client to be
 /// answered. Generous against the timeouts (tens of ticks) so a miss means a liveness bug.
 pub const CONVERGENCE_TICKS_MAX: u64 = 5_000;
 
-type SimReplica = Replica<InMemoryJournal, KeyValue>;
+type SimReplica<W> = Replica<InMemoryJournal, <W as Workload>::Machine>;
 
-/// Runs one seed; a panic inside a replica (a violated invariant) is a failure too.
+/// Runs one seed of the key-value workload; a panic inside a replica (a violated invariant) is
+/// a failure too.
 pub fn run_seed(seed: u64, options: SimulationOptions) -> Outcome {
-    let result = catch_unwind(AssertUnwindSafe(|| Simulation::new(seed, options).run()))
-        .unwrap_or_else(|payload| {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|text| text.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(format!("panic: {message}"))
-        });
+    run_workload_seed(&KeyValueWorkload, seed, options)
+}
+
+/// Runs `count` key-value seeds from `first` on `threads` threads; outcomes in seed order.
+pub fn run_seeds(
+    first: u64,
+    count: u64,
+    options: SimulationOptions,
+    threads: usize,
+) -> Vec<Outcome> {
+    run_workload_seeds(&KeyValueWorkload, first, count, options, threads)
+}
+
+/// Runs one seed of `workload`; a panic inside a replica (a violated invariant) is a failure
+/// too.
+pub fn run_workload_seed<W: Workload>(
+    workload: &W,
+    seed: u64,
+    options: SimulationOptions,
+) -> Outcome {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        Simulation::new(workload, seed, options).run()
+    }))
+    .unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(format!("panic: {message}"))
+    });
     Outcome { seed, result }
 }
 
-/// Runs `count` seeds from `first` on `threads` threads; outcomes in seed order.
-pub fn run_seeds(
+/// Runs `count` seeds of `workload` from `first` on `threads` threads; outcomes in seed order.
+pub fn run_workload_seeds<W: Workload>(
+    workload: &W,
     first: u64,
     count: u64,
     options: SimulationOptions,
@@ -48,7 +74,9 @@ pub fn run_seeds(
                 scope.spawn(move || {
                     (worker..count)
                         .step_by(threads as usize)
-                        .map(|index| run_seed(first.wrapping_add(index), options))
+                        .map(|index| {
+                            run_workload_seed(workload, first.wrapping_add(index), options)
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -62,16 +90,19 @@ pub fn run_seeds(
     outcomes
 }
 
-struct Simulation {
+struct Simulation<'w, W: Workload> {
+    workload: &'w W,
     rng: Rng,
     options: SimulationOptions,
     scenario: Scenario,
     now_tick: u64,
-    replicas: Vec<Option<SimReplica>>,
+    replicas: Vec<Option<SimReplica<W>>>,
     down: Vec<Option<(InMemoryJournal, u64)>>,
     network: Network,
     clients: Vec<Client>,
-    history: History,
+    history: History<W::Operation, W::Answer>,
+    /// Every committed op's requests, as live replicas reported applying them.
+    committed: CommittedOrder,
     checker: Checker,
     crashes: u64,
     /// Counters of replicas that have crashed since, summed.
@@ -79,8 +110,8 @@ struct Simulation {
     faults_on: bool,
 }
 
-impl Simulation {
-    fn new(seed: u64, options: SimulationOptions) -> Simulation {
+impl<'w, W: Workload> Simulation<'w, W> {
+    fn new(workload: &'w W, seed: u64, options: SimulationOptions) -> Self {
         let mut rng = Rng::new(seed);
         let scenario = Scenario::from_rng(&mut rng, options.fault_ticks);
         let count = usize::from(scenario.replica_count);
@@ -95,6 +126,7 @@ impl Simulation {
             })
             .collect();
         Simulation {
+            workload,
             rng,
             options,
             scenario,
@@ -104,6 +136,7 @@ impl Simulation {
             network: Network::new(count, scenario.network),
             clients,
             history: History::default(),
+            committed: CommittedOrder::new(),
             checker: Checker::new(count),
             crashes: 0,
             counters_of_crashed: Counters::default(),
@@ -120,7 +153,7 @@ impl Simulation {
             let formatted = Replica::format(
                 self.config(replica),
                 InMemoryJournal::new(),
-                KeyValue::default(),
+                self.workload.machine()?,
             );
             self.replicas[usize::from(replica)] =
                 Some(formatted.map_err(|error| error.to_string())?);
@@ -143,7 +176,7 @@ impl Simulation {
         let live = vec![true; self.replicas.len()];
         self.checker.check_acknowledged_everywhere(&live)?;
         self.check_same_state()?;
-        linearizability::check(&self.history)?;
+        let workload = self.workload.check(&self.history, &self.committed)?;
         let mut counters = self.counters_of_crashed;
         for replica in self.replicas.iter().flatten() {
             add_counters(&mut counters, &replica.counters());
@@ -162,17 +195,19 @@ impl Simulation {
             states_transferred: counters.states_installed,
             states_rejected: counters.states_rejected,
             convergence_ticks,
+            workload,
         })
     }
 
     /// After convergence every replica has applied the same ops, so it must hold the same state
-    /// machine, however it got there (applies, restarts or state transfers).
+    /// machine, however it got there (applies, restarts or state transfers): the same snapshot
+    /// bytes, since snapshots are deterministic.
     fn check_same_state(&self) -> Result<(), String> {
-        let states: Vec<&KeyValue> = self
+        let states: Vec<Vec<u8>> = self
             .replicas
             .iter()
             .flatten()
-            .map(|replica| replica.state_machine())
+            .map(|replica| replica.state_machine().snapshot())
             .collect();
         match states.iter().position(|state| *state != states[0]) {
             Some(replica) => Err(format!(
@@ -208,41 +243,6 @@ impl Simulation {
         }
         self.tick_clients();
         Ok(())
-    }
-
-    /// Takes the scenario's outage replica down for long at its start tick.
-    fn start_outage(&mut self) {
-        let Some(outage) = self.scenario.outage else {
-            return;
-        };
-        if outage.start_tick == self.now_tick {
-            self.crash(usize::from(outage.replica), outage.downtime_ticks);
-        }
-    }
-
-    fn inject_faults(&mut self) {
-        if self.rng.chance(self.scenario.partition_change_per_mille) {
-            let count = self.replicas.len();
-            match self.rng.below(4) {
-                0 => self.network.heal(),
-                1 => {
-                    let side: Vec<bool> = (0..count).map(|_| self.rng.chance(500)).collect();
-                    self.network.partition_symmetric(&side);
-                }
-                2 => self.network.partition_asymmetric(&mut self.rng, 300),
-                _ => {
-                    let isolated = self.rng.below(count as u64) as usize;
-                    self.network.isolate(isolated);
-                }
-            }
-        }
-        if self.rng.chance(self.scenario.crash_per_mille) {
-            let index = self.rng.below(self.replicas.len() as u64) as usize;
-            let writes = self.rng.below(3) as u32;
-            if let Some(replica) = self.replicas[index].as_mut() {
-                replica.journal_mut().crash_after_writes(writes);
-            }
-        }
     }
 
     fn deliver(&mut self, index: usize, message: Message) -> Result<(), String> {
@@ -291,9 +291,10 @@ impl Simulation {
                 Action::Applied {
                     op,
                     checksum,
-                    requests,
+                    ref requests,
                 } => {
-                    self.checker.on_applied(index, op, checksum, &requests)?;
+                    self.checker.on_applied(index, op, checksum, requests)?;
+                    self.record_committed(&action);
                 }
                 Action::Checkpoint {
                     op,
@@ -322,42 +323,13 @@ impl Simulation {
         }
     }
 
-    fn crash(&mut self, index: usize, downtime_ticks: u64) {
-        let Some(replica) = self.replicas[index].take() else {
-            return;
-        };
-        add_counters(&mut self.counters_of_crashed, &replica.counters());
-        let mut journal = replica.into_journal();
-        let rng = &mut self.rng;
-        journal.crash(&mut || rng.next_u64());
-        self.down[index] = Some((journal, self.now_tick + downtime_ticks));
-        self.crashes += 1;
-    }
-
-    fn restart_due(&mut self) -> Result<(), String> {
-        for index in 0..self.down.len() {
-            let due = self.down[index]
-                .as_ref()
-                .is_some_and(|(_, tick)| *tick <= self.now_tick);
-            if due || (!self.faults_on && self.down[index].is_some()) {
-                self.restart(index)?;
-            }
+    /// Keeps the first report of each applied op's requests.
+    fn record_committed(&mut self, action: &Action) {
+        if let Action::Applied { op, requests, .. } = action {
+            self.committed
+                .entry(*op)
+                .or_insert_with(|| requests.clone());
         }
-        Ok(())
-    }
-
-    fn restart(&mut self, index: usize) -> Result<(), String> {
-        let Some((journal, _)) = self.down[index].take() else {
-            return Ok(());
-        };
-        let config = self.config(index as ReplicaIndex);
-        let nonce = self.rng.next_u64();
-        let replica = Replica::open(config, journal, KeyValue::default(), nonce)
-            .map_err(|error| format!("replica {index} failed to recover: {error}"))?;
-        self.checker
-            .on_restart(index, replica.view(), replica.commit())?;
-        self.replicas[index] = Some(replica);
-        Ok(())
     }
 
     fn reply_to_client(
@@ -372,7 +344,7 @@ impl Simulation {
         else {
             return Ok(());
         };
-        if let Some(request_number) = target.on_reply(reply, &mut self.history)? {
+        if let Some(request_number) = target.on_reply(self.workload, reply, &mut self.history)? {
             self.checker.on_acknowledged(client, request_number)?;
         }
         Ok(())
@@ -383,6 +355,7 @@ impl Simulation {
             let client = &mut self.clients[index];
             let from = Address::Client(client.id());
             let sends = client.tick(
+                self.workload,
                 &mut self.rng,
                 self.now_tick,
                 self.faults_on,
@@ -399,18 +372,6 @@ impl Simulation {
                 );
             }
         }
-    }
-
-    fn stop_faults(&mut self) -> Result<(), String> {
-        self.faults_on = false;
-        self.network.heal();
-        self.network.faults.loss_per_mille = 0;
-        self.network.faults.duplicate_per_mille = 0;
-        self.network.faults.corrupt_state_chunk_per_mille = 0;
-        for replica in self.replicas.iter_mut().flatten() {
-            replica.journal_mut().disarm();
-        }
-        self.restart_due()
     }
 
     fn converged(&self) -> bool {
@@ -464,6 +425,8 @@ fn add_counters(total: &mut Counters, counters: &Counters) {
     total.states_installed += counters.states_installed;
     total.states_rejected += counters.states_rejected;
 }
+
+mod faults;
 
 #[cfg(test)]
 #[path = "runner_tests.rs"]

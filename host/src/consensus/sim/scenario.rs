@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use super::network::NetworkFaults;
 use super::rng::Rng;
+use super::workload::WorkloadCounts;
 use crate::consensus::config::{Canaries, Config};
 use crate::consensus::message::ReplicaIndex;
 
@@ -99,6 +100,8 @@ pub struct Summary {
     pub states_rejected: u64,
     /// Ticks until convergence after the fault phase.
     pub convergence_ticks: u64,
+    /// What the workload's own check counted.
+    pub workload: WorkloadCounts,
 }
 
 /// The result of one seed.
