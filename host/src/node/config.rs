@@ -152,9 +152,9 @@ impl NodeConfig {
         self.sharding
             .validate()
             .map_err(|error| format!("sharding: {error}"))?;
-        if self.node_id.is_empty() {
-            return Err("node_id must not be empty".into());
-        }
+        // The node joins the catalog's members under this id.
+        crate::metadata::validate_name(&self.node_id)
+            .map_err(|error| format!("node_id: {error}"))?;
         self.default_quotas
             .validate()
             .map_err(|error| format!("default_quotas: {error}"))?;
@@ -214,5 +214,18 @@ mod tests {
         assert_eq!(limits.connections_max, 2);
         assert_eq!(limits.header_read_timeout_ms, 10_000);
         assert_eq!(limits.drain_timeout_ms, 10_000);
+    }
+
+    #[test]
+    fn a_node_id_that_cannot_name_a_member_is_a_config_error() {
+        for bad in ["", "node one", "node/1"] {
+            let config = NodeConfig {
+                node_id: bad.into(),
+                ..NodeConfig::default()
+            };
+            let error = config.validate().unwrap_err();
+            assert!(error.starts_with("node_id:"), "{bad:?}: {error}");
+        }
+        assert!(NodeConfig::default().validate().is_ok());
     }
 }
