@@ -72,6 +72,9 @@ impl Node {
             &config,
         ));
         let plane: Arc<dyn MetadataPlane> = Arc::new(LocalPlane::new(metadata, catalog.clone()));
+        // A restarted node is an up member already: the coordinator must see it from its first
+        // request on (remembered entities ask for their shards as soon as types are bound).
+        catalog.show_members()?;
         let coordinator = Coordinator::start(
             config.sharding.clone(),
             membership.subscribe(),

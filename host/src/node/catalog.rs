@@ -90,6 +90,11 @@ impl NodeCatalog {
         for record in self.store.entity_types(None)? {
             self.bind(&record).await;
         }
+        self.show_members()
+    }
+
+    /// Shows every committed member to the coordinator's view.
+    pub(crate) fn show_members(&self) -> Result<(), crate::metadata::MetadataError> {
         for member in self.store.members()? {
             self.show_member(&member);
         }
