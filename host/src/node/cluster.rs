@@ -35,16 +35,6 @@ pub struct ClusterStatus {
     pub commit: u64,
 }
 
-impl ClusterStatus {
-    /// How many members are in `state`.
-    pub fn count(&self, state: MemberState) -> usize {
-        self.members
-            .iter()
-            .filter(|member| member.record.state == state)
-            .count()
-    }
-}
-
 impl Node {
     /// The cluster as this node sees it: committed members and the metadata plane's progress.
     /// Read from the local catalog, so it may trail the primary by the commands in flight.

@@ -63,22 +63,9 @@ pub(super) fn open_replica(
     let replica = if fresh {
         Replica::format(config, file, catalog)
     } else {
-        Replica::open(config, file, catalog, random_u64())
+        Replica::open(config, file, catalog, rand::random::<u64>())
     };
     replica.map_err(|error| PlaneError::Journal(error.to_string()))
-}
-
-/// A fresh random number (recovery nonces, client sessions) from the standard library's
-/// randomly keyed hasher.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_nanos()),
-    );
-    hasher.finish()
 }
 
 pub(super) struct Driver {
@@ -115,7 +102,7 @@ impl Driver {
             inbound,
             submitted,
             status,
-            client: random_u64(),
+            client: rand::random::<u64>(),
             next_request: 1,
             in_flight: None,
             origins: BTreeMap::new(),
