@@ -295,7 +295,7 @@ impl Cell {
         activated?;
         self.holds_instance
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        let tick = core.started.elapsed().as_millis() as u64;
+        let tick = core.cells().uses;
         core.took_instance(&self.address, tick);
         core.stats.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.activated(reason);

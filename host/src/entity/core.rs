@@ -117,6 +117,9 @@ pub(crate) struct Cells {
     pub(crate) tenants: foldhash::HashMap<String, usize>,
     pub(crate) evicting: usize,
     pub(crate) next_generation: u64,
+    /// The use clock: ticks once per message sent to a cell, so cells' last uses are ordered
+    /// without ties (a wall-clock reading would tie within a millisecond).
+    pub(crate) uses: u64,
 }
 
 impl Cells {
@@ -179,8 +182,6 @@ pub(crate) struct Core {
     pub(crate) cells: Mutex<Cells>,
     pub(crate) stats: EntitiesStats,
     pub(crate) counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
-    /// When the directory was made: cells' last use is kept in milliseconds since then.
-    pub(crate) started: std::time::Instant,
     /// Senders whose outboxes are being delivered.
     pub(crate) delivery: Delivery,
     /// Durable reminders being fired.
@@ -210,7 +211,6 @@ impl Core {
             cells: Mutex::default(),
             stats: EntitiesStats::default(),
             counters: RwLock::default(),
-            started: std::time::Instant::now(),
             delivery: Delivery::default(),
             reminders: ReminderClock::default(),
             messaging_started: std::sync::atomic::AtomicBool::new(false),

@@ -242,10 +242,11 @@ impl Entities {
         shard: ShardId,
         message: CellMessage,
     ) -> Result<(), (MessageError, CellMessage)> {
-        // A cell's last use, for least-recently-used eviction: a per-thread clock read, not a
-        // shared counter every sender would contend on.
-        let tick = self.core.started.elapsed().as_millis() as u64;
+        // A cell's last use, for least-recently-used eviction: the use clock, kept under the
+        // cells lock every sender takes anyway.
         let mut cells = self.core.cells();
+        cells.uses += 1;
+        let tick = cells.uses;
         if !cells.live.contains_key(&to)
             && let Err(error) = self.open_cell(&mut cells, &to, shard, tick)
         {
