@@ -17,7 +17,9 @@ use tessera_host::contract::BoxFuture;
 use tessera_host::metadata::{
     Applied, CatalogObserver, Command, LocalPlane, MetadataPlane, MetadataStore, Quotas,
 };
-use tessera_host::node::plane::{PlaneConfig, PlaneMessage, ReplicatedPlane};
+use tessera_host::node::plane::{
+    PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport,
+};
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Sequential commands timed one by one on each side.
@@ -85,6 +87,7 @@ async fn start_cluster(dir: &std::path::Path) -> Cluster {
             }
         }
         let transport = Arc::new(transport);
+        let (outbox, inbound) = dedicated_transport(transport.clone(), inbound);
         let config = PlaneConfig {
             voters: VOTERS.iter().map(|voter| voter.to_string()).collect(),
             node: node.to_string(),
@@ -95,7 +98,7 @@ async fn start_cluster(dir: &std::path::Path) -> Cluster {
             config,
             store(&dir.join(format!("{node}.redb"))),
             Arc::new(Quiet),
-            transport.clone(),
+            outbox,
             inbound,
         )
         .expect("plane");

@@ -118,6 +118,111 @@ pub struct NodeConfig {
     pub default_quotas: Quotas,
     /// Compiled plugins kept in memory beyond those that types are bound to.
     pub plugin_cache_entries: usize,
+    /// Set to run as one node of a cluster; left out, the node is a cluster of one.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// How a node joins a cluster of processes.
+///
+/// ```
+/// use tessera_host::node::ClusterConfig;
+/// let config: ClusterConfig = toml::from_str(r#"
+///     id = "dev"
+///     listen = "127.0.0.1:7101"
+///     certs_dir = ".tessera/certs"
+///     voters = ["n1", "n2", "n3"]
+///     [seeds]
+///     n1 = "127.0.0.1:7101"
+///     n2 = "127.0.0.1:7102"
+///     n3 = "127.0.0.1:7103"
+/// "#).unwrap();
+/// assert!(config.validate("n2").is_ok());
+/// assert!(config.validate("n9").unwrap_err().contains("voters"));
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The cluster's id: a node refuses peers of another cluster.
+    pub id: String,
+    /// Where this node listens for its peers.
+    pub listen: SocketAddr,
+    /// The address peers dial to reach this node [default: `listen`].
+    #[serde(default)]
+    pub advertise: Option<SocketAddr>,
+    /// Holds the cluster CA certificate and this node's certificate and key
+    /// (`tessera certs create`).
+    pub certs_dir: PathBuf,
+    /// The nodes that replicate the catalog (1, 3 or 5), the same list on every node.
+    pub voters: Vec<String>,
+    /// Cluster addresses of nodes to reach first, by node id: at least every voter. Other
+    /// members are learned from the catalog.
+    #[serde(default)]
+    pub seeds: std::collections::BTreeMap<String, SocketAddr>,
+    /// Real time per metadata-plane protocol tick.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// How long start-up waits for a quorum of voters to commit this node's join.
+    #[serde(default = "default_join_timeout_ms")]
+    pub join_timeout_ms: u64,
+}
+
+fn default_tick_ms() -> u64 {
+    10
+}
+
+fn default_join_timeout_ms() -> u64 {
+    120_000
+}
+
+impl ClusterConfig {
+    /// The address peers dial to reach this node.
+    pub fn advertised(&self) -> SocketAddr {
+        self.advertise.unwrap_or(self.listen)
+    }
+
+    /// Checks the section for the node named `node_id`.
+    pub fn validate(&self, node_id: &str) -> Result<(), String> {
+        crate::cluster::validate_node_id(node_id)
+            .map_err(|error| format!("node_id in a cluster: {error}"))?;
+        if self.id.is_empty() || self.id.len() > 64 {
+            return Err("cluster.id must be 1 to 64 bytes".into());
+        }
+        if ![1, 3, 5].contains(&self.voters.len()) {
+            return Err(format!(
+                "cluster.voters must name 1, 3 or 5 nodes, not {}",
+                self.voters.len()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for voter in &self.voters {
+            crate::cluster::validate_node_id(voter)
+                .map_err(|error| format!("cluster.voters: {error}"))?;
+            if !seen.insert(voter) {
+                return Err(format!("cluster.voters names {voter} twice"));
+            }
+            if voter != node_id && !self.seeds.contains_key(voter) {
+                return Err(format!("cluster.seeds must give the address of voter {voter}"));
+            }
+        }
+        if !self.voters.iter().any(|voter| voter == node_id) {
+            return Err(format!(
+                "{node_id} is not in cluster.voters: every node of this version is a voter"
+            ));
+        }
+        for seed in self.seeds.keys() {
+            crate::cluster::validate_node_id(seed)
+                .map_err(|error| format!("cluster.seeds: {error}"))?;
+        }
+        if self.tick_ms == 0 || self.tick_ms > 1_000 {
+            return Err("cluster.tick_ms must be 1 to 1000".into());
+        }
+        if self.join_timeout_ms == 0 || self.join_timeout_ms > API_TIMEOUT_MS_LIMIT {
+            return Err(format!(
+                "cluster.join_timeout_ms must be 1 to {API_TIMEOUT_MS_LIMIT}"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for NodeConfig {
@@ -134,6 +239,7 @@ impl Default for NodeConfig {
             api: ApiLimits::default(),
             default_quotas: Quotas::default(),
             plugin_cache_entries: crate::runtime::PLUGIN_CACHE_ENTRIES_DEFAULT,
+            cluster: None,
         }
     }
 }
@@ -167,6 +273,9 @@ impl NodeConfig {
             return Err("entities.active_entities_max must be at least 1 (or left out)".into());
         }
         self.api.validate()?;
+        if let Some(cluster) = &self.cluster {
+            cluster.validate(&self.node_id)?;
+        }
         if self
             .admin_token
             .as_deref()

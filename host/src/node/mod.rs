@@ -21,7 +21,9 @@ mod rate;
 mod tenants;
 
 pub use cluster::{ClusterStatus, MemberView};
-pub use config::{API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, NodeConfig};
+pub use config::{
+    API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
+};
 pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};

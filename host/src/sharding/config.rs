@@ -53,6 +53,23 @@ pub struct ShardingConfig {
     pub recovery_rate_per_second: u32,
     /// Remember-entities write-behind settings.
     pub remember: RememberConfig,
+    /// Whether the coordinator may move allocated shards. Set by the node, not by config: a
+    /// cluster freezes them until shard state moves with its shard.
+    #[serde(skip)]
+    pub moves: ShardMoves,
+}
+
+/// Whether allocated shards may move between nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShardMoves {
+    /// Rebalance on membership changes and move shards away from dead owners (one process,
+    /// where every region shares the same state store).
+    #[default]
+    Rebalance,
+    /// A shard stays on the node it was first allocated to; while that node is not up the
+    /// shard is unavailable. Used by a cluster of processes, where a shard's state lives on
+    /// its owner's disk and does not move with it yet.
+    Frozen,
 }
 
 impl Default for ShardingConfig {
@@ -70,6 +87,7 @@ impl Default for ShardingConfig {
             max_active_entities: None,
             recovery_rate_per_second: 1000,
             remember: RememberConfig::default(),
+            moves: ShardMoves::default(),
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::contract::{Allocation, AllocationTable, NodeId, ShardKey};
 use crate::metadata::{Applied, Command, MetadataError, MetadataPlane};
-use crate::sharding::config::{ConfigError, ShardingConfig};
+use crate::sharding::config::{ConfigError, ShardMoves, ShardingConfig};
 use crate::sharding::link::{CoordinatorCommand, LinkMessage, Switchboard};
 use crate::sharding::membership::MemberSet;
 use crate::sharding::rebalance::{
@@ -244,6 +244,13 @@ impl Coordinator {
                     let allocation = allocation.clone();
                     self.send(&requester, LinkMessage::Allocated { key, allocation });
                 }
+                Some(allocation) if self.config.moves == ShardMoves::Frozen => {
+                    let reason = format!(
+                        "its owner {} is not up, and its entities' state is there",
+                        allocation.node
+                    );
+                    self.send(&requester, LinkMessage::AllocationFailed { key, reason });
+                }
                 _ => match self.place(&key, &eligible, &new) {
                     Some(node) => {
                         new.insert(key, (node, vec![requester]));
@@ -324,6 +331,10 @@ impl Coordinator {
     }
 
     async fn move_shard(&mut self, key: ShardKey, to: NodeId) {
+        if self.config.moves == ShardMoves::Frozen {
+            tracing::warn!(%key, %to, "move refused: shard moves are frozen on this cluster");
+            return;
+        }
         if !self.eligible().contains(&to) || self.handoffs.contains_key(&key) {
             tracing::warn!(%key, %to, "move refused: target not eligible or shard moving");
             return;
@@ -349,7 +360,7 @@ impl Coordinator {
     /// One rebalance round of each kind; rounds without movements are not recorded.
     async fn rebalance(&mut self) {
         let eligible = self.eligible();
-        if eligible.is_empty() {
+        if eligible.is_empty() || self.config.moves == ShardMoves::Frozen {
             return;
         }
         // A handoff whose losing region is gone will never complete: settle it now.
@@ -440,6 +451,12 @@ impl Coordinator {
 }
 
 impl CoordinatorHandle {
+    /// Detaches the coordinator from `switchboard`, so that the task ends once every handle
+    /// is dropped (this node stopped being the one that runs it).
+    pub fn disconnect(&self, switchboard: &Switchboard) {
+        switchboard.disconnect_coordinator_if(&self.commands);
+    }
+
     /// Sends a command, waiting for room in the inbox.
     pub async fn command(&self, command: CoordinatorCommand) -> Result<(), CoordinatorError> {
         self.commands

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, OnceLock, RwLock};
 use tokio::sync::mpsc;
 
 use crate::contract::{
@@ -162,18 +162,45 @@ pub enum LinkError {
     Full(String),
 }
 
-/// Routes link messages between the regions and the coordinator of one process. In the
-/// cluster this becomes the transport; nothing else changes.
+/// The regions and coordinator of other processes, reached over the cluster transport (the
+/// node layer implements it). Sending never waits: a message that cannot be queued comes back
+/// with the reason.
+pub trait RemoteLinks: Send + Sync + 'static {
+    /// Queues `message` for the region of `node`.
+    fn send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>>;
+    /// Queues `command` for the coordinator, wherever it runs now.
+    fn send_to_coordinator(&self, command: CoordinatorCommand) -> Result<(), LinkError>;
+    /// The other nodes whose regions may be reached, sorted.
+    fn regions(&self) -> Vec<NodeId>;
+}
+
+/// A link message that could not be sent, and why.
+pub type Refused = (LinkError, LinkMessage);
+
+/// Routes link messages between the regions and the coordinator of one process and, when a
+/// [`RemoteLinks`] is set, to those of other processes. A local region or coordinator is
+/// always preferred; regions and the coordinator never know which one they talk to.
 ///
 /// ```
 /// use tessera_host::sharding::Switchboard;
 /// let switchboard = Switchboard::new();
 /// assert!(switchboard.regions().is_empty());
 /// ```
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Switchboard {
     regions: RwLock<HashMap<NodeId, mpsc::Sender<LinkMessage>>>,
     coordinator: RwLock<Option<mpsc::Sender<CoordinatorCommand>>>,
+    remote: OnceLock<Arc<dyn RemoteLinks>>,
+}
+
+impl std::fmt::Debug for Switchboard {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Switchboard")
+            .field("regions", &self.regions())
+            .field("remote", &self.remote.get().is_some())
+            .finish()
+    }
 }
 
 impl Switchboard {
@@ -200,12 +227,79 @@ impl Switchboard {
         *coordinator = Some(inbox);
     }
 
-    /// Connected region nodes, sorted.
+    /// Disconnects the coordinator if `inbox` is still the one connected (this node stopped
+    /// running it; commands go to the remote one from now on).
+    pub fn disconnect_coordinator_if(&self, inbox: &mpsc::Sender<CoordinatorCommand>) {
+        let mut coordinator = self.coordinator.write().unwrap_or_else(|p| p.into_inner());
+        if coordinator
+            .as_ref()
+            .is_some_and(|current| current.same_channel(inbox))
+        {
+            *coordinator = None;
+        }
+    }
+
+    /// Whether the coordinator runs in this process.
+    pub fn has_local_coordinator(&self) -> bool {
+        let coordinator = self.coordinator.read().unwrap_or_else(|p| p.into_inner());
+        coordinator.as_ref().is_some_and(|inbox| !inbox.is_closed())
+    }
+
+    /// Sets the way to other processes' regions and coordinator (once; a second call is
+    /// refused with `false`).
+    pub fn set_remote(&self, remote: Arc<dyn RemoteLinks>) -> bool {
+        self.remote.set(remote).is_ok()
+    }
+
+    /// Region nodes reachable from here, local and remote, sorted.
     pub fn regions(&self) -> Vec<NodeId> {
-        let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
-        let mut nodes: Vec<NodeId> = regions.keys().cloned().collect();
+        let mut nodes: Vec<NodeId> = {
+            let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
+            regions.keys().cloned().collect()
+        };
+        if let Some(remote) = self.remote.get() {
+            nodes.extend(remote.regions());
+        }
         nodes.sort();
+        nodes.dedup();
         nodes
+    }
+
+    /// Sends `message` to the region of `node` in this process only (a message that came
+    /// over the transport is never sent on to another process from here).
+    pub fn deliver_local(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>> {
+        let inbox = {
+            let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
+            regions.get(node).cloned()
+        };
+        let Some(inbox) = inbox else {
+            return Err(Box::new((LinkError::Unreachable(node.to_string()), message)));
+        };
+        inbox.try_send(message).map_err(|error| {
+            Box::new(match error {
+                mpsc::error::TrySendError::Full(message) => {
+                    (LinkError::Full(node.to_string()), message)
+                }
+                mpsc::error::TrySendError::Closed(message) => {
+                    (LinkError::Unreachable(node.to_string()), message)
+                }
+            })
+        })
+    }
+
+    /// Sends `command` to the coordinator of this process only.
+    pub fn command_local(&self, command: CoordinatorCommand) -> Result<(), LinkError> {
+        let inbox = {
+            let coordinator = self.coordinator.read().unwrap_or_else(|p| p.into_inner());
+            coordinator.clone()
+        };
+        let inbox = inbox.ok_or_else(|| LinkError::Unreachable("coordinator".to_string()))?;
+        inbox.try_send(command).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => LinkError::Full("coordinator".to_string()),
+            mpsc::error::TrySendError::Closed(_) => {
+                LinkError::Unreachable("coordinator".to_string())
+            }
+        })
     }
 
     /// Sends `message` to the region of `node` without waiting.
@@ -220,42 +314,24 @@ impl Switchboard {
         &self,
         node: &str,
         message: LinkMessage,
-    ) -> Result<(), Box<(LinkError, LinkMessage)>> {
-        let inbox = {
+    ) -> Result<(), Box<Refused>> {
+        let is_local = {
             let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
-            regions.get(node).cloned()
+            regions.contains_key(node)
         };
-        let Some(inbox) = inbox else {
-            return Err(Box::new((
-                LinkError::Unreachable(node.to_string()),
-                message,
-            )));
-        };
-        inbox.try_send(message).map_err(|error| {
-            Box::new(match error {
-                mpsc::error::TrySendError::Full(message) => {
-                    (LinkError::Full(node.to_string()), message)
-                }
-                mpsc::error::TrySendError::Closed(message) => {
-                    (LinkError::Unreachable(node.to_string()), message)
-                }
-            })
-        })
+        match self.remote.get() {
+            Some(remote) if !is_local => remote.send_to_region(node, message),
+            _ => self.deliver_local(node, message),
+        }
     }
 
-    /// Sends `message` to the coordinator without waiting.
+    /// Sends `message` to the coordinator without waiting: the one in this process if it
+    /// runs here, else the remote one.
     pub fn send_to_coordinator(&self, message: CoordinatorCommand) -> Result<(), LinkError> {
-        let inbox = {
-            let coordinator = self.coordinator.read().unwrap_or_else(|p| p.into_inner());
-            coordinator.clone()
-        };
-        let inbox = inbox.ok_or_else(|| LinkError::Unreachable("coordinator".to_string()))?;
-        inbox.try_send(message).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => LinkError::Full("coordinator".to_string()),
-            mpsc::error::TrySendError::Closed(_) => {
-                LinkError::Unreachable("coordinator".to_string())
-            }
-        })
+        match self.remote.get() {
+            Some(remote) if !self.has_local_coordinator() => remote.send_to_coordinator(message),
+            _ => self.command_local(message),
+        }
     }
 }
 

@@ -21,10 +21,10 @@ pub mod region;
 #[cfg(test)]
 mod tests;
 
-pub use config::{ConfigError, RememberConfig, ShardingConfig};
+pub use config::{ConfigError, RememberConfig, ShardMoves, ShardingConfig};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
-pub use link::{CoordinatorCommand, Switchboard};
+pub use link::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
 pub use local::LocalEntities;
 pub use membership::{Member, MemberSet, MemberStatus, Membership};
 pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};

@@ -5,8 +5,7 @@
 //! this node is in flight at a time (a VSR client session has one outstanding request).
 
 use super::wire::PlaneMessage;
-use super::{PlaneConfig, PlaneError};
-use crate::cluster::{Inbound, Transport};
+use super::{PlaneConfig, PlaneError, PlaneOutbox};
 use crate::consensus::config::Config;
 use crate::consensus::durable::FileJournal;
 use crate::consensus::message::{ClientId, Message, Reply, ReplyError, Request, Status};
@@ -72,8 +71,8 @@ pub(super) struct Driver {
     config: PlaneConfig,
     replica: PlaneReplica,
     observer: Arc<dyn CatalogObserver>,
-    transport: Arc<Transport<PlaneMessage>>,
-    inbound: Inbound<PlaneMessage>,
+    outbox: Arc<dyn PlaneOutbox>,
+    inbound: mpsc::Receiver<(String, PlaneMessage)>,
     submitted: mpsc::Receiver<Submission>,
     status: watch::Sender<PlaneStatus>,
     /// This node's client session: new each start, so request numbers start at 1 again.
@@ -89,8 +88,8 @@ impl Driver {
         config: PlaneConfig,
         replica: PlaneReplica,
         observer: Arc<dyn CatalogObserver>,
-        transport: Arc<Transport<PlaneMessage>>,
-        inbound: Inbound<PlaneMessage>,
+        outbox: Arc<dyn PlaneOutbox>,
+        inbound: mpsc::Receiver<(String, PlaneMessage)>,
         submitted: mpsc::Receiver<Submission>,
         status: watch::Sender<PlaneStatus>,
     ) -> Driver {
@@ -98,7 +97,7 @@ impl Driver {
             config,
             replica,
             observer,
-            transport,
+            outbox,
             inbound,
             submitted,
             status,
@@ -124,7 +123,7 @@ impl Driver {
                     self.resend_if_due().await;
                 }
                 incoming = self.inbound.recv() => match incoming {
-                    Some(incoming) => self.receive(incoming.from, incoming.message).await,
+                    Some((from, message)) => self.receive(from, message).await,
                     None => return,
                 },
                 submission = self.submitted.recv(), if self.in_flight.is_none() => match submission {
@@ -170,7 +169,7 @@ impl Driver {
                     origin: self.config.node.clone(),
                     request: request.clone(),
                 };
-                let _ = self.transport.send(&voter, &submit);
+                self.outbox.send(&voter, submit);
             }
         }
         let actions = self.replica.on_message(Message::Request(request));
@@ -222,13 +221,13 @@ impl Driver {
             match action {
                 Action::Send { to, message } => {
                     if let Some(voter) = self.config.voters.get(usize::from(to)) {
-                        let _ = self.transport.send(voter, &PlaneMessage::Replica(message));
+                        self.outbox.send(voter, PlaneMessage::Replica(message));
                     }
                 }
                 Action::Reply(reply) if reply.client == self.client => self.on_reply(reply),
                 Action::Reply(reply) => {
                     if let Some(origin) = self.origins.get(&reply.client) {
-                        let _ = self.transport.send(origin, &PlaneMessage::Reply(reply));
+                        self.outbox.send(origin, PlaneMessage::Reply(reply));
                     }
                 }
                 // A restored state reaches the observer as `Applied::Restored`; a command of

@@ -11,15 +11,16 @@
 //!
 //! [`Replica`]: crate::consensus::replica::Replica
 
+mod dedicated;
 mod driver;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
+pub use dedicated::dedicated_transport;
 pub use wire::PlaneMessage;
 
-use crate::cluster::{Inbound, Transport};
 use crate::consensus::config::Config;
 use crate::contract::BoxFuture;
 use crate::metadata::{
@@ -35,6 +36,20 @@ pub const SUBMISSIONS_MAX: usize = 256;
 
 /// The longest a submission waits for its command to commit and apply here.
 pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a voter's messages to other nodes go: the node's cluster transport, which carries
+/// them with everything else the node sends. Sending never waits; a message that cannot be
+/// queued is dropped (and counted by the transport): the protocol resends what matters.
+pub trait PlaneOutbox: Send + Sync + 'static {
+    /// Queues `message` for node `to`.
+    fn send(&self, to: &str, message: PlaneMessage);
+}
+
+/// Plane messages received from other nodes, with the sender's authenticated node id.
+pub type PlaneInbound = mpsc::Receiver<(String, PlaneMessage)>;
+
+/// Plane messages from other nodes waiting for the driver; past it they are dropped.
+pub const PLANE_INBOUND_MAX: usize = 4096;
 
 /// How a voter of the metadata plane runs.
 #[derive(Clone, Debug)]
@@ -71,14 +86,14 @@ pub enum PlaneError {
 
 impl ReplicatedPlane {
     /// Starts this voter: opens (or, on first start, creates) its journal, rebuilds the catalog
-    /// from it and starts driving the replica over `transport`, whose peers must include
-    /// every other voter.
+    /// from it and starts driving the replica, sending through `outbox` (which must reach
+    /// every other voter) and receiving from `inbound`.
     pub fn start(
         config: PlaneConfig,
         store: MetadataStore,
         observer: Arc<dyn CatalogObserver>,
-        transport: Arc<Transport<PlaneMessage>>,
-        inbound: Inbound<PlaneMessage>,
+        outbox: Arc<dyn PlaneOutbox>,
+        inbound: PlaneInbound,
     ) -> Result<ReplicatedPlane, PlaneError> {
         let index = config
             .voters
@@ -103,7 +118,7 @@ impl ReplicatedPlane {
             config,
             replica,
             observer,
-            transport,
+            outbox,
             inbound,
             submitted,
             status_sender,

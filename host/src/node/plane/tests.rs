@@ -3,7 +3,7 @@
 //! when the primary is gone; a restarted voter rebuilds its catalog from its journal.
 
 use super::*;
-use crate::cluster::{TransportConfig, create_dev_cluster, load_identity};
+use crate::cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
 use crate::metadata::{Quotas, Tenant};
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -91,6 +91,7 @@ impl Harness {
             }
         }
         let transport = Arc::new(transport);
+        let (outbox, plane_inbound) = dedicated_transport(transport.clone(), inbound);
         let recorder = Arc::new(Recorder::default());
         let config = PlaneConfig {
             voters: VOTERS.iter().map(|voter| voter.to_string()).collect(),
@@ -102,8 +103,8 @@ impl Harness {
             config,
             store.clone(),
             recorder.clone(),
-            transport.clone(),
-            inbound,
+            outbox,
+            plane_inbound,
         )
         .expect("plane starts");
         Voter {
