@@ -17,9 +17,7 @@ use tessera_host::contract::BoxFuture;
 use tessera_host::metadata::{
     Applied, CatalogObserver, Command, LocalPlane, MetadataPlane, MetadataStore, Quotas,
 };
-use tessera_host::node::plane::{
-    PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport,
-};
+use tessera_host::node::plane::{PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport};
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Sequential commands timed one by one on each side.

@@ -63,8 +63,23 @@ enum Command {
 
 /// Parses the command line and runs the command.
 pub fn run() -> ExitCode {
+    run_from(std::env::args_os())
+}
+
+/// Parses `args` (the program name first) and runs the command: `tessera` in a process that
+/// has other arguments of its own, such as a test's child process.
+///
+/// ```no_run
+/// let exit = tessera_host::cli::run_from(["tessera", "certs", "create", "--nodes", "n1"]);
+/// # let _ = exit;
+/// ```
+pub fn run_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     init_tracing();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args);
     match cli.command {
         Command::Build(args) => build::run(args),
         Command::Invoke(args) => invoke::run(args),

@@ -5,7 +5,7 @@ use super::build::build_plugin;
 use super::credentials::{CREDENTIALS_FILE, Credentials, DEV_DATA_DIR};
 use super::output::outln;
 use crate::metadata::TypeOptions;
-use crate::node::{Node, NodeConfig};
+use crate::node::{ClusterConfig, Node, NodeConfig};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,93 @@ pub(crate) struct NodeArgs {
     /// A TOML configuration file (see NodeConfig).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// This node's id [default: the config's, else node-1].
+    #[arg(long)]
+    node_id: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// The cluster flags of `tessera node`; each overrides the config's `[cluster]` section, and
+/// `--cluster-listen` alone makes a node without one a cluster node.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Where this node listens for the other nodes of its cluster.
+    #[arg(long)]
+    cluster_listen: Option<SocketAddr>,
+    /// The address other nodes dial to reach this one [default: --cluster-listen].
+    #[arg(long)]
+    cluster_advertise: Option<SocketAddr>,
+    /// The cluster's id; nodes of another cluster are refused [default: tessera].
+    #[arg(long)]
+    cluster_id: Option<String>,
+    /// The nodes that replicate the catalog (1, 3 or 5), comma-separated, the same on every
+    /// node.
+    #[arg(long, value_delimiter = ',')]
+    voters: Vec<String>,
+    /// A node to reach first, as id=host:port (repeat it; every other voter needs one).
+    #[arg(long = "seed", value_parser = parse_seed)]
+    seeds: Vec<(String, SocketAddr)>,
+    /// The directory with the cluster CA and this node's certificate (`tessera certs create`)
+    /// [default: <data dir>/certs].
+    #[arg(long)]
+    certs_dir: Option<PathBuf>,
+}
+
+fn parse_seed(seed: &str) -> Result<(String, SocketAddr), String> {
+    let (node, address) = seed
+        .split_once('=')
+        .ok_or_else(|| format!("a seed is id=host:port, not {seed:?}"))?;
+    let address = address
+        .parse()
+        .map_err(|error| format!("seed {node}: {address:?} is not host:port ({error})"))?;
+    Ok((node.to_string(), address))
+}
+
+impl ClusterArgs {
+    /// Applies the flags to `config`.
+    fn apply(self, config: &mut NodeConfig) -> Result<(), String> {
+        let mut cluster = match (config.cluster.take(), self.cluster_listen) {
+            (Some(cluster), _) => cluster,
+            (None, Some(listen)) => {
+                ClusterConfig::new("tessera", listen, config.data_dir.join("certs"), Vec::new())
+            }
+            (None, None) => {
+                if self.cluster_advertise.is_some()
+                    || self.cluster_id.is_some()
+                    || !self.voters.is_empty()
+                    || !self.seeds.is_empty()
+                    || self.certs_dir.is_some()
+                {
+                    return Err(
+                        "cluster flags need --cluster-listen (or a [cluster] section)".into(),
+                    );
+                }
+                return Ok(());
+            }
+        };
+        if let Some(listen) = self.cluster_listen {
+            cluster.listen = listen;
+        }
+        if let Some(advertise) = self.cluster_advertise {
+            cluster.advertise = Some(advertise);
+        }
+        if let Some(id) = self.cluster_id {
+            cluster.id = id;
+        }
+        if !self.voters.is_empty() {
+            cluster.voters = self.voters;
+        }
+        if cluster.voters.is_empty() {
+            cluster.voters = vec![config.node_id.clone()];
+        }
+        cluster.seeds.extend(self.seeds);
+        if let Some(certs_dir) = self.certs_dir {
+            cluster.certs_dir = certs_dir;
+        }
+        config.cluster = Some(cluster);
+        Ok(())
+    }
 }
 
 /// `tessera up`.
@@ -68,6 +155,12 @@ pub(crate) fn node(args: NodeArgs) -> ExitCode {
     }
     if let Some(http) = args.http {
         config.http = http;
+    }
+    if let Some(node_id) = args.node_id {
+        config.node_id = node_id;
+    }
+    if let Err(error) = args.cluster.apply(&mut config) {
+        return fail(error);
     }
     if config.admin_token.is_none() {
         config.admin_token = std::env::var("TESSERA_ADMIN_TOKEN").ok();

@@ -9,6 +9,7 @@ use crate::metadata::{
     Applied, CatalogObserver, MemberRecord, MemberState, MetadataStore, Tenant, TypeRecord,
 };
 use crate::node::NodeConfig;
+use crate::node::mesh::Mesh;
 use crate::runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
 use crate::sharding::{Membership, RegionHandle, TypeSettings};
 use std::collections::HashMap;
@@ -38,6 +39,38 @@ impl TenantIndex {
     }
 }
 
+/// What follows committed members: the coordinator's view and, in a cluster, the mesh.
+pub(crate) struct MemberFollowers {
+    /// The members the coordinator may place shards on, as the catalog says. Weak: the node
+    /// owns the view, and dropping it is what ends the coordinator (which holds this catalog
+    /// through the plane).
+    pub(crate) membership: Weak<Membership>,
+    /// The cluster's connections, which dial every committed member (none on a single node).
+    pub(crate) mesh: Option<Arc<Mesh>>,
+}
+
+impl MemberFollowers {
+    /// Shows a member's committed state to the mesh (which dials it) and to the coordinator:
+    /// only members that are up may own shards; joining ones do not yet, and leaving,
+    /// exiting, down and removed ones no more.
+    fn show(&self, member: &MemberRecord) {
+        if let Some(mesh) = &self.mesh {
+            mesh.show_member(member);
+        }
+        let Some(membership) = self.membership.upgrade() else {
+            return; // the node is gone
+        };
+        match member.state {
+            MemberState::Up => membership.join(member.node.clone(), member.roles.iter().cloned()),
+            MemberState::Joining => {}
+            MemberState::Leaving
+            | MemberState::Exiting
+            | MemberState::Down
+            | MemberState::Removed => membership.leave(&member.node),
+        }
+    }
+}
+
 /// Applies catalog changes to the running node.
 pub(crate) struct NodeCatalog {
     pub(crate) store: MetadataStore,
@@ -48,10 +81,7 @@ pub(crate) struct NodeCatalog {
     types: Arc<TypeTable>,
     region: RegionHandle,
     entities: Entities,
-    /// The members the coordinator may place shards on, as the catalog says. Weak: the node
-    /// owns the view, and dropping it is what ends the coordinator (which holds this catalog
-    /// through the plane).
-    membership: Weak<Membership>,
+    members: MemberFollowers,
     tenants: RwLock<TenantIndex>,
     num_shards: u32,
     default_idle: Option<Duration>,
@@ -64,7 +94,7 @@ impl NodeCatalog {
         types: Arc<TypeTable>,
         region: RegionHandle,
         entities: Entities,
-        membership: Weak<Membership>,
+        members: MemberFollowers,
         config: &NodeConfig,
     ) -> Self {
         NodeCatalog {
@@ -75,7 +105,7 @@ impl NodeCatalog {
             types,
             region,
             entities,
-            membership,
+            members,
             tenants: RwLock::default(),
             num_shards: config.sharding.num_shards,
             default_idle: config.sharding.passivation_idle_timeout,
@@ -235,7 +265,7 @@ impl NodeCatalog {
             }
         }
         let members = self.store.members()?;
-        if let Some(membership) = self.membership.upgrade() {
+        if let Some(membership) = self.members.membership.upgrade() {
             for member in membership.snapshot().members() {
                 if !members.iter().any(|record| record.node == member.node) {
                     membership.leave(&member.node);
@@ -277,20 +307,8 @@ impl NodeCatalog {
         }
     }
 
-    /// Shows a member's committed state to the coordinator: only members that are up may own
-    /// shards; joining ones do not yet, and leaving, exiting, down and removed ones no more.
     fn show_member(&self, member: &MemberRecord) {
-        let Some(membership) = self.membership.upgrade() else {
-            return; // the node is gone
-        };
-        match member.state {
-            MemberState::Up => membership.join(member.node.clone(), member.roles.iter().cloned()),
-            MemberState::Joining => {}
-            MemberState::Leaving
-            | MemberState::Exiting
-            | MemberState::Down
-            | MemberState::Removed => membership.leave(&member.node),
-        }
+        self.members.show(member);
     }
 
     fn staged_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Plugin>>> {

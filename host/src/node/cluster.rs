@@ -39,7 +39,7 @@ impl Node {
     /// The cluster as this node sees it: committed members and the metadata plane's progress.
     /// Read from the local catalog, so it may trail the primary by the commands in flight.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, NodeError> {
-        let table = self.coordinator.allocation_table().await?;
+        let table = self.plane.store().shard_table()?;
         let mut shards: BTreeMap<String, u64> = BTreeMap::new();
         for allocation in table.values() {
             *shards.entry(allocation.node.clone()).or_default() += 1;
@@ -111,5 +111,8 @@ impl Node {
                 Kind::Gauge,
             )
             .push(Sample::gauge(Vec::new(), plane.view as i64));
+        if let Some(mesh) = &self.mesh {
+            mesh.snapshot(snapshot);
+        }
     }
 }

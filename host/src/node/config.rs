@@ -175,6 +175,25 @@ fn default_join_timeout_ms() -> u64 {
 }
 
 impl ClusterConfig {
+    /// A cluster section with no seeds and the default tick and join timeout.
+    pub fn new(
+        id: impl Into<String>,
+        listen: SocketAddr,
+        certs_dir: impl Into<PathBuf>,
+        voters: Vec<String>,
+    ) -> ClusterConfig {
+        ClusterConfig {
+            id: id.into(),
+            listen,
+            advertise: None,
+            certs_dir: certs_dir.into(),
+            voters,
+            seeds: std::collections::BTreeMap::new(),
+            tick_ms: default_tick_ms(),
+            join_timeout_ms: default_join_timeout_ms(),
+        }
+    }
+
     /// The address peers dial to reach this node.
     pub fn advertised(&self) -> SocketAddr {
         self.advertise.unwrap_or(self.listen)
@@ -201,7 +220,9 @@ impl ClusterConfig {
                 return Err(format!("cluster.voters names {voter} twice"));
             }
             if voter != node_id && !self.seeds.contains_key(voter) {
-                return Err(format!("cluster.seeds must give the address of voter {voter}"));
+                return Err(format!(
+                    "cluster.seeds must give the address of voter {voter}"
+                ));
             }
         }
         if !self.voters.iter().any(|voter| voter == node_id) {

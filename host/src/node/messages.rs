@@ -25,6 +25,10 @@ pub struct TypeStatus {
     pub live_entities: usize,
     /// Remembered entities.
     pub remembered_entities: usize,
+    /// The version this node runs, once it has bound (compiled) it: in a cluster it trails
+    /// `active_version` for as long as this node takes to apply and compile a deploy made
+    /// through another node.
+    pub bound_version: Option<u32>,
 }
 
 impl Node {
@@ -89,6 +93,7 @@ impl Node {
             .map(|record| {
                 let key = TypeKey::new(record.tenant.clone(), record.name.clone());
                 TypeStatus {
+                    bound_version: self.entities.types().get(&key).map(|bound| bound.version),
                     remember: record
                         .active()
                         .is_some_and(|version| version.options.remember),
@@ -104,7 +109,7 @@ impl Node {
 
     /// The shard allocation table: `(tenant/type, shard) -> (node, generation)`.
     pub async fn shards(&self) -> Result<Vec<(String, u32, String, u64)>, NodeError> {
-        let table = self.coordinator.allocation_table().await?;
+        let table = self.plane.store().shard_table()?;
         Ok(table
             .into_iter()
             .map(|(key, allocation)| {
@@ -126,6 +131,9 @@ impl Node {
             tracing::warn!(%error, "remembered ids could not be flushed");
         }
         self.region.shutdown().await;
+        if let Some(mesh) = &self.mesh {
+            mesh.close();
+        }
         tracing::info!("node stopped");
     }
 

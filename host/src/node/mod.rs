@@ -13,11 +13,13 @@ mod config;
 mod deploy;
 mod edge;
 mod error;
+mod mesh;
 mod messages;
 mod metric_families;
 mod metrics;
 pub mod plane;
 mod rate;
+mod seat;
 mod tenants;
 
 pub use cluster::{ClusterStatus, MemberView};
@@ -34,7 +36,7 @@ pub use tenants::{Principal, token_hash};
 use crate::entity::Entities;
 use crate::metadata::MetadataPlane;
 use crate::runtime::Runtime;
-use crate::sharding::{CoordinatorHandle, Membership, RegionHandle};
+use crate::sharding::{Membership, RegionHandle};
 use crate::state::LocalState;
 use crate::state::remember::RememberWriter;
 use catalog::NodeCatalog;
@@ -50,7 +52,11 @@ pub struct Node {
     plane: Arc<dyn MetadataPlane>,
     entities: Entities,
     region: RegionHandle,
-    coordinator: CoordinatorHandle,
+    /// Where the shard coordinator runs: always here, or (in a cluster) on the metadata
+    /// primary.
+    _seat: seat::CoordinatorSeat,
+    /// The connections to the other nodes of the cluster, if this node is in one.
+    mesh: Option<Arc<mesh::Mesh>>,
     /// The membership view the coordinator follows; the catalog updates it through a weak
     /// handle, so dropping the node ends the coordinator.
     _membership: Arc<Membership>,
@@ -80,6 +86,11 @@ impl Node {
     /// The counters of the HTTP edge, which the api bumps and `/metrics` reads.
     pub fn edge_counters(&self) -> &EdgeCounters {
         &self.edge
+    }
+
+    /// The address this node's cluster listener is bound to (`None` outside a cluster).
+    pub fn cluster_addr(&self) -> Option<std::net::SocketAddr> {
+        self.mesh.as_ref().map(|mesh| mesh.local_addr())
     }
 
     /// The node's wasm runtime.

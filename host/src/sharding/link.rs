@@ -273,7 +273,10 @@ impl Switchboard {
             regions.get(node).cloned()
         };
         let Some(inbox) = inbox else {
-            return Err(Box::new((LinkError::Unreachable(node.to_string()), message)));
+            return Err(Box::new((
+                LinkError::Unreachable(node.to_string()),
+                message,
+            )));
         };
         inbox.try_send(message).map_err(|error| {
             Box::new(match error {
@@ -310,11 +313,7 @@ impl Switchboard {
 
     /// Sends `message` to the region of `node` without waiting; on failure the message comes
     /// back with the reason, so the caller can answer whoever waits on it.
-    pub fn try_send_to_region(
-        &self,
-        node: &str,
-        message: LinkMessage,
-    ) -> Result<(), Box<Refused>> {
+    pub fn try_send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>> {
         let is_local = {
             let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
             regions.contains_key(node)

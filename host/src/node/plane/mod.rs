@@ -132,6 +132,13 @@ impl ReplicatedPlane {
     }
 }
 
+impl ReplicatedPlane {
+    /// Follows this voter's view of the plane: every change of view, commit or primary.
+    pub fn watch_status(&self) -> watch::Receiver<PlaneStatus> {
+        self.status.clone()
+    }
+}
+
 impl Drop for ReplicatedPlane {
     fn drop(&mut self) {
         self.driver.abort();

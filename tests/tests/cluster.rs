@@ -1,0 +1,417 @@
+//! Three `tessera node` processes on loopback form a cluster over mutual TLS and keep one
+//! catalog on the metadata plane: a tenant created through one node works with its token on
+//! another, a plugin deployed through one runs on another, an entity has one activation
+//! whichever node it is asked through, a peer speaking garbage is cut off while the cluster
+//! serves, `kill -9` of the metadata primary loses no committed metadata and a new primary
+//! commits, and the killed node, restarted, catches up.
+//!
+//! Each node is this test binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
+//! command line (`tessera node --cluster-listen ...`) until it is killed.
+
+use serde_json::{Value as Json, json};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set in a child's environment: the `tessera` arguments it runs, as a JSON array.
+const CHILD_ARGS_ENV: &str = "TESSERA_CLUSTER_CHILD_ARGS";
+
+const ADMIN: &str = "admin-token-for-the-cluster-tests";
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// How long anything a test waits for may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// Not a test of its own: a child process's node, run by the command line until killed.
+#[test]
+#[ignore = "run by cluster_of_three_processes as its child processes"]
+fn child_node() {
+    let Ok(args) = std::env::var(CHILD_ARGS_ENV) else {
+        return;
+    };
+    let args: Vec<String> = serde_json::from_str(&args).expect("child arguments");
+    let exit = tessera_host::cli::run_from(args);
+    eprintln!("the node exited: {exit:?}");
+    std::process::exit(3);
+}
+
+fn free_address() -> SocketAddr {
+    let probe = TcpListener::bind("127.0.0.1:0").expect("probe port");
+    probe.local_addr().expect("probe address")
+}
+
+struct Member {
+    id: &'static str,
+    http: SocketAddr,
+    cluster: SocketAddr,
+    child: Option<Child>,
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        tessera_host::cluster::create_dev_cluster(&dir.path().join("certs"), &NODES)
+            .expect("certificates");
+        let members = NODES
+            .iter()
+            .map(|id| Member {
+                id,
+                http: free_address(),
+                cluster: free_address(),
+                child: None,
+            })
+            .collect();
+        Cluster { dir, members }
+    }
+
+    fn start(&mut self, index: usize) {
+        let dir = self.dir.path();
+        let member = &self.members[index];
+        let mut args: Vec<String> = vec![
+            "tessera".into(),
+            "node".into(),
+            "--node-id".into(),
+            member.id.into(),
+            "--data-dir".into(),
+            dir.join(member.id).display().to_string(),
+            "--http".into(),
+            member.http.to_string(),
+            "--cluster-id".into(),
+            "test".into(),
+            "--cluster-listen".into(),
+            member.cluster.to_string(),
+            "--certs-dir".into(),
+            dir.join("certs").display().to_string(),
+            "--voters".into(),
+            NODES.join(","),
+        ];
+        for peer in &self.members {
+            args.push("--seed".into());
+            args.push(format!("{}={}", peer.id, peer.cluster));
+        }
+        let log = std::fs::File::create(dir.join(format!("{}.log", member.id))).expect("log");
+        let child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "child_node", "--ignored", "--nocapture"])
+            .env(CHILD_ARGS_ENV, serde_json::to_string(&args).expect("args"))
+            .env("TESSERA_ADMIN_TOKEN", ADMIN)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("child node");
+        self.members[index].child = Some(child);
+    }
+
+    fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].child.take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self, index: usize) -> String {
+        format!("http://{}", self.members[index].http)
+    }
+
+    fn index_of(&self, node: &str) -> usize {
+        self.members
+            .iter()
+            .position(|member| member.id == node)
+            .expect("a member")
+    }
+
+    fn log(&self, index: usize) -> String {
+        std::fs::read_to_string(
+            self.dir
+                .path()
+                .join(format!("{}.log", self.members[index].id)),
+        )
+        .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            self.kill(index);
+        }
+    }
+}
+
+struct Reply {
+    status: u16,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Json {
+        serde_json::from_str(&self.body).unwrap_or(Json::Null)
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// One request; `None` when the node did not answer (not listening, or killed).
+fn request(method: &str, url: &str, token: &str, body: Option<(&str, Vec<u8>)>) -> Option<Reply> {
+    let mut builder = ureq::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("authorization", format!("Bearer {token}"));
+    let body = match body {
+        Some((content_type, bytes)) => {
+            builder = builder.header("content-type", content_type);
+            bytes
+        }
+        None => Vec::new(),
+    };
+    let response = agent().run(builder.body(body).ok()?).ok()?;
+    let status = response.status().as_u16();
+    let body = response.into_body().read_to_string().ok()?;
+    Some(Reply { status, body })
+}
+
+fn get(url: &str, token: &str) -> Option<Reply> {
+    request("GET", url, token, None)
+}
+
+fn post_json(url: &str, token: &str, body: &Json) -> Option<Reply> {
+    let bytes = serde_json::to_vec(body).expect("json");
+    request("POST", url, token, Some(("application/json", bytes)))
+}
+
+/// Polls `check` until it gives a value, failing the test after [`PATIENCE`].
+fn eventually<T>(what: &str, cluster: &Cluster, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = (0..cluster.members.len())
+                .map(|index| {
+                    let log = cluster.log(index);
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    format!("--- {}:\n{}", cluster.members[index].id, tail.join("\n"))
+                })
+                .collect();
+            panic!("gave up waiting for {what}\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The cluster as node `index` sees it, once it answers.
+fn cluster_status(cluster: &Cluster, index: usize) -> Option<Json> {
+    let reply = get(&format!("{}/v1/cluster", cluster.url(index)), ADMIN)?;
+    (reply.status == 200).then(|| reply.json())
+}
+
+fn members_up(status: &Json) -> usize {
+    status["members"]
+        .as_array()
+        .map(|members| members.iter().filter(|m| m["state"] == "up").count())
+        .unwrap_or(0)
+}
+
+/// Waits until node `index` has bound `entity_type` at `version` (applied and compiled).
+fn wait_bound(cluster: &Cluster, index: usize, token: &str, entity_type: &str, version: u64) {
+    eventually(
+        &format!("{entity_type} v{version} bound on node {index}"),
+        cluster,
+        || {
+            let reply = get(&format!("{}/v1/status", cluster.url(index)), token)?;
+            let status = reply.json();
+            status["types"]
+                .as_array()?
+                .iter()
+                .any(|ty| ty["entity_type"] == entity_type && ty["bound_version"] == version)
+                .then_some(())
+        },
+    );
+}
+
+fn ask_counter(cluster: &Cluster, index: usize, token: &str, id: &str, add: u64) -> Reply {
+    let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
+    post_json(&url, token, &json!({"Add": add})).expect("the node answers")
+}
+
+fn create_tenant(cluster: &Cluster, index: usize, name: &str) -> Option<String> {
+    let reply = post_json(
+        &format!("{}/v1/tenants", cluster.url(index)),
+        ADMIN,
+        &json!({"name": name}),
+    )?;
+    if reply.status != 201 {
+        eprintln!("tenant {name} through node {index}: {}", reply.body);
+        return None;
+    }
+    Some(reply.json()["token"].as_str()?.to_string())
+}
+
+/// Sends bytes that are not a TLS handshake to node `index`'s cluster port and reports
+/// whether the node closed the connection.
+fn garbage_is_cut_off(cluster: &Cluster, index: usize) -> bool {
+    let Ok(mut stream) = TcpStream::connect(cluster.members[index].cluster) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    let _ = stream.write_all(&garbage);
+    let mut buffer = [0u8; 1024];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true, // closed
+            Ok(_) => continue,    // an alert, then the close
+            Err(error) => {
+                return matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                );
+            }
+        }
+    }
+}
+
+fn metric_sum(cluster: &Cluster, index: usize, family: &str) -> f64 {
+    let Some(reply) = get(&format!("{}/metrics", cluster.url(index)), ADMIN) else {
+        return 0.0;
+    };
+    reply
+        .body
+        .lines()
+        .filter(|line| line.starts_with(family))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn cluster_of_three_processes() {
+    let mut cluster = Cluster::new();
+    for index in 0..NODES.len() {
+        cluster.start(index);
+    }
+    for index in 0..NODES.len() {
+        eventually("three members up", &cluster, || {
+            let status = cluster_status(&cluster, index)?;
+            (members_up(&status) == NODES.len()).then_some(())
+        });
+    }
+
+    // A tenant created through node 1 works with its token on node 3 (once node 3 has
+    // applied the command: reads trail the primary by the commands in flight).
+    let token = create_tenant(&cluster, 0, "acme").expect("tenant through node 1");
+    eventually("the tenant's token on node 3", &cluster, || {
+        let reply = get(&format!("{}/v1/types", cluster.url(2)), &token)?;
+        (reply.status == 200).then_some(())
+    });
+
+    // A plugin deployed through node 2 runs on node 3.
+    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
+    let reply = request(
+        "POST",
+        &format!("{}/v1/types/counter/versions", cluster.url(1)),
+        &token,
+        Some(("application/wasm", plugin)),
+    )
+    .expect("deploy answered");
+    assert_eq!(reply.status, 201, "deploy through node 2: {}", reply.body);
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let reply = ask_counter(&cluster, 2, &token, "first", 5);
+    assert_eq!(reply.status, 200, "ask through node 3: {}", reply.body);
+    assert_eq!(reply.json(), json!(5));
+
+    // One activation per entity, whichever node a message enters through: each counter is
+    // added to through every node in turn and counts every addition once.
+    const COUNTERS: u64 = 24;
+    for round in 0..NODES.len() as u64 {
+        for counter in 0..COUNTERS {
+            let index = ((counter + round) % NODES.len() as u64) as usize;
+            let reply = ask_counter(&cluster, index, &token, &format!("c{counter}"), 1);
+            assert_eq!(
+                reply.status, 200,
+                "c{counter} via node {index}: {}",
+                reply.body
+            );
+            assert_eq!(
+                reply.json(),
+                json!(round + 1),
+                "c{counter} via node {index}"
+            );
+        }
+    }
+    let status = cluster_status(&cluster, 2).expect("status");
+    let owners = status["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter(|member| member["shards"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert!(owners > 1, "the shards spread over the nodes: {status}");
+
+    // A peer speaking garbage is cut off and counted, and the cluster keeps serving.
+    assert!(
+        garbage_is_cut_off(&cluster, 0),
+        "node 1 closes a garbage peer"
+    );
+    eventually("the garbage peer counted", &cluster, || {
+        (metric_sum(&cluster, 0, "tessera_peer_refused_total") >= 1.0).then_some(())
+    });
+    let reply = ask_counter(&cluster, 0, &token, "first", 1);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json(), json!(6));
+
+    // kill -9 of the metadata primary: a new primary is elected, the committed tenant is
+    // still there, and a new catalog write commits through a survivor.
+    let primary = status["primary"].as_str().expect("a primary").to_string();
+    let killed = cluster.index_of(&primary);
+    let commit_before = status["commit"].as_u64().expect("commit");
+    cluster.kill(killed);
+    let survivor = (killed + 1) % NODES.len();
+    let second = eventually("a write after the primary's death", &cluster, || {
+        create_tenant(&cluster, survivor, "globex")
+    });
+    let after = cluster_status(&cluster, survivor).expect("status after failover");
+    assert_ne!(after["primary"], json!(primary), "a new primary: {after}");
+    assert!(after["commit"].as_u64().expect("commit") > commit_before);
+    let reply = get(&format!("{}/v1/tenants/acme", cluster.url(survivor)), ADMIN)
+        .expect("survivor answers");
+    assert_eq!(
+        reply.status, 200,
+        "the committed tenant survives: {}",
+        reply.body
+    );
+
+    // The killed node, restarted on its data directory, catches up: it sees the write made
+    // while it was dead, and its token works there.
+    cluster.start(killed);
+    let target = cluster_status(&cluster, survivor).expect("status")["commit"]
+        .as_u64()
+        .expect("commit");
+    eventually("the restarted node caught up", &cluster, || {
+        let status = cluster_status(&cluster, killed)?;
+        (status["commit"].as_u64()? >= target).then_some(())
+    });
+    let reply =
+        get(&format!("{}/v1/types", cluster.url(killed)), &second).expect("restarted node answers");
+    assert_eq!(
+        reply.status, 200,
+        "the new tenant's token on the restarted node"
+    );
+    wait_bound(&cluster, killed, &token, "counter", 1);
+    let reply = ask_counter(&cluster, killed, &token, "first", 1);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json(), json!(7), "the counter kept its value");
+}
