@@ -11,6 +11,7 @@ mod invoke;
 mod output;
 mod progress;
 mod serve;
+mod up;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,8 +36,9 @@ enum Command {
     Invoke(invoke::InvokeArgs),
     /// Run a node (admin token from --config or TESSERA_ADMIN_TOKEN).
     Node(serve::NodeArgs),
-    /// Run a development node in ./.tessera with the example plugins deployed.
-    Up(serve::UpArgs),
+    /// Run a development node (or with --nodes 3 a local cluster) in ./.tessera with the example
+    /// plugins deployed.
+    Up(up::UpArgs),
     /// Upload a component as a new version of an entity type.
     Deploy(commands::DeployArgs),
     /// List the tenant's entity types.
@@ -84,7 +86,7 @@ where
         Command::Build(args) => build::run(args),
         Command::Invoke(args) => invoke::run(args),
         Command::Node(args) => serve::node(args),
-        Command::Up(args) => serve::up(args),
+        Command::Up(args) => up::up(args),
         Command::Deploy(args) => commands::deploy(args),
         Command::Types(args) => commands::types(args),
         Command::Rollback(args) => commands::rollback(args),
