@@ -2,8 +2,9 @@
 //! catalog on the metadata plane: a tenant created through one node works with its token on
 //! another, a plugin deployed through one runs on another, an entity has one activation
 //! whichever node it is asked through, a peer speaking garbage is cut off while the cluster
-//! serves, `kill -9` of the metadata primary loses no committed metadata and a new primary
-//! commits, and the killed node, restarted, catches up.
+//! serves, `kill -9` of the metadata primary loses no committed metadata, a new primary
+//! commits and the survivors see the dead node unreachable, and the killed node, restarted,
+//! catches up.
 //!
 //! Each node is this test binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
 //! command line (`tessera node --cluster-listen ...`) until it is killed.
@@ -393,6 +394,16 @@ fn cluster_of_three_processes() {
         "the committed tenant survives: {}",
         reply.body
     );
+    let reachable = |status: &Json, node: &str| {
+        status["members"]
+            .as_array()
+            .and_then(|members| members.iter().find(|member| member["node"] == node))
+            .and_then(|member| member["reachable"].as_bool())
+    };
+    eventually("the killed node seen as unreachable", &cluster, || {
+        let status = cluster_status(&cluster, survivor)?;
+        (reachable(&status, &primary) == Some(false)).then_some(())
+    });
 
     // The killed node, restarted on its data directory, catches up: it sees the write made
     // while it was dead, and its token works there.
@@ -403,6 +414,10 @@ fn cluster_of_three_processes() {
     eventually("the restarted node caught up", &cluster, || {
         let status = cluster_status(&cluster, killed)?;
         (status["commit"].as_u64()? >= target).then_some(())
+    });
+    eventually("the restarted node reachable again", &cluster, || {
+        let status = cluster_status(&cluster, survivor)?;
+        (reachable(&status, &primary) == Some(true)).then_some(())
     });
     let reply =
         get(&format!("{}/v1/types", cluster.url(killed)), &second).expect("restarted node answers");

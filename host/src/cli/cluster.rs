@@ -77,9 +77,10 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
         .unwrap_or_default();
     outln!("voters: {}", voters.join(", "));
     outln!(
-        "{:<20} {:<9} {:<7} {:<22} {}",
+        "{:<20} {:<9} {:<10} {:<7} {:<22} {}",
         "NODE",
         "STATE",
+        "REACHABLE",
         "SHARDS",
         "API",
         "ROLES"
@@ -89,11 +90,17 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
             .as_array()
             .map(|roles| roles.iter().map(text).collect())
             .unwrap_or_default();
+        let reachable = if member["reachable"].as_bool().unwrap_or(true) {
+            "yes"
+        } else {
+            "no"
+        };
         outln!(
-            "{:<20} {:<9} {:<7} {:<22} {}",
+            "{:<20} {:<9} {:<10} {:<7} {:<22} {}",
             text(&member["node"]),
             text(&member["state"]),
-            member["shards"],
+            reachable,
+            member["shards"].as_u64().unwrap_or(0),
             text(&member["api_address"]),
             roles.join(",")
         );

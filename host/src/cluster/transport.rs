@@ -231,6 +231,18 @@ where
         peers
     }
 
+    /// Peers that have stayed disconnected longer than `peer_down_drop_after` (sends to them
+    /// fail at once until they are connected again), sorted.
+    pub fn unreachable_peers(&self) -> Vec<NodeId> {
+        let mut peers: Vec<NodeId> = lock(&self.shared.peers)
+            .iter()
+            .filter(|(_, entry)| entry.link.unreachable.load(Ordering::Acquire))
+            .map(|(node, _)| node.clone())
+            .collect();
+        peers.sort();
+        peers
+    }
+
     /// Queues `message` for `peer` without waiting. Delivery is at most once: a frame queued
     /// or being written when a connection fails is lost.
     pub fn send(&self, peer: &str, message: &M) -> Result<(), SendError> {

@@ -16,6 +16,10 @@ pub struct MemberView {
     pub record: MemberRecord,
     /// Shards the committed allocation table gives it.
     pub shards: u64,
+    /// Whether the answering node can reach it now: false once its connection has been down
+    /// longer than the peer-down grace (3 s). Observed, not committed: the member's state
+    /// does not change by it.
+    pub reachable: bool,
 }
 
 /// The cluster as this node sees it.
@@ -44,6 +48,11 @@ impl Node {
         for allocation in table.values() {
             *shards.entry(allocation.node.clone()).or_default() += 1;
         }
+        let unreachable = self
+            .mesh
+            .as_ref()
+            .map(|mesh| mesh.unreachable())
+            .unwrap_or_default();
         let members = self
             .plane
             .store()
@@ -51,6 +60,7 @@ impl Node {
             .into_iter()
             .map(|record| MemberView {
                 shards: shards.get(&record.node).copied().unwrap_or(0),
+                reachable: !unreachable.contains(&record.node),
                 record,
             })
             .collect();
@@ -112,6 +122,13 @@ impl Node {
             )
             .push(Sample::gauge(Vec::new(), plane.view as i64));
         if let Some(mesh) = &self.mesh {
+            snapshot
+                .family(
+                    "tessera_cluster_unreachable_members",
+                    "Members this node cannot reach now (disconnected past the peer-down grace).",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(Vec::new(), mesh.unreachable().len() as i64));
             mesh.snapshot(snapshot);
         }
     }

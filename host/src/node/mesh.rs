@@ -124,6 +124,11 @@ impl Mesh {
         }
     }
 
+    /// Peers this node cannot reach now: disconnected longer than the peer-down grace.
+    pub(crate) fn unreachable(&self) -> Vec<NodeId> {
+        self.transport.unreachable_peers()
+    }
+
     /// Notes the metadata primary (coordinator commands go there).
     pub(crate) fn set_primary(&self, primary: Option<NodeId>) {
         *self.primary.write().unwrap_or_else(|p| p.into_inner()) = primary;
