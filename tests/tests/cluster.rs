@@ -1,7 +1,8 @@
 //! Three `tessera node` processes on loopback form a cluster over mutual TLS and keep one
 //! catalog on the metadata plane: a tenant created through one node works with its token on
 //! another, a plugin deployed through one runs on another, an entity has one activation
-//! whichever node it is asked through, a peer speaking garbage is cut off while the cluster
+//! whichever node it is asked through, a fourth node without a vote joins through the seeds,
+//! serves and leaves gracefully on SIGTERM, a peer speaking garbage is cut off while the cluster
 //! serves, `kill -9` of the metadata primary loses no committed metadata, a new primary
 //! commits and the survivors see the dead node unreachable, and the killed node, restarted,
 //! catches up.
@@ -19,7 +20,11 @@ use std::time::{Duration, Instant};
 const CHILD_ARGS_ENV: &str = "TESSERA_CLUSTER_CHILD_ARGS";
 
 const ADMIN: &str = "admin-token-for-the-cluster-tests";
-const NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// The metadata plane's voters.
+const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
+/// Every node the test runs: the voters, then a member that joins later without a vote.
+const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
+const JOINER: usize = 3;
 /// How long anything a test waits for may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(90);
 
@@ -33,7 +38,11 @@ fn child_node() {
     let args: Vec<String> = serde_json::from_str(&args).expect("child arguments");
     let exit = tessera_host::cli::run_from(args);
     eprintln!("the node exited: {exit:?}");
-    std::process::exit(3);
+    std::process::exit(if exit == std::process::ExitCode::SUCCESS {
+        0
+    } else {
+        3
+    });
 }
 
 fn free_address() -> SocketAddr {
@@ -89,9 +98,9 @@ impl Cluster {
             "--certs-dir".into(),
             dir.join("certs").display().to_string(),
             "--voters".into(),
-            NODES.join(","),
+            VOTERS.join(","),
         ];
-        for peer in &self.members {
+        for peer in self.members.iter().filter(|peer| VOTERS.contains(&peer.id)) {
             args.push("--seed".into());
             args.push(format!("{}={}", peer.id, peer.cluster));
         }
@@ -106,6 +115,17 @@ impl Cluster {
             .spawn()
             .expect("child node");
         self.members[index].child = Some(child);
+    }
+
+    /// Sends SIGTERM (a graceful stop) and waits for the process to exit.
+    fn terminate(&mut self, index: usize) -> std::process::ExitStatus {
+        let mut child = self.members[index].child.take().expect("running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success(), "SIGTERM sent");
+        child.wait().expect("the node exits")
     }
 
     fn kill(&mut self, index: usize) {
@@ -299,13 +319,13 @@ fn metric_sum(cluster: &Cluster, index: usize, family: &str) -> f64 {
 #[test]
 fn cluster_of_three_processes() {
     let mut cluster = Cluster::new();
-    for index in 0..NODES.len() {
+    for index in 0..VOTERS.len() {
         cluster.start(index);
     }
-    for index in 0..NODES.len() {
+    for index in 0..VOTERS.len() {
         eventually("three members up", &cluster, || {
             let status = cluster_status(&cluster, index)?;
-            (members_up(&status) == NODES.len()).then_some(())
+            (members_up(&status) == VOTERS.len()).then_some(())
         });
     }
 
@@ -327,7 +347,7 @@ fn cluster_of_three_processes() {
     )
     .expect("deploy answered");
     assert_eq!(reply.status, 201, "deploy through node 2: {}", reply.body);
-    for index in 0..NODES.len() {
+    for index in 0..VOTERS.len() {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
     let reply = ask_counter(&cluster, 2, &token, "first", 5);
@@ -337,9 +357,9 @@ fn cluster_of_three_processes() {
     // One activation per entity, whichever node a message enters through: each counter is
     // added to through every node in turn and counts every addition once.
     const COUNTERS: u64 = 24;
-    for round in 0..NODES.len() as u64 {
+    for round in 0..VOTERS.len() as u64 {
         for counter in 0..COUNTERS {
-            let index = ((counter + round) % NODES.len() as u64) as usize;
+            let index = ((counter + round) % VOTERS.len() as u64) as usize;
             let reply = ask_counter(&cluster, index, &token, &format!("c{counter}"), 1);
             assert_eq!(
                 reply.status, 200,
@@ -362,6 +382,56 @@ fn cluster_of_three_processes() {
         .count();
     assert!(owners > 1, "the shards spread over the nodes: {status}");
 
+    // A fourth node, not a voter, joins through the seeds: it follows the catalog (the
+    // tenant's token and the deployed type work through it), reaches every entity with its
+    // one activation, and is given shards of its own.
+    cluster.start(JOINER);
+    for index in [0, JOINER] {
+        eventually("four members up", &cluster, || {
+            let status = cluster_status(&cluster, index)?;
+            (members_up(&status) == NODES.len()).then_some(())
+        });
+    }
+    wait_bound(&cluster, JOINER, &token, "counter", 1);
+    for counter in 0..COUNTERS {
+        let reply = ask_counter(&cluster, JOINER, &token, &format!("c{counter}"), 1);
+        assert_eq!(
+            reply.status, 200,
+            "c{counter} via the joiner: {}",
+            reply.body
+        );
+        assert_eq!(reply.json(), json!(VOTERS.len() as u64 + 1), "c{counter}");
+    }
+    for counter in 0..COUNTERS {
+        for (index, expected) in [(0, 1), (JOINER, 2)] {
+            let reply = ask_counter(&cluster, index, &token, &format!("j{counter}"), 1);
+            assert_eq!(
+                reply.status, 200,
+                "j{counter} via node {index}: {}",
+                reply.body
+            );
+            assert_eq!(reply.json(), json!(expected), "j{counter} via node {index}");
+        }
+    }
+    let joined = cluster_status(&cluster, 0).expect("status");
+    let joiner_shards = joined["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .find(|member| member["node"] == NODES[JOINER])
+        .and_then(|member| member["shards"].as_u64())
+        .expect("the joiner is a member");
+    assert!(joiner_shards > 0, "the joiner owns shards: {joined}");
+
+    // It leaves gracefully on SIGTERM: Leaving, Exiting, Removed, then the process exits.
+    let exit = cluster.terminate(JOINER);
+    assert!(exit.success(), "the joiner exits cleanly: {exit:?}");
+    eventually("the joiner removed", &cluster, || {
+        let status = cluster_status(&cluster, 0)?;
+        let members = status["members"].as_array()?;
+        (!members.iter().any(|member| member["node"] == NODES[JOINER])).then_some(())
+    });
+
     // A peer speaking garbage is cut off and counted, and the cluster keeps serving.
     assert!(
         garbage_is_cut_off(&cluster, 0),
@@ -380,7 +450,7 @@ fn cluster_of_three_processes() {
     let killed = cluster.index_of(&primary);
     let commit_before = status["commit"].as_u64().expect("commit");
     cluster.kill(killed);
-    let survivor = (killed + 1) % NODES.len();
+    let survivor = (killed + 1) % VOTERS.len();
     let second = eventually("a write after the primary's death", &cluster, || {
         create_tenant(&cluster, survivor, "globex")
     });

@@ -157,7 +157,8 @@ pub(crate) fn node(args: NodeArgs) -> ExitCode {
 }
 
 /// Opens the node, binds its listener, runs `ready` with both, serves until SIGINT or
-/// SIGTERM, then stops accepting and shuts the node down.
+/// SIGTERM, then stops accepting, leaves its cluster (a non-voting member) and shuts the node
+/// down.
 pub(super) async fn run_node(
     config: NodeConfig,
     ready: impl AsyncFnOnce(&Arc<Node>, SocketAddr) -> Result<(), String>,
@@ -178,6 +179,9 @@ pub(super) async fn run_node(
     tracing::info!(%address, data_dir = %config.data_dir.display(), "serving the HTTP API");
     let served = crate::api::serve(node.clone(), listener, shutdown_signal()).await;
     tracing::info!("stopping the node");
+    if let Err(error) = node.leave().await {
+        tracing::warn!(%error, "the node could not leave its cluster gracefully");
+    }
     node.shutdown().await;
     served.map_err(|error| format!("the HTTP server failed: {error}"))
 }

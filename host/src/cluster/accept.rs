@@ -1,8 +1,9 @@
 //! The accept loop. Each incoming connection gets TLS as a server (a client certificate from
 //! the cluster CA is required) and the acceptor's side of the hello, within the handshake
 //! timeout and at most `handshakes_in_flight_max` at a time. The dialer must claim the node
-//! id its certificate names, be in the peer table, and be the pair's dialer; then the
-//! connection goes to that peer's task. Every refusal is counted by reason.
+//! id its certificate names, be in the peer table (or, with `admit_unknown_peers`, is added
+//! to it as a peer that dials), and be the pair's dialer; then the connection goes to that
+//! peer's task. Every refusal is counted by reason.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,9 @@ use super::handshake::{self, HandshakeError, Hello};
 use super::peer::is_tls_error;
 use super::stats::{RefusalReason, bump};
 use super::tls::certificate_names_node;
-use super::transport::{Role, Shared, lock};
+use super::transport::{PEERS_MAX, Role, Shared, insert_peer, lock};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 /// Accepted connections waiting for their peer's task to take them. One suffices: the task
 /// takes each at once, and a connection that finds the slot taken is closed (the dialer
@@ -59,7 +62,11 @@ where
 }
 
 /// TLS, the hello, and the hand-over of one incoming connection.
-async fn accept_one<M>(shared: Arc<Shared<M>>, tcp: TcpStream) {
+async fn accept_one<M>(shared: Arc<Shared<M>>, tcp: TcpStream)
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let remote = tcp.peer_addr().ok();
     let attempt = tokio::time::timeout(
         shared.config.handshake_timeout,
         handshake_incoming(&shared, tcp),
@@ -77,9 +84,23 @@ async fn accept_one<M>(shared: Arc<Shared<M>>, tcp: TcpStream) {
             return;
         }
     };
-    let handed = lock(&shared.peers)
-        .get(&node_id)
-        .map(|entry| entry.accepted.try_send(connection).is_ok());
+    let handed = {
+        let mut peers = lock(&shared.peers);
+        if !peers.contains_key(&node_id)
+            && shared.config.admit_unknown_peers
+            && peers.len() < PEERS_MAX
+            && !shared.closed.load(Ordering::Acquire)
+        {
+            // Admitted by its certificate: a member joining through this node. It dials; the
+            // address is where it dialed from, never dialed (its committed cluster address
+            // replaces it).
+            let address = remote.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            insert_peer(&shared, &mut peers, &node_id, address, Role::Acceptor);
+        }
+        peers
+            .get(&node_id)
+            .map(|entry| entry.accepted.try_send(connection).is_ok())
+    };
     if handed != Some(true) {
         tracing::debug!(peer = %node_id, "cluster connection dropped: its peer is busy or gone");
     }
@@ -111,6 +132,7 @@ async fn handshake_incoming<M>(
             return Err(RefusalReason::NodeIdMismatch);
         }
         match lock(&shared.peers).get(&hello.node_id) {
+            None if shared.config.admit_unknown_peers => Ok(()),
             None => Err(RefusalReason::UnknownPeer),
             Some(entry) if entry.link.role != Role::Acceptor => Err(RefusalReason::WrongDirection),
             Some(_) => Ok(()),

@@ -85,6 +85,11 @@ pub struct TransportConfig {
     pub reconnect_backoff_max: Duration,
     /// How long queued frames wait for a peer that is down.
     pub peer_down_drop_after: Duration,
+    /// Whether a node that is not a peer yet, but presents a certificate of the cluster's CA
+    /// naming it, is taken as a peer that dials this one (a member joining through this node
+    /// as its seed). Off, such a connection is refused (`unknown_peer`). At most
+    /// [`PEERS_MAX`](super::PEERS_MAX) peers are held either way.
+    pub admit_unknown_peers: bool,
 }
 
 /// A config the transport cannot run with.
@@ -131,6 +136,7 @@ impl TransportConfig {
             reconnect_backoff_min: RECONNECT_BACKOFF_MIN,
             reconnect_backoff_max: RECONNECT_BACKOFF_MAX,
             peer_down_drop_after: PEER_DOWN_DROP_AFTER,
+            admit_unknown_peers: false,
         }
     }
 

@@ -31,6 +31,9 @@ pub enum TransportError {
     /// The transport is closed.
     #[error("the transport is closed")]
     Closed,
+    /// The peer table is full.
+    #[error("the transport holds {0} peers already")]
+    TooManyPeers(usize),
 }
 
 /// A message was not queued for sending. Nothing was sent; the caller decides whether to

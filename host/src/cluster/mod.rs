@@ -41,4 +41,4 @@ pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id}
 pub use request::{Inbound, Incoming, Responder};
 pub use stats::{RefusalCounts, RefusalReason, TransportStatsSnapshot};
 pub use tls::TlsIdentity;
-pub use transport::Transport;
+pub use transport::{Direction, PEERS_MAX, Transport};

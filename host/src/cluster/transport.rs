@@ -78,6 +78,55 @@ pub(crate) struct PeerEntry {
     _task: AbortOnDrop,
 }
 
+/// The most peers one transport holds.
+pub const PEERS_MAX: usize = 256;
+
+/// Which end of a pair dials (see [`Transport::add_peer_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The end with the smaller node id dials.
+    ByNodeId,
+    /// This end dials.
+    Dial,
+    /// The peer dials this end.
+    Accept,
+}
+
+/// Adds (or replaces) `node_id`'s entry and starts its task. The caller holds the peers lock.
+pub(crate) fn insert_peer<M>(
+    shared: &Arc<Shared<M>>,
+    peers: &mut HashMap<NodeId, PeerEntry>,
+    node_id: &str,
+    address: SocketAddr,
+    role: Role,
+) where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let (queue, queued) = mpsc::channel(shared.config.send_queue_max);
+    let (accepted, accepted_connections) = mpsc::channel(ACCEPTED_CONNECTIONS_WAITING_MAX);
+    let link = Arc::new(PeerLink {
+        node_id: node_id.to_owned(),
+        role,
+        address: Mutex::new(address),
+        queue,
+        unreachable: AtomicBool::new(false),
+    });
+    let task = tokio::spawn(run_peer(
+        Arc::clone(shared),
+        Arc::clone(&link),
+        queued,
+        accepted_connections,
+    ));
+    peers.insert(
+        node_id.to_owned(),
+        PeerEntry {
+            link,
+            accepted,
+            _task: AbortOnDrop(task),
+        },
+    );
+}
+
 /// Which end of the pair's one connection this node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -173,48 +222,45 @@ where
     /// peer, retrying with backoff; otherwise it waits for the peer to dial. Either way
     /// `send` queues at once.
     pub fn add_peer(&self, node_id: &str, address: SocketAddr) -> Result<(), TransportError> {
+        self.add_peer_with(node_id, address, Direction::ByNodeId)
+    }
+
+    /// [`add_peer`](Self::add_peer), with which end dials said: by node id (both ends
+    /// agree without talking), or this end always dials (`Dial`) or always waits (`Accept`),
+    /// for pairs where one end cannot know the other's address in advance (a member joining
+    /// through seeds dials them). Changing the direction of a known peer restarts its link.
+    pub fn add_peer_with(
+        &self,
+        node_id: &str,
+        address: SocketAddr,
+        direction: Direction,
+    ) -> Result<(), TransportError> {
         validate_node_id(node_id)?;
         if node_id == self.node_id() {
             return Err(TransportError::SelfPeer(node_id.to_owned()));
         }
+        let role = match direction {
+            Direction::Dial => Role::Dialer,
+            Direction::Accept => Role::Acceptor,
+            Direction::ByNodeId if self.node_id() < node_id => Role::Dialer,
+            Direction::ByNodeId => Role::Acceptor,
+        };
         let mut peers = lock(&self.shared.peers);
         // Checked under the lock that `shut_down` takes after setting it: no peer is added
         // to a closed transport.
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(TransportError::Closed);
         }
-        if let Some(entry) = peers.get(node_id) {
+        if let Some(entry) = peers.get(node_id)
+            && entry.link.role == role
+        {
             *lock(&entry.link.address) = address;
             return Ok(());
         }
-        let role = if self.node_id() < node_id {
-            Role::Dialer
-        } else {
-            Role::Acceptor
-        };
-        let (queue, queued) = mpsc::channel(self.shared.config.send_queue_max);
-        let (accepted, accepted_connections) = mpsc::channel(ACCEPTED_CONNECTIONS_WAITING_MAX);
-        let link = Arc::new(PeerLink {
-            node_id: node_id.to_owned(),
-            role,
-            address: Mutex::new(address),
-            queue,
-            unreachable: AtomicBool::new(false),
-        });
-        let task = tokio::spawn(run_peer(
-            Arc::clone(&self.shared),
-            Arc::clone(&link),
-            queued,
-            accepted_connections,
-        ));
-        peers.insert(
-            node_id.to_owned(),
-            PeerEntry {
-                link,
-                accepted,
-                _task: AbortOnDrop(task),
-            },
-        );
+        if !peers.contains_key(node_id) && peers.len() >= PEERS_MAX {
+            return Err(TransportError::TooManyPeers(PEERS_MAX));
+        }
+        insert_peer(&self.shared, &mut peers, node_id, address, role);
         Ok(())
     }
 

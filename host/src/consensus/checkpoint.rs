@@ -87,6 +87,14 @@ struct CheckpointState {
     machine: Vec<u8>,
 }
 
+/// The client table and state machine snapshot a checkpoint's state bytes hold.
+pub(super) fn decode_state(state: &[u8]) -> Result<(ClientTable, Vec<u8>), CheckpointError> {
+    let decoded: CheckpointState =
+        rmp_serde::from_slice(state).map_err(|_| CheckpointError::Malformed)?;
+    let clients = ClientTable::from_image(decoded.clients).ok_or(CheckpointError::Malformed)?;
+    Ok((clients, decoded.machine))
+}
+
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Checkpoints the state just after applying `self.applied` and trims the log.
     pub(super) fn take_checkpoint(&mut self) {
@@ -126,10 +134,8 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         &mut self,
         checkpoint: Checkpoint,
     ) -> Result<(), CheckpointError> {
-        let decoded: CheckpointState =
-            rmp_serde::from_slice(&checkpoint.state).map_err(|_| CheckpointError::Malformed)?;
-        let clients = ClientTable::from_image(decoded.clients).ok_or(CheckpointError::Malformed)?;
-        self.state_machine.restore(&decoded.machine)?;
+        let (clients, machine) = decode_state(&checkpoint.state)?;
+        self.state_machine.restore(&machine)?;
         self.clients = clients;
         self.applied = checkpoint.op;
         self.commit = self.commit.max(checkpoint.op);

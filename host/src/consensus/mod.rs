@@ -12,6 +12,7 @@ pub mod client_table;
 pub mod config;
 pub mod durable;
 pub mod journal;
+pub mod learner;
 mod log;
 mod memory_journal;
 pub mod message;
@@ -26,6 +27,8 @@ mod view_change;
 
 #[cfg(test)]
 mod checkpoint_tests;
+#[cfg(test)]
+mod learner_tests;
 #[cfg(test)]
 mod replica_tests;
 #[cfg(test)]

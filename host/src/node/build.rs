@@ -5,24 +5,17 @@
 //! switchboard's way to other nodes) and runs the replicated plane over it.
 
 use super::catalog::{MemberFollowers, NodeCatalog};
-use super::mesh::{Mesh, PeerMessage, plane_queue};
-use super::plane::{PlaneConfig, ReplicatedPlane};
+use super::joining;
+use super::mesh::Mesh;
 use super::seat::{CoordinatorSeat, SeatParts};
-use super::{ClusterConfig, EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
-use crate::cluster::Inbound;
+use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use crate::entity::{Entities, EntityParts, TypeTable};
-use crate::metadata::{
-    Applied, Command, LocalPlane, MemberState, MetadataError, MetadataPlane, MetadataStore,
-};
+use crate::metadata::{LocalPlane, MetadataStore};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
 use crate::state::remember::RememberWriter;
 use crate::state::{LocalState, StateStore};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long a cluster node waits between tries to join while no quorum answers.
-const JOIN_RETRY: Duration = Duration::from_millis(250);
 
 impl Node {
     /// Opens the node's data directory, loads its tenants and types and makes it ready to
@@ -66,7 +59,7 @@ impl Node {
         let switchboard = Arc::new(Switchboard::new());
         let mesh = match &config.cluster {
             Some(cluster) => {
-                check_cluster_catalog(&config, cluster, &metadata)?;
+                joining::check_data_dir(&config, cluster, &metadata)?;
                 let (mesh, inbound) = Mesh::start(&config.node_id, cluster).await?;
                 switchboard.set_remote(mesh.clone());
                 Some((mesh, inbound))
@@ -110,7 +103,7 @@ impl Node {
         };
         let (plane, seat, mesh) = match (mesh, &config.cluster) {
             (Some((mesh, inbound)), Some(cluster)) => {
-                let plane = start_replicated_plane(
+                let started = joining::start_plane(
                     &config,
                     cluster,
                     metadata,
@@ -120,8 +113,7 @@ impl Node {
                     &switchboard,
                 )?;
                 catalog.show_members()?;
-                let status = plane.watch_status();
-                let plane: Arc<dyn MetadataPlane> = Arc::new(plane);
+                let (plane, status) = started;
                 let parts = SeatParts {
                     plane: plane.clone(),
                     ..seat_parts
@@ -136,7 +128,7 @@ impl Node {
             }
         };
         catalog.load().await?;
-        join_as_member(&config, plane.as_ref()).await?;
+        joining::join_as_member(&config, plane.as_ref()).await?;
         // Only now is every deployed type bound: outboxes and reminders left by the last run
         // would otherwise meet "type not registered" and be given up.
         entities.start_messaging();
@@ -158,121 +150,6 @@ impl Node {
             quota_rejections: Default::default(),
             edge: EdgeCounters::default(),
         }))
-    }
-}
-
-/// A cluster node's catalog is the cluster's journal replayed: a data directory whose catalog
-/// was written without a journal (a single node's) would be wiped by that replay, so it is
-/// refused rather than silently emptied.
-fn check_cluster_catalog(
-    config: &NodeConfig,
-    cluster: &ClusterConfig,
-    metadata: &MetadataStore,
-) -> Result<(), NodeError> {
-    let journal = metadata_journal(config);
-    if !journal.exists() && metadata.applied_commands()? > 0 {
-        return Err(NodeError::Config(format!(
-            "{} holds a single node's catalog and no cluster journal ({}): a node of cluster {} \
-             starts from an empty data directory and takes its catalog from the cluster",
-            config.data_dir.display(),
-            journal.display(),
-            cluster.id
-        )));
-    }
-    Ok(())
-}
-
-fn metadata_journal(config: &NodeConfig) -> std::path::PathBuf {
-    config.data_dir.join("metadata.journal")
-}
-
-/// Starts this voter of the metadata plane over the mesh, and the task that hands every
-/// received frame to the plane, the region or the coordinator.
-fn start_replicated_plane(
-    config: &NodeConfig,
-    cluster: &ClusterConfig,
-    metadata: MetadataStore,
-    catalog: &Arc<NodeCatalog>,
-    mesh: &Arc<Mesh>,
-    inbound: Inbound<PeerMessage>,
-    switchboard: &Arc<Switchboard>,
-) -> Result<ReplicatedPlane, NodeError> {
-    let (to_plane, plane_inbound) = plane_queue();
-    let plane_config = PlaneConfig {
-        voters: cluster.voters.clone(),
-        node: config.node_id.clone(),
-        journal: metadata_journal(config),
-        tick: Duration::from_millis(cluster.tick_ms),
-    };
-    let plane = ReplicatedPlane::start(
-        plane_config,
-        metadata,
-        catalog.clone(),
-        mesh.clone(),
-        plane_inbound,
-    )
-    .map_err(|error| NodeError::Config(format!("metadata plane: {error}")))?;
-    tokio::spawn(
-        mesh.clone()
-            .dispatch(inbound, to_plane, Arc::downgrade(switchboard)),
-    );
-    Ok(plane)
-}
-
-/// Makes this node an up member of the catalog: joins (or, restarted, refreshes its
-/// addresses) and promotes itself. A cluster node retries while no quorum answers, up to
-/// its join timeout (the other voters may still be starting).
-async fn join_as_member(config: &NodeConfig, plane: &dyn MetadataPlane) -> Result<(), NodeError> {
-    let now_ms = super::tenants::now_ms();
-    let join = Command::JoinMember {
-        node: config.node_id.clone(),
-        cluster_address: config
-            .cluster
-            .as_ref()
-            .map(|cluster| cluster.advertised().to_string())
-            .unwrap_or_default(),
-        api_address: config.http.to_string(),
-        roles: config.sharding.role_constraint.iter().cloned().collect(),
-        joined_ms: now_ms,
-    };
-    if let Applied::Member(member) = submit_patiently(config, plane, join).await?
-        && member.state == MemberState::Joining
-    {
-        let up = Command::SetMemberState {
-            node: config.node_id.clone(),
-            state: MemberState::Up,
-            updated_ms: now_ms,
-        };
-        submit_patiently(config, plane, up).await?;
-    }
-    Ok(())
-}
-
-/// Submits `command`; in a cluster, tries again while the plane answers `Unavailable`, until
-/// the join timeout.
-async fn submit_patiently(
-    config: &NodeConfig,
-    plane: &dyn MetadataPlane,
-    command: Command,
-) -> Result<Applied, NodeError> {
-    let Some(cluster) = &config.cluster else {
-        return Ok(plane.submit(command).await?);
-    };
-    let deadline = Instant::now() + Duration::from_millis(cluster.join_timeout_ms);
-    loop {
-        match plane.submit(command.clone()).await {
-            Err(MetadataError::Unavailable(reason)) if Instant::now() < deadline => {
-                tracing::info!(%reason, "waiting for the cluster's voters to join");
-                tokio::time::sleep(JOIN_RETRY).await;
-            }
-            Err(MetadataError::Unavailable(reason)) => {
-                return Err(NodeError::Config(format!(
-                    "could not join cluster {} within {} ms: {reason}",
-                    cluster.id, cluster.join_timeout_ms
-                )));
-            }
-            result => return Ok(result?),
-        }
     }
 }
 

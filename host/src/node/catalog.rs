@@ -174,6 +174,14 @@ impl NodeCatalog {
             .plugin_bytes(sha256)
             .map_err(|error| error.to_string())?
             .ok_or_else(|| format!("plugin {sha256} is not stored"))?;
+        // The bytes may have come from another node inside its deploy command: they are
+        // hashed again here, and run only if they are what was deployed.
+        let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        if actual != sha256 {
+            return Err(format!(
+                "the stored bytes of plugin {sha256} hash to {actual}; refusing to run them"
+            ));
+        }
         let runtime = self.runtime.clone();
         let hash = sha256.to_string();
         let plugin = tokio::task::spawn_blocking(move || runtime.load_hashed(&bytes, hash))

@@ -7,7 +7,7 @@
 
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::plane::{PLANE_INBOUND_MAX, PlaneInbound, PlaneMessage, PlaneOutbox};
-use crate::cluster::{Inbound, SendError, Transport, TransportConfig, load_identity};
+use crate::cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
 use crate::contract::NodeId;
 use crate::metadata::{MemberRecord, MemberState};
 use crate::node::{ClusterConfig, NodeError};
@@ -54,6 +54,9 @@ pub(crate) struct MeshCounters {
 /// The node's side of the cluster transport.
 pub(crate) struct Mesh {
     node: NodeId,
+    /// The metadata plane's voters: a non-voting member dials them (they cannot know its
+    /// address before it joins); among voters, or among the others, the smaller id dials.
+    voters: Vec<NodeId>,
     transport: Transport<PeerMessage>,
     /// The metadata primary as this node last saw it: where coordinator commands go.
     primary: RwLock<Option<NodeId>>,
@@ -75,12 +78,15 @@ impl Mesh {
         })?;
         let mut transport_config = TransportConfig::new(config.id.clone(), config.listen);
         transport_config.peer_down_drop_after = PEER_DOWN_FAIL_AFTER;
+        // Voters take joining members that dial them before the catalog names them.
+        transport_config.admit_unknown_peers = config.voters.iter().any(|voter| voter == node);
         transport_config.max_frame_bytes = MESH_FRAME_BYTES_MAX;
         let (transport, inbound) = Transport::start(transport_config, identity)
             .await
             .map_err(|error| NodeError::Config(format!("cluster transport: {error}")))?;
         let mesh = Arc::new(Mesh {
             node: node.to_string(),
+            voters: config.voters.clone(),
             transport,
             primary: RwLock::new(None),
             counters: MeshCounters::default(),
@@ -100,7 +106,13 @@ impl Mesh {
         if peer == self.node {
             return;
         }
-        if let Err(error) = self.transport.add_peer(peer, address) {
+        let voter = |node: &str| self.voters.iter().any(|voter| voter == node);
+        let direction = match (voter(&self.node), voter(peer)) {
+            (true, false) => Direction::Accept,
+            (false, true) => Direction::Dial,
+            _ => Direction::ByNodeId,
+        };
+        if let Err(error) = self.transport.add_peer_with(peer, address, direction) {
             tracing::warn!(%peer, %address, %error, "peer not added");
         }
     }

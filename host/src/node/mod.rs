@@ -13,6 +13,7 @@ mod config;
 mod deploy;
 mod edge;
 mod error;
+mod joining;
 mod mesh;
 mod messages;
 mod metric_families;

@@ -1,14 +1,15 @@
 //! The task that runs one voter of the metadata plane: it ticks the replica, carries its
 //! messages over the transport, takes commands submitted on this node to the primary (again
-//! after [`RESEND_TICKS`] until answered), routes the primary's replies back to the node that
+//! after `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
 //! submitted, and hands every applied command to the node's observer in order. One command of
 //! this node is in flight at a time (a VSR client session has one outstanding request).
 
+use super::session::{ClientSession, Due};
 use super::wire::PlaneMessage;
 use super::{PlaneConfig, PlaneError, PlaneOutbox};
 use crate::consensus::config::Config;
 use crate::consensus::durable::FileJournal;
-use crate::consensus::message::{ClientId, Message, Reply, ReplyError, Request, Status};
+use crate::consensus::message::{ClientId, Message, Request, Status};
 use crate::consensus::replica::{Action, Replica};
 use crate::metadata::{
     Applied, CatalogMachine, CatalogObserver, Command, MetadataError, MetadataStore, PlaneStatus,
@@ -17,14 +18,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
-
-/// Ticks before an unanswered command is sent to the voters again (a view change may have
-/// moved the primary).
-pub(super) const RESEND_TICKS: u64 = 20;
-
-/// Ticks a command answered by the primary waits for this node's own catalog to apply it
-/// before it is answered anyway (this voter is catching up by state transfer).
-const APPLIED_HERE_WAIT_TICKS: u64 = 100;
 
 /// Client sessions of other nodes whose replies this voter routes (their origin node).
 const ORIGINS_MAX: usize = 1024;
@@ -35,15 +28,6 @@ type PlaneReplica = Replica<FileJournal, CatalogMachine>;
 pub(super) struct Submission {
     pub(super) command: Command,
     pub(super) answer: oneshot::Sender<Result<Applied, MetadataError>>,
-}
-
-struct InFlight {
-    request: Request,
-    answer: oneshot::Sender<Result<Applied, MetadataError>>,
-    sent_tick: u64,
-    /// The primary's answer, once it came, and the tick it came at.
-    reply: Option<(Result<Vec<u8>, ReplyError>, u64)>,
-    applied_here: bool,
 }
 
 /// Opens the voter's journal (creating it on the first start) and rebuilds the catalog from it.
@@ -75,10 +59,8 @@ pub(super) struct Driver {
     inbound: mpsc::Receiver<(String, PlaneMessage)>,
     submitted: mpsc::Receiver<Submission>,
     status: watch::Sender<PlaneStatus>,
-    /// This node's client session: new each start, so request numbers start at 1 again.
-    client: ClientId,
-    next_request: u64,
-    in_flight: Option<InFlight>,
+    /// This node's client session.
+    session: ClientSession,
     origins: BTreeMap<ClientId, String>,
     tick: u64,
 }
@@ -94,6 +76,7 @@ impl Driver {
         status: watch::Sender<PlaneStatus>,
     ) -> Driver {
         Driver {
+            session: ClientSession::new(config.node.clone()),
             config,
             replica,
             observer,
@@ -101,9 +84,6 @@ impl Driver {
             inbound,
             submitted,
             status,
-            client: rand::random::<u64>(),
-            next_request: 1,
-            in_flight: None,
             origins: BTreeMap::new(),
             tick: 0,
         }
@@ -126,7 +106,7 @@ impl Driver {
                     Some((from, message)) => self.receive(from, message).await,
                     None => return,
                 },
-                submission = self.submitted.recv(), if self.in_flight.is_none() => match submission {
+                submission = self.submitted.recv(), if self.session.is_idle() => match submission {
                     Some(submission) => self.begin(submission).await,
                     None => return,
                 },
@@ -140,54 +120,21 @@ impl Driver {
     }
 
     async fn begin(&mut self, submission: Submission) {
-        let request = Request {
-            client: self.client,
-            request_number: self.next_request,
-            operation: CatalogMachine::encode_command(&submission.command),
-        };
-        self.next_request += 1;
-        self.in_flight = Some(InFlight {
-            request,
-            answer: submission.answer,
-            sent_tick: self.tick,
-            reply: None,
-            applied_here: false,
-        });
-        self.send_request().await;
+        let request = self.session.begin(submission, self.tick);
+        self.send_request(request).await;
     }
 
     /// Sends the command in flight to every voter; only the primary acts on it.
-    async fn send_request(&mut self) {
-        let Some(in_flight) = &mut self.in_flight else {
-            return;
-        };
-        in_flight.sent_tick = self.tick;
-        let request = in_flight.request.clone();
-        for voter in self.config.voters.clone() {
-            if voter != self.config.node {
-                let submit = PlaneMessage::Submit {
-                    origin: self.config.node.clone(),
-                    request: request.clone(),
-                };
-                self.outbox.send(&voter, submit);
-            }
-        }
+    async fn send_request(&mut self, request: Request) {
+        self.session
+            .send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
         let actions = self.replica.on_message(Message::Request(request));
         self.carry_out(actions).await;
     }
 
     async fn resend_if_due(&mut self) {
-        let Some(in_flight) = &self.in_flight else {
-            return;
-        };
-        if let Some((_, replied_tick)) = &in_flight.reply {
-            if self.tick >= replied_tick + APPLIED_HERE_WAIT_TICKS {
-                self.answer();
-            }
-            return;
-        }
-        if self.tick >= in_flight.sent_tick + RESEND_TICKS {
-            self.send_request().await;
+        if let Due::Resend(request) = self.session.due(self.tick) {
+            self.send_request(request).await;
         }
     }
 
@@ -212,11 +159,59 @@ impl Driver {
                 let actions = self.replica.on_message(Message::Request(request));
                 self.carry_out(actions).await;
             }
-            PlaneMessage::Reply(reply) => self.on_reply(reply),
+            PlaneMessage::Reply(reply) => self.session.on_reply(reply, self.tick),
+            PlaneMessage::Follow { after } => self.answer_follower(&from, after),
+            // A voter follows the log itself.
+            PlaneMessage::Entries { .. } | PlaneMessage::Checkpoint { .. } => {}
         }
     }
 
+    /// Sends a non-voting member what it lacks: the committed entries after `after` (at most
+    /// [`FOLLOW_BATCH_BYTES`](super::FOLLOW_BATCH_BYTES), at least one), or this voter's
+    /// checkpoint if they were trimmed.
+    fn answer_follower(&self, from: &str, after: u64) {
+        if self.config.voters.iter().any(|voter| voter == from) {
+            return;
+        }
+        let view = self.replica.view();
+        let applied = self.replica.applied();
+        let base = self.replica.log_base();
+        if after < base {
+            let checkpoint = self.replica.checkpoint().clone();
+            self.outbox
+                .send(from, PlaneMessage::Checkpoint { view, checkpoint });
+            return;
+        }
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        for entry in self.replica.log() {
+            if entry.op <= after || entry.op > applied {
+                continue;
+            }
+            let size: usize = entry
+                .requests
+                .iter()
+                .map(|request| request.operation.len() + 64)
+                .sum();
+            if !entries.is_empty() && bytes + size > super::FOLLOW_BATCH_BYTES {
+                break;
+            }
+            bytes += size;
+            entries.push(entry.clone());
+        }
+        let commit = self.replica.commit();
+        self.outbox.send(
+            from,
+            PlaneMessage::Entries {
+                view,
+                commit,
+                entries,
+            },
+        );
+    }
+
     async fn carry_out(&mut self, actions: Vec<Action>) {
+        let mut applied_requests = Vec::new();
         for action in actions {
             match action {
                 Action::Send { to, message } => {
@@ -224,7 +219,9 @@ impl Driver {
                         self.outbox.send(voter, PlaneMessage::Replica(message));
                     }
                 }
-                Action::Reply(reply) if reply.client == self.client => self.on_reply(reply),
+                Action::Reply(reply) if reply.client == self.session.client() => {
+                    self.session.on_reply(reply, self.tick)
+                }
                 Action::Reply(reply) => {
                     if let Some(origin) = self.origins.get(&reply.client) {
                         self.outbox.send(origin, PlaneMessage::Reply(reply));
@@ -233,24 +230,12 @@ impl Driver {
                 // A restored state reaches the observer as `Applied::Restored`; a command of
                 // ours it covered is answered after `APPLIED_HERE_WAIT_TICKS`.
                 Action::Checkpoint { .. } => {}
-                Action::Applied { requests, .. } => {
-                    if let Some(in_flight) = &mut self.in_flight {
-                        let mine = (in_flight.request.client, in_flight.request.request_number);
-                        if requests.contains(&mine) {
-                            in_flight.applied_here = true;
-                        }
-                    }
-                }
+                Action::Applied { requests, .. } => applied_requests.extend(requests),
             }
         }
+        // The observer first: a caller answered next reads its own write here.
         self.observe_applied().await;
-        let done = self
-            .in_flight
-            .as_ref()
-            .is_some_and(|in_flight| in_flight.reply.is_some() && in_flight.applied_here);
-        if done {
-            self.answer();
-        }
+        self.session.applied(&applied_requests);
     }
 
     /// Hands what the catalog applied to the node's observer, in order.
@@ -258,39 +243,6 @@ impl Driver {
         for applied in self.replica.state_machine_mut().take_applied() {
             self.observer.applied(&applied).await;
         }
-    }
-
-    fn on_reply(&mut self, reply: Reply) {
-        let Some(in_flight) = &mut self.in_flight else {
-            return;
-        };
-        let mine = reply.client == in_flight.request.client
-            && reply.request_number == in_flight.request.request_number;
-        if mine && in_flight.reply.is_none() {
-            in_flight.reply = Some((reply.result, self.tick));
-            if in_flight.applied_here {
-                self.answer();
-            }
-        }
-    }
-
-    /// Answers the command in flight with the primary's reply.
-    fn answer(&mut self) {
-        let Some(in_flight) = self.in_flight.take() else {
-            return;
-        };
-        let result = match in_flight.reply {
-            Some((Ok(bytes), _)) => CatalogMachine::decode_result(&bytes),
-            Some((Err(ReplyError::SessionEvicted), _)) => Err(MetadataError::Unavailable(
-                "this node's catalog session was evicted; the command may or may not have \
-                 applied: read the catalog before retrying"
-                    .into(),
-            )),
-            None => Err(MetadataError::Unavailable(
-                "no answer from the primary".into(),
-            )),
-        };
-        let _ = in_flight.answer.send(result);
     }
 
     fn publish_status(&self) {

@@ -13,12 +13,15 @@
 
 mod dedicated;
 mod driver;
+mod follower;
+mod session;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
 pub use dedicated::dedicated_transport;
+pub use follower::{FOLLOW_TICKS, FollowerPlane};
 pub use wire::PlaneMessage;
 
 use crate::consensus::config::Config;
@@ -50,6 +53,10 @@ pub type PlaneInbound = mpsc::Receiver<(String, PlaneMessage)>;
 
 /// Plane messages from other nodes waiting for the driver; past it they are dropped.
 pub const PLANE_INBOUND_MAX: usize = 4096;
+
+/// The most operation bytes a voter sends a non-voting member in one batch of entries (one
+/// entry is sent whatever its size; the mesh's frame bound holds the largest deploy).
+pub const FOLLOW_BATCH_BYTES: usize = 16 << 20;
 
 /// How a voter of the metadata plane runs.
 #[derive(Clone, Debug)]
@@ -132,6 +139,30 @@ impl ReplicatedPlane {
     }
 }
 
+/// Hands `command` to a driver's submission queue and waits for its answer, at most
+/// [`SUBMIT_TIMEOUT`].
+fn submit_to(
+    submissions: mpsc::Sender<driver::Submission>,
+    command: Command,
+) -> BoxFuture<'static, Result<Applied, MetadataError>> {
+    Box::pin(async move {
+        let (answer, answered) = oneshot::channel();
+        let submission = driver::Submission { command, answer };
+        submissions.try_send(submission).map_err(|_| {
+            MetadataError::Unavailable("too many catalog commands in flight".into())
+        })?;
+        match tokio::time::timeout(SUBMIT_TIMEOUT, answered).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(MetadataError::Unavailable(
+                "the metadata plane stopped".into(),
+            )),
+            Err(_) => Err(MetadataError::Unavailable(format!(
+                "no quorum committed the command within {SUBMIT_TIMEOUT:?}"
+            ))),
+        }
+    })
+}
+
 impl ReplicatedPlane {
     /// Follows this voter's view of the plane: every change of view, commit or primary.
     pub fn watch_status(&self) -> watch::Receiver<PlaneStatus> {
@@ -147,23 +178,7 @@ impl Drop for ReplicatedPlane {
 
 impl MetadataPlane for ReplicatedPlane {
     fn submit(&self, command: Command) -> BoxFuture<'static, Result<Applied, MetadataError>> {
-        let submissions = self.submissions.clone();
-        Box::pin(async move {
-            let (answer, answered) = oneshot::channel();
-            let submission = driver::Submission { command, answer };
-            submissions.try_send(submission).map_err(|_| {
-                MetadataError::Unavailable("too many catalog commands in flight".into())
-            })?;
-            match tokio::time::timeout(SUBMIT_TIMEOUT, answered).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(_)) => Err(MetadataError::Unavailable(
-                    "the metadata plane stopped".into(),
-                )),
-                Err(_) => Err(MetadataError::Unavailable(format!(
-                    "no quorum committed the command within {SUBMIT_TIMEOUT:?}"
-                ))),
-            }
-        })
+        submit_to(self.submissions.clone(), command)
     }
 
     fn store(&self) -> &MetadataStore {

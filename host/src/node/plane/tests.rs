@@ -1,9 +1,10 @@
 //! Three voters over real loopback transports with mutual TLS: a command submitted on any of
 //! them commits everywhere; a refusal comes back as the submitter's error; the cluster goes on
-//! when the primary is gone; a restarted voter rebuilds its catalog from its journal.
+//! when the primary is gone; a restarted voter rebuilds its catalog from its journal; a
+//! non-voting follower rebuilds the catalog from the voters and submits through them.
 
 use super::*;
-use crate::cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
+use crate::cluster::{Direction, Transport, TransportConfig, create_dev_cluster, load_identity};
 use crate::metadata::{Quotas, Tenant};
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -81,7 +82,9 @@ impl Harness {
     async fn start_voter(&self, index: usize, store: MetadataStore) -> Voter {
         let identity =
             load_identity(&self.dir.path().join("certs"), VOTERS[index]).expect("identity");
-        let config = TransportConfig::new("plane-test", self.addresses[index]);
+        let mut config = TransportConfig::new("plane-test", self.addresses[index]);
+        // A follower dials the voters before they know it.
+        config.admit_unknown_peers = true;
         let (transport, inbound) = Transport::<PlaneMessage>::start(config, identity)
             .await
             .expect("transport");
@@ -204,4 +207,71 @@ async fn the_voters_go_on_without_the_primary_and_a_restarted_voter_catches_up()
     for index in 0..VOTERS.len() {
         harness.wait_for_tenant(index, "third").await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_rebuilds_the_catalog_from_the_voters_and_submits_through_them() {
+    let harness = Harness::start().await;
+    harness
+        .plane(0)
+        .submit(tenant("before"))
+        .await
+        .expect("committed by the voters");
+    let certs = harness.dir.path().join("certs");
+    create_dev_cluster(&certs, &["n9"]).expect("the follower's certificate");
+    let identity = load_identity(&certs, "n9").expect("identity");
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (transport, inbound) =
+        Transport::<PlaneMessage>::start(TransportConfig::new("plane-test", listen), identity)
+            .await
+            .expect("transport");
+    for (voter, address) in VOTERS.iter().zip(&harness.addresses) {
+        transport
+            .add_peer_with(voter, *address, Direction::Dial)
+            .expect("voter");
+    }
+    let (outbox, plane_inbound) = dedicated_transport(Arc::new(transport), inbound);
+    let database = redb::Database::create(harness.dir.path().join("n9.redb")).expect("database");
+    let store = MetadataStore::open(Arc::new(database)).expect("catalog");
+    let recorder = Arc::new(Recorder::default());
+    let config = PlaneConfig {
+        voters: VOTERS.iter().map(|voter| voter.to_string()).collect(),
+        node: "n9".into(),
+        journal: harness.dir.path().join("n9.unused"),
+        tick: Duration::from_millis(10),
+    };
+    let follower = FollowerPlane::start(
+        config,
+        store.clone(),
+        recorder.clone(),
+        outbox,
+        plane_inbound,
+    )
+    .expect("follower starts");
+
+    // What the voters committed before it started reaches its catalog and its observer.
+    let deadline = Instant::now() + DEADLINE;
+    while store.tenant("before").expect("read").is_none() {
+        assert!(Instant::now() < deadline, "the follower never caught up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = recorder.applied.lock().expect("recorder").clone();
+    assert!(
+        seen.iter()
+            .any(|applied| matches!(applied, Applied::Tenant(tenant) if tenant.name == "before")),
+        "{seen:?}"
+    );
+    // Its own command commits on the voters and is applied here before it is answered.
+    let applied = follower.submit(tenant("from-follower")).await;
+    assert!(
+        matches!(applied, Ok(Applied::Tenant(ref tenant)) if tenant.name == "from-follower"),
+        "{applied:?}"
+    );
+    assert!(store.tenant("from-follower").expect("read").is_some());
+    for index in 0..VOTERS.len() {
+        harness.wait_for_tenant(index, "from-follower").await;
+    }
+    let refused = follower.submit(tenant("before")).await;
+    assert_eq!(refused, Err(MetadataError::TenantExists("before".into())));
+    assert_eq!(follower.status().primary.as_deref(), Some("n1"));
 }

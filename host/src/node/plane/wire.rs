@@ -1,6 +1,7 @@
 //! What metadata-plane nodes send each other over the cluster transport.
 
-use crate::consensus::message::{Message, Reply, Request};
+use crate::consensus::checkpoint::Checkpoint;
+use crate::consensus::message::{Entry, Message, Reply, Request};
 use serde::{Deserialize, Serialize};
 
 /// One frame of the metadata plane.
@@ -18,4 +19,27 @@ pub enum PlaneMessage {
     },
     /// The primary's answer to a submitted request.
     Reply(Reply),
+    /// A non-voting member asks a voter for the committed entries after op `after`.
+    Follow {
+        /// The last op the member applied.
+        after: u64,
+    },
+    /// A voter's answer to [`PlaneMessage::Follow`]: committed entries in op order (none if
+    /// the member is up to date), and the voter's view, so the member knows the primary.
+    Entries {
+        /// The voter's view.
+        view: u64,
+        /// The voter's commit number.
+        commit: u64,
+        /// Committed entries following the member's op.
+        entries: Vec<Entry>,
+    },
+    /// A voter's answer to [`PlaneMessage::Follow`] when the entries the member needs were
+    /// trimmed: its latest checkpoint, from which the member goes on.
+    Checkpoint {
+        /// The voter's view.
+        view: u64,
+        /// The checkpoint.
+        checkpoint: Checkpoint,
+    },
 }

@@ -1,0 +1,218 @@
+//! How a node becomes, and stops being, a member: the checks on its data directory, the start
+//! of its side of the metadata plane (a voter's replica or a non-voting member's follower),
+//! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
+//! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
+
+use super::catalog::NodeCatalog;
+use super::mesh::{Mesh, PeerMessage, plane_queue};
+use super::plane::{FollowerPlane, PlaneConfig, PlaneError, ReplicatedPlane};
+use super::{ClusterConfig, Node, NodeConfig, NodeError};
+use crate::cluster::Inbound;
+use crate::metadata::{
+    Applied, Command, MemberState, MetadataError, MetadataPlane, MetadataStore, PlaneStatus,
+};
+use crate::sharding::Switchboard;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How long a cluster node waits between tries to join while no quorum answers.
+const JOIN_RETRY: Duration = Duration::from_millis(250);
+
+/// Checks that the data directory may start as a node of `cluster`: one that was a node of
+/// another cluster, or holds a single node's catalog (which the cluster's catalog would
+/// replace), or is a voter's whose journal is gone (a voter must never forget what it
+/// promised), is refused with the reason rather than silently emptied.
+pub(super) fn check_data_dir(
+    config: &NodeConfig,
+    cluster: &ClusterConfig,
+    metadata: &MetadataStore,
+) -> Result<(), NodeError> {
+    let marker = cluster_marker(config);
+    let journal = metadata_journal(config);
+    let voter = cluster.voters.contains(&config.node_id);
+    let data_dir = config.data_dir.display();
+    match std::fs::read_to_string(&marker) {
+        Ok(id) if id.trim() != cluster.id => Err(NodeError::Config(format!(
+            "{data_dir} belongs to cluster {}, not {}",
+            id.trim(),
+            cluster.id
+        ))),
+        Ok(_) if voter && !journal.exists() => Err(NodeError::Config(format!(
+            "{data_dir} was a node of cluster {} but its metadata journal ({}) is gone: a voter \
+             must not restart without it (it would forget what it acknowledged); start it on \
+             an empty data directory as a new node instead",
+            cluster.id,
+            journal.display()
+        ))),
+        Ok(_) => Ok(()),
+        Err(_) if metadata.applied_commands()? > 0 => Err(NodeError::Config(format!(
+            "{data_dir} holds a single node's catalog: a node of cluster {} starts from an \
+             empty data directory and takes its catalog from the cluster",
+            cluster.id
+        ))),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Names the cluster this data directory belongs to (once its plane has started).
+fn write_cluster_marker(config: &NodeConfig, cluster: &ClusterConfig) -> Result<(), NodeError> {
+    std::fs::write(cluster_marker(config), &cluster.id).map_err(|source| NodeError::DataDir {
+        path: cluster_marker(config),
+        source,
+    })
+}
+
+fn cluster_marker(config: &NodeConfig) -> PathBuf {
+    config.data_dir.join("cluster")
+}
+
+fn metadata_journal(config: &NodeConfig) -> PathBuf {
+    config.data_dir.join("metadata.journal")
+}
+
+/// Starts this node's side of the metadata plane over the mesh — a voter's replica, or a
+/// non-voting member's follower — and the task that hands every received frame to the plane,
+/// the region or the coordinator.
+pub(super) fn start_plane(
+    config: &NodeConfig,
+    cluster: &ClusterConfig,
+    metadata: MetadataStore,
+    catalog: &Arc<NodeCatalog>,
+    mesh: &Arc<Mesh>,
+    inbound: Inbound<PeerMessage>,
+    switchboard: &Arc<Switchboard>,
+) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
+    let (to_plane, plane_inbound) = plane_queue();
+    let plane_config = PlaneConfig {
+        voters: cluster.voters.clone(),
+        node: config.node_id.clone(),
+        journal: metadata_journal(config),
+        tick: Duration::from_millis(cluster.tick_ms),
+    };
+    let refused = |error: PlaneError| NodeError::Config(format!("metadata plane: {error}"));
+    let started: (Arc<dyn MetadataPlane>, _) = if cluster.voters.contains(&config.node_id) {
+        let plane = ReplicatedPlane::start(
+            plane_config,
+            metadata,
+            catalog.clone(),
+            mesh.clone(),
+            plane_inbound,
+        )
+        .map_err(refused)?;
+        let status = plane.watch_status();
+        (Arc::new(plane), status)
+    } else {
+        let plane = FollowerPlane::start(
+            plane_config,
+            metadata,
+            catalog.clone(),
+            mesh.clone(),
+            plane_inbound,
+        )
+        .map_err(refused)?;
+        let status = plane.watch_status();
+        (Arc::new(plane), status)
+    };
+    write_cluster_marker(config, cluster)?;
+    tokio::spawn(
+        mesh.clone()
+            .dispatch(inbound, to_plane, Arc::downgrade(switchboard)),
+    );
+    Ok(started)
+}
+
+/// Makes this node an up member of the catalog: joins (or, restarted, refreshes its
+/// addresses) and promotes itself. A cluster node retries while no quorum answers, up to
+/// its join timeout (the other voters may still be starting).
+pub(super) async fn join_as_member(
+    config: &NodeConfig,
+    plane: &dyn MetadataPlane,
+) -> Result<(), NodeError> {
+    let now_ms = super::tenants::now_ms();
+    let join = Command::JoinMember {
+        node: config.node_id.clone(),
+        cluster_address: config
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.advertised().to_string())
+            .unwrap_or_default(),
+        api_address: config.http.to_string(),
+        roles: config.sharding.role_constraint.iter().cloned().collect(),
+        joined_ms: now_ms,
+    };
+    if let Applied::Member(member) = submit_patiently(config, plane, join).await?
+        && member.state == MemberState::Joining
+    {
+        let up = Command::SetMemberState {
+            node: config.node_id.clone(),
+            state: MemberState::Up,
+            updated_ms: now_ms,
+        };
+        submit_patiently(config, plane, up).await?;
+    }
+    Ok(())
+}
+
+/// Submits `command`; in a cluster, tries again while the plane answers `Unavailable`, until
+/// the join timeout.
+async fn submit_patiently(
+    config: &NodeConfig,
+    plane: &dyn MetadataPlane,
+    command: Command,
+) -> Result<Applied, NodeError> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(plane.submit(command).await?);
+    };
+    let deadline = Instant::now() + Duration::from_millis(cluster.join_timeout_ms);
+    loop {
+        match plane.submit(command.clone()).await {
+            Err(MetadataError::Unavailable(reason)) if Instant::now() < deadline => {
+                tracing::info!(%reason, "waiting for the cluster's voters to join");
+                tokio::time::sleep(JOIN_RETRY).await;
+            }
+            Err(MetadataError::Unavailable(reason)) => {
+                return Err(NodeError::Config(format!(
+                    "could not join cluster {} within {} ms: {reason}",
+                    cluster.id, cluster.join_timeout_ms
+                )));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
+impl Node {
+    /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
+    /// shards come to it), its entities stopped (their state committed), `Exiting`, then
+    /// `Removed`. A voter stays a member (the voters are configuration) and a single node has
+    /// no cluster to leave: for them this does nothing. Shards the node owned stay allocated
+    /// to it and answer `unavailable` until it joins again (shards do not move between nodes
+    /// yet).
+    pub async fn leave(&self) -> Result<(), NodeError> {
+        let Some(cluster) = &self.config.cluster else {
+            return Ok(());
+        };
+        if cluster.voters.contains(&self.config.node_id) {
+            return Ok(());
+        }
+        for state in [
+            MemberState::Leaving,
+            MemberState::Exiting,
+            MemberState::Removed,
+        ] {
+            if state == MemberState::Exiting {
+                self.entities.stop_all().await;
+            }
+            let step = Command::SetMemberState {
+                node: self.config.node_id.clone(),
+                state,
+                updated_ms: super::tenants::now_ms(),
+            };
+            self.plane.submit(step).await?;
+            tracing::info!(node = %self.config.node_id, ?state, "leaving the cluster");
+        }
+        Ok(())
+    }
+}
