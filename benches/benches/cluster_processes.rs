@@ -3,7 +3,8 @@
 //! work, in the same run: a catalog write over HTTP (`PUT /v1/tenants/bench/quotas`, answered
 //! after commit) sent one at a time to a backup of the cluster and to the single node; the time
 //! from `kill -9` of the metadata primary to the next committed write through a survivor; and
-//! the time a restarted voter takes from its process start to having caught up.
+//! the time a restarted voter takes from its process start to having caught up; and the time a
+//! new, non-voting node takes from its process start to being an up member.
 //!
 //! Each node is this bench binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
 //! command line until it is killed. Run:
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 const CHILD_ARGS_ENV: &str = "TESSERA_BENCH_CHILD_ARGS";
 const ADMIN: &str = "admin-token-for-the-cluster-bench";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// The node that joins later, without a vote.
+const JOINER: &str = "n4";
 /// Sequential writes timed one by one on each side.
 const SAMPLES: usize = 300;
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -52,17 +55,27 @@ struct Voter {
 
 fn voter_args(dir: &Path, voters: &[Voter], index: usize) -> Vec<String> {
     let voter = &voters[index];
+    node_args(dir, voters, voter.id, voter.http, voter.cluster)
+}
+
+fn node_args(
+    dir: &Path,
+    voters: &[Voter],
+    id: &str,
+    http: SocketAddr,
+    cluster: SocketAddr,
+) -> Vec<String> {
     let mut args = vec![
         "--node-id".into(),
-        voter.id.into(),
+        id.into(),
         "--data-dir".into(),
-        dir.join(voter.id).display().to_string(),
+        dir.join(id).display().to_string(),
         "--http".into(),
-        voter.http.to_string(),
+        http.to_string(),
         "--cluster-id".into(),
         "bench".into(),
         "--cluster-listen".into(),
-        voter.cluster.to_string(),
+        cluster.to_string(),
         "--certs-dir".into(),
         dir.join("certs").display().to_string(),
         "--voters".into(),
@@ -140,7 +153,8 @@ fn latencies(agent: &ureq::Agent, http: SocketAddr, offset: u32) -> Vec<Duration
 fn bench_cluster_processes(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let dir = dir.path();
-    tessera_host::cluster::create_dev_cluster(&dir.join("certs"), &NODES).expect("certificates");
+    let all: Vec<&str> = NODES.iter().copied().chain([JOINER]).collect();
+    tessera_host::cluster::create_dev_cluster(&dir.join("certs"), &all).expect("certificates");
     let mut voters: Vec<Voter> = NODES
         .iter()
         .map(|id| Voter {
@@ -251,6 +265,26 @@ fn bench_cluster_processes(c: &mut Criterion) {
     });
     let rejoin = started.elapsed();
 
+    // A new node without a vote: time from its process start to being an up member, as a
+    // voter sees it.
+    let started = Instant::now();
+    let mut joiner = spawn(
+        dir,
+        JOINER,
+        node_args(dir, &voters, JOINER, free_address(), free_address()),
+    );
+    wait_for("the new node up", || {
+        let status = cluster_status(&agent, survivor)?;
+        status["members"]
+            .as_array()?
+            .iter()
+            .any(|member| member["node"] == JOINER && member["state"] == "up")
+            .then_some(())
+    });
+    let join = started.elapsed();
+    let _ = joiner.kill();
+    let _ = joiner.wait();
+
     let (single_p50, single_p99) = (
         percentile(&mut single_samples, 0.5),
         percentile(&mut single_samples, 0.99),
@@ -271,6 +305,7 @@ fn bench_cluster_processes(c: &mut Criterion) {
     );
     println!("  kill -9 of the primary -> next write committed through a survivor: {failover:?}");
     println!("  killed voter restarted -> caught up (process start included): {rejoin:?}");
+    println!("  new non-voting node started -> up member (process start included): {join:?}");
 
     for voter in &mut voters {
         if let Some(mut child) = voter.child.take() {
