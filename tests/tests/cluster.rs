@@ -489,6 +489,16 @@ fn cluster_of_three_processes() {
         let status = cluster_status(&cluster, survivor)?;
         (reachable(&status, &primary) == Some(true)).then_some(())
     });
+    // Every member reports its commit number; once all have applied everything, none lags.
+    eventually("every member's progress, with no lag", &cluster, || {
+        let status = cluster_status(&cluster, survivor)?;
+        let members = status["members"].as_array()?;
+        let caught_up = members.len() == VOTERS.len()
+            && members.iter().all(|member| {
+                member["commit"].as_u64() >= Some(target) && member["lag"].as_u64() == Some(0)
+            });
+        caught_up.then_some(())
+    });
     let reply =
         get(&format!("{}/v1/types", cluster.url(killed)), &second).expect("restarted node answers");
     assert_eq!(

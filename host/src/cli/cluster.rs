@@ -77,11 +77,12 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
         .unwrap_or_default();
     outln!("voters: {}", voters.join(", "));
     outln!(
-        "{:<20} {:<9} {:<10} {:<7} {:<22} {}",
+        "{:<20} {:<9} {:<10} {:<7} {:<6} {:<22} {}",
         "NODE",
         "STATE",
         "REACHABLE",
         "SHARDS",
+        "LAG",
         "API",
         "ROLES"
     );
@@ -95,12 +96,16 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
         } else {
             "no"
         };
+        let lag = member["lag"]
+            .as_u64()
+            .map_or_else(|| "-".to_string(), |lag| lag.to_string());
         outln!(
-            "{:<20} {:<9} {:<10} {:<7} {:<22} {}",
+            "{:<20} {:<9} {:<10} {:<7} {:<6} {:<22} {}",
             text(&member["node"]),
             text(&member["state"]),
             reachable,
             member["shards"].as_u64().unwrap_or(0),
+            lag,
             text(&member["api_address"]),
             roles.join(",")
         );

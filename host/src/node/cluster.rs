@@ -16,6 +16,11 @@ pub struct MemberView {
     pub record: MemberRecord,
     /// Shards the committed allocation table gives it.
     pub shards: u64,
+    /// Catalog commands it has applied, as it last told the answering node (reported every
+    /// second; the answering node's own for itself; none before a member first reported).
+    pub commit: Option<u64>,
+    /// How many commands it trails the most advanced member known here.
+    pub lag: Option<u64>,
     /// Whether the answering node can reach it now: false once its connection has been down
     /// longer than the peer-down grace (3 s). Observed, not committed: the member's state
     /// does not change by it.
@@ -53,18 +58,30 @@ impl Node {
             .as_ref()
             .map(|mesh| mesh.unreachable())
             .unwrap_or_default();
+        let plane = self.plane.status();
+        let mut progress = self
+            .mesh
+            .as_ref()
+            .map(|mesh| mesh.progress())
+            .unwrap_or_default();
+        progress.insert(self.config.node_id.clone(), plane.commit);
+        let newest = progress.values().copied().max().unwrap_or(0);
         let members = self
             .plane
             .store()
             .members()?
             .into_iter()
-            .map(|record| MemberView {
-                shards: shards.get(&record.node).copied().unwrap_or(0),
-                reachable: !unreachable.contains(&record.node),
-                record,
+            .map(|record| {
+                let commit = progress.get(&record.node).copied();
+                MemberView {
+                    shards: shards.get(&record.node).copied().unwrap_or(0),
+                    reachable: !unreachable.contains(&record.node),
+                    commit,
+                    lag: commit.map(|commit| newest.saturating_sub(commit)),
+                    record,
+                }
             })
             .collect();
-        let plane = self.plane.status();
         // A single node's plane has no voters: the node orders its own commands.
         let (voters, primary) = if plane.voters.is_empty() {
             let this = self.config.node_id.clone();
@@ -122,6 +139,17 @@ impl Node {
             )
             .push(Sample::gauge(Vec::new(), plane.view as i64));
         if let Some(mesh) = &self.mesh {
+            let newest = mesh.progress().into_values().max().unwrap_or(0);
+            snapshot
+                .family(
+                    "tessera_metadata_lag",
+                    "Catalog commands this node trails the most advanced peer it hears from.",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(
+                    Vec::new(),
+                    newest.saturating_sub(plane.commit) as i64,
+                ));
             snapshot
                 .family(
                     "tessera_cluster_unreachable_members",

@@ -120,6 +120,7 @@ pub(super) fn start_plane(
         mesh.clone()
             .dispatch(inbound, to_plane, Arc::downgrade(switchboard)),
     );
+    tokio::spawn(mesh.clone().send_progress(started.1.clone()));
     Ok(started)
 }
 

@@ -14,6 +14,7 @@ use crate::node::{ClusterConfig, NodeError};
 use crate::sharding::link::{LinkError, Refused};
 use crate::sharding::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -37,7 +38,16 @@ pub enum PeerMessage {
     Region(LinkMessage),
     /// To the shard coordinator, which runs on the metadata primary.
     Coordinator(CoordinatorCommand),
+    /// The sender's metadata commit number, sent to every peer each [`PROGRESS_EVERY`], so
+    /// the cluster view can show how far each member trails.
+    Progress {
+        /// Catalog commands the sender has applied.
+        commit: u64,
+    },
 }
+
+/// How often a node tells its peers its metadata commit number.
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// What the mesh dropped, by reason.
 #[derive(Debug, Default)]
@@ -60,6 +70,9 @@ pub(crate) struct Mesh {
     transport: Transport<PeerMessage>,
     /// The metadata primary as this node last saw it: where coordinator commands go.
     primary: RwLock<Option<NodeId>>,
+    /// Each peer's metadata commit number, as it last told this node (peers only: bounded by
+    /// the transport's peer table).
+    progress: RwLock<HashMap<NodeId, u64>>,
     pub(crate) counters: MeshCounters,
 }
 
@@ -89,6 +102,7 @@ impl Mesh {
             voters: config.voters.clone(),
             transport,
             primary: RwLock::new(None),
+            progress: RwLock::default(),
             counters: MeshCounters::default(),
         });
         for (peer, address) in &config.seeds {
@@ -184,6 +198,11 @@ impl Mesh {
                         tracing::debug!(%from, error = %refused.0, "region message dropped");
                     }
                 }
+                PeerMessage::Progress { commit } => {
+                    if mesh.transport.peers().contains(&from) {
+                        write(&mesh.progress).insert(from, commit);
+                    }
+                }
                 PeerMessage::Coordinator(command) => {
                     let honest = match &command {
                         CoordinatorCommand::Allocate { requester, .. } => *requester == from,
@@ -200,6 +219,38 @@ impl Mesh {
         }
     }
 
+    /// Tells every peer this node's commit number each [`PROGRESS_EVERY`], until the mesh or
+    /// the plane is gone.
+    pub(crate) async fn send_progress(
+        self: Arc<Mesh>,
+        mut status: tokio::sync::watch::Receiver<crate::metadata::PlaneStatus>,
+    ) {
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        let mut every = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            every.tick().await;
+            let Some(mesh) = weak.upgrade() else { return };
+            if status.has_changed().is_err() {
+                return; // the plane stopped
+            }
+            let commit = status.borrow_and_update().commit;
+            for peer in mesh.transport.peers() {
+                let _ = mesh
+                    .transport
+                    .send(&peer, &PeerMessage::Progress { commit });
+            }
+        }
+    }
+
+    /// Each peer's commit number as it last said, by node (forgotten peers dropped).
+    pub(crate) fn progress(&self) -> HashMap<NodeId, u64> {
+        let peers = self.transport.peers();
+        let mut progress = write(&self.progress);
+        progress.retain(|node, _| peers.contains(node));
+        progress.clone()
+    }
+
     /// Closes every connection (the node is stopping).
     pub(crate) fn close(&self) {
         self.transport.close();
@@ -209,6 +260,10 @@ impl Mesh {
 /// The plane's inbound queue, to hand to [`Mesh::dispatch`] and the plane.
 pub(crate) fn plane_queue() -> (mpsc::Sender<(String, PlaneMessage)>, PlaneInbound) {
     mpsc::channel(PLANE_INBOUND_MAX)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
 fn bump(counter: &AtomicU64) {

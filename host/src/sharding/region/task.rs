@@ -206,6 +206,16 @@ impl RegionTask {
             hops,
             body,
         };
+        if self.registered(&key.type_key).is_none() {
+            // The sender knows the type: this node's catalog is behind (it has not yet applied
+            // or compiled the deploy). Retryable, unlike a type that exists nowhere.
+            let error = MessageError::unavailable(format!(
+                "entity type {} is not bound on node {} yet (its catalog is catching up); retry",
+                key.type_key, self.shared.node
+            ));
+            refuse(&self.shared, item, error, Waiting::Nobody);
+            return;
+        }
         // A refusal was answered to the asker already; nothing else to tell here.
         let _ = self.route(item, Waiting::Nobody);
     }
