@@ -332,6 +332,12 @@ fn cluster_of_three_processes() {
     // A tenant created through node 1 works with its token on node 3 (once node 3 has
     // applied the command: reads trail the primary by the commands in flight).
     let token = create_tenant(&cluster, 0, "acme").expect("tenant through node 1");
+    // A linearizable read through node 3 sees the write at once; a local one may trail.
+    let url = |query: &str| format!("{}/v1/tenants/acme?consistency={query}", cluster.url(2));
+    let reply = get(&url("linearizable"), ADMIN).expect("node 3 answers");
+    assert_eq!(reply.status, 200, "linearizable read: {}", reply.body);
+    let reply = get(&url("sometimes"), ADMIN).expect("node 3 answers");
+    assert_eq!(reply.status, 400, "an unknown consistency: {}", reply.body);
     eventually("the tenant's token on node 3", &cluster, || {
         let reply = get(&format!("{}/v1/types", cluster.url(2)), &token)?;
         (reply.status == 200).then_some(())

@@ -63,6 +63,7 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             entity_type,
         } => delete_type(transaction, tenant, entity_type),
         Command::AssignShards { assignments } => assign_shards(transaction, assignments),
+        Command::Barrier => Ok(Applied::Barrier),
         Command::JoinMember {
             node,
             cluster_address,

@@ -97,6 +97,9 @@ pub enum Command {
         /// Time of the change.
         updated_ms: u64,
     },
+    /// Changes nothing. A node that has applied it has applied every command committed
+    /// before it was submitted: a linearizable read submits one and then reads locally.
+    Barrier,
 }
 
 /// What applying a command produced.
@@ -120,4 +123,6 @@ pub enum Applied {
     Member(MemberRecord),
     /// The whole catalog was replaced by a snapshot (state transfer): reload everything.
     Restored,
+    /// A [`Command::Barrier`] passed.
+    Barrier,
 }

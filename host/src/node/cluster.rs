@@ -4,7 +4,7 @@
 
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::{Node, NodeError};
-use crate::metadata::{MemberRecord, MemberState};
+use crate::metadata::{Command, MemberRecord, MemberState};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -97,6 +97,19 @@ impl Node {
             view: plane.view,
             commit: plane.commit,
         })
+    }
+}
+
+impl Node {
+    /// Makes the next catalog read on this node linearizable: in a cluster, a barrier command
+    /// commits through the primary and is applied here before this returns, so a read after
+    /// it sees every write acknowledged before the call. A single node's catalog is
+    /// linearizable already.
+    pub async fn sync_catalog(&self) -> Result<(), NodeError> {
+        if self.config.cluster.is_some() {
+            self.plane.submit(Command::Barrier).await?;
+        }
+        Ok(())
     }
 }
 

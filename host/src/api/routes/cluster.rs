@@ -1,10 +1,11 @@
 //! Health (no token), Prometheus metrics and the cluster view (admin token).
 
-use super::ApiError;
+use super::{ApiError, ReadQuery, read_consistency};
 use crate::api::auth::Admin;
 use crate::node::{ClusterStatus, METRICS_CONTENT_TYPE, Node};
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
@@ -29,7 +30,9 @@ pub async fn metrics(
 pub async fn status(
     State(node): State<Arc<Node>>,
     _: Admin,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<ClusterStatus>, ApiError> {
+    read_consistency(&node, consistency).await?;
     Ok(Json(node.cluster_status().await?))
 }
 

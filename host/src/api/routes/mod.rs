@@ -24,3 +24,32 @@ pub(crate) fn query<T>(extracted: Result<Query<T>, QueryRejection>) -> Result<T,
         .map(|Query(value)| value)
         .map_err(|rejection| ApiError::bad_request("bad_query", rejection.body_text()))
 }
+
+/// `?consistency=` on the catalog reads: `local` (the default) reads this node's applied
+/// catalog, which trails the primary by the commands in flight; `linearizable` first passes
+/// a barrier through the metadata plane, so the read sees every write acknowledged before it.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ReadQuery {
+    #[serde(default)]
+    consistency: Consistency,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Consistency {
+    #[default]
+    Local,
+    Linearizable,
+}
+
+/// Waits, if `?consistency=linearizable` asks, until this node's catalog holds every write
+/// acknowledged before the request; a bad value is a 400.
+pub(crate) async fn read_consistency(
+    node: &crate::node::Node,
+    extracted: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<(), ApiError> {
+    match query(extracted)?.consistency {
+        Consistency::Local => Ok(()),
+        Consistency::Linearizable => Ok(node.sync_catalog().await?),
+    }
+}

@@ -1,13 +1,13 @@
 //! `/v1/tenants`: create, list, show and re-quota tenants (admin token).
 
-use super::{ApiError, path};
+use super::{ApiError, ReadQuery, path, read_consistency};
 use crate::api::auth::Admin;
 use crate::api::body::{RequestBody, parse_json};
 use crate::metadata::{Quotas, Tenant};
 use crate::node::Node;
 use axum::Json;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -63,9 +63,14 @@ pub async fn create(
 }
 
 /// `GET /v1/tenants` → `{"tenants": [...]}`.
-pub async fn list(State(node): State<Arc<Node>>, _: Admin) -> Json<serde_json::Value> {
+pub async fn list(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    read_consistency(&node, consistency).await?;
     let tenants: Vec<TenantView> = node.tenants().into_iter().map(TenantView::from).collect();
-    Json(serde_json::json!({ "tenants": tenants }))
+    Ok(Json(serde_json::json!({ "tenants": tenants })))
 }
 
 /// `GET /v1/tenants/{name}`.
@@ -73,8 +78,10 @@ pub async fn show(
     State(node): State<Arc<Node>>,
     _: Admin,
     name: Result<Path<String>, PathRejection>,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<TenantView>, ApiError> {
     let name = path(name)?;
+    read_consistency(&node, consistency).await?;
     Ok(Json(node.tenant(&name)?.into()))
 }
 

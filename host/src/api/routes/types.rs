@@ -1,7 +1,7 @@
 //! `/v1/types`: deploy versions of a tenant's entity types, list them, roll back or forward,
 //! delete (tenant token).
 
-use super::{ApiError, path, query};
+use super::{ApiError, ReadQuery, path, query, read_consistency};
 use crate::api::auth::TenantAuth;
 use crate::api::body::{RequestBody, media_type, parse_json};
 use crate::metadata::{TypeOptions, TypeRecord, VersionRecord};
@@ -85,7 +85,9 @@ pub async fn deploy(
 pub async fn list(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    read_consistency(&node, consistency).await?;
     let types = node.types(&tenant)?;
     Ok(Json(serde_json::json!({ "types": types })))
 }
@@ -95,9 +97,11 @@ pub async fn show(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
     entity_type: Result<Path<String>, PathRejection>,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<TypeRecord>, ApiError> {
     let entity_type = path(entity_type)?;
     tracing::Span::current().record("entity_type", entity_type.as_str());
+    read_consistency(&node, consistency).await?;
     Ok(Json(node.entity_type(&tenant, &entity_type)?))
 }
 

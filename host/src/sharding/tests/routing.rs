@@ -73,7 +73,10 @@ async fn a_forwarded_envelope_for_a_type_the_owner_lacks_is_answered_retryable_n
     // The sender knows the type, so the owner's catalog is behind: retry, not "no such type".
     let error = reply.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Unavailable, "{error}");
-    assert!(error.message.contains("not bound on node node-1"), "{error}");
+    assert!(
+        error.message.contains("not bound on node node-1"),
+        "{error}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
