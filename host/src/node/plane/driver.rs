@@ -4,31 +4,23 @@
 //! submitted, and hands every applied command to the node's observer in order. One command of
 //! this node is in flight at a time (a VSR client session has one outstanding request).
 
-use super::session::{ClientSession, Due};
+use super::session::{ClientSession, Due, Submission};
 use super::wire::PlaneMessage;
 use super::{PlaneConfig, PlaneError, PlaneOutbox};
 use crate::consensus::config::Config;
 use crate::consensus::durable::FileJournal;
 use crate::consensus::message::{ClientId, Message, Request, Status};
 use crate::consensus::replica::{Action, Replica};
-use crate::metadata::{
-    Applied, CatalogMachine, CatalogObserver, Command, MetadataError, MetadataStore, PlaneStatus,
-};
+use crate::metadata::{CatalogMachine, CatalogObserver, MetadataStore, PlaneStatus};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 /// Client sessions of other nodes whose replies this voter routes (their origin node).
 const ORIGINS_MAX: usize = 1024;
 
 type PlaneReplica = Replica<FileJournal, CatalogMachine>;
-
-/// A command submitted on this node and where its answer goes.
-pub(super) struct Submission {
-    pub(super) command: Command,
-    pub(super) answer: oneshot::Sender<Result<Applied, MetadataError>>,
-}
 
 /// Opens the voter's journal (creating it on the first start) and rebuilds the catalog from it.
 pub(super) fn open_replica(

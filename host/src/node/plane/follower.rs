@@ -10,8 +10,7 @@
 //! It starts empty on every start (its catalog is a copy of the voters', rebuilt from them),
 //! so it trails the voters by one round trip plus up to [`FOLLOW_TICKS`] ticks.
 
-use super::driver::Submission;
-use super::session::{ClientSession, Due};
+use super::session::{ClientSession, Due, Submission};
 use super::{
     PlaneConfig, PlaneError, PlaneInbound, PlaneMessage, PlaneOutbox, SUBMISSIONS_MAX, submit_to,
 };

@@ -74,7 +74,7 @@ pub struct PlaneConfig {
 /// The cluster's metadata plane as one voter runs it.
 pub struct ReplicatedPlane {
     store: MetadataStore,
-    submissions: mpsc::Sender<driver::Submission>,
+    submissions: mpsc::Sender<session::Submission>,
     status: watch::Receiver<PlaneStatus>,
     driver: tokio::task::JoinHandle<()>,
 }
@@ -142,12 +142,12 @@ impl ReplicatedPlane {
 /// Hands `command` to a driver's submission queue and waits for its answer, at most
 /// [`SUBMIT_TIMEOUT`].
 fn submit_to(
-    submissions: mpsc::Sender<driver::Submission>,
+    submissions: mpsc::Sender<session::Submission>,
     command: Command,
 ) -> BoxFuture<'static, Result<Applied, MetadataError>> {
     Box::pin(async move {
         let (answer, answered) = oneshot::channel();
-        let submission = driver::Submission { command, answer };
+        let submission = session::Submission { command, answer };
         submissions.try_send(submission).map_err(|_| {
             MetadataError::Unavailable("too many catalog commands in flight".into())
         })?;

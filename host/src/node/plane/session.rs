@@ -4,10 +4,9 @@
 //! answered to the caller once this node's own catalog has applied it too (or after
 //! [`APPLIED_HERE_WAIT_TICKS`], if this node is catching up by a checkpoint).
 
-use super::driver::Submission;
 use super::{PlaneMessage, PlaneOutbox};
 use crate::consensus::message::{ClientId, Reply, ReplyError, Request};
-use crate::metadata::{Applied, CatalogMachine, MetadataError};
+use crate::metadata::{Applied, CatalogMachine, Command, MetadataError};
 use tokio::sync::oneshot;
 
 /// Ticks before an unanswered command is sent to the voters again (a view change may have
@@ -17,6 +16,12 @@ pub(super) const RESEND_TICKS: u64 = 20;
 /// Ticks a command answered by the primary waits for this node's own catalog to apply it
 /// before it is answered anyway (this node is catching up by state transfer).
 pub(super) const APPLIED_HERE_WAIT_TICKS: u64 = 100;
+
+/// A command submitted on this node and where its answer goes.
+pub(super) struct Submission {
+    pub(super) command: Command,
+    pub(super) answer: oneshot::Sender<Result<Applied, MetadataError>>,
+}
 
 struct InFlight {
     request: Request,
