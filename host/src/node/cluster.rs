@@ -21,9 +21,10 @@ pub struct MemberView {
     pub commit: Option<u64>,
     /// How many commands it trails the most advanced member known here.
     pub lag: Option<u64>,
-    /// Whether the answering node can reach it now: false once its connection has been down
-    /// longer than the peer-down grace (3 s). Observed, not committed: the member's state
-    /// does not change by it.
+    /// Whether the answering node trusts it now: false while the phi accrual failure detector
+    /// suspects it (its progress reports stopped for longer than their rhythm explains) or its
+    /// connection has been down longer than the peer-down grace (3 s). Observed, not
+    /// committed: the member's state does not change by it.
     pub reachable: bool,
 }
 

@@ -5,6 +5,7 @@
 //! never knows whether the one it talks to is in this process. Peers come from the config's
 //! seeds and, as members commit, from the catalog.
 
+use super::detector::PhiDetector;
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::plane::{PLANE_INBOUND_MAX, PlaneInbound, PlaneMessage, PlaneOutbox};
 use crate::cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
@@ -18,7 +19,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// How long sends to a peer that stays disconnected are queued before they fail at once
@@ -73,6 +74,8 @@ pub(crate) struct Mesh {
     /// Each peer's metadata commit number, as it last told this node (peers only: bounded by
     /// the transport's peer table).
     progress: RwLock<HashMap<NodeId, u64>>,
+    /// Judges each peer by the rhythm of its progress reports.
+    detector: RwLock<PhiDetector>,
     pub(crate) counters: MeshCounters,
 }
 
@@ -103,6 +106,7 @@ impl Mesh {
             transport,
             primary: RwLock::new(None),
             progress: RwLock::default(),
+            detector: RwLock::default(),
             counters: MeshCounters::default(),
         });
         for (peer, address) in &config.seeds {
@@ -150,9 +154,26 @@ impl Mesh {
         }
     }
 
-    /// Peers this node cannot reach now: disconnected longer than the peer-down grace.
+    /// Peers this node cannot reach now: suspected by the failure detector (silent for longer
+    /// than their rhythm of progress reports explains), or disconnected longer than the
+    /// peer-down grace. Sorted.
     pub(crate) fn unreachable(&self) -> Vec<NodeId> {
-        self.transport.unreachable_peers()
+        let peers = self.transport.peers();
+        let now = Instant::now();
+        let mut unreachable = self.transport.unreachable_peers();
+        {
+            let mut detector = write(&self.detector);
+            detector.retain(&peers);
+            unreachable.extend(
+                peers
+                    .iter()
+                    .filter(|peer| detector.suspects(peer, now))
+                    .cloned(),
+            );
+        }
+        unreachable.sort();
+        unreachable.dedup();
+        unreachable
     }
 
     /// Notes the metadata primary (coordinator commands go there).
@@ -200,6 +221,7 @@ impl Mesh {
                 }
                 PeerMessage::Progress { commit } => {
                     if mesh.transport.peers().contains(&from) {
+                        write(&mesh.detector).report(&from, Instant::now());
                         write(&mesh.progress).insert(from, commit);
                     }
                 }

@@ -11,6 +11,7 @@ mod catalog;
 mod cluster;
 mod config;
 mod deploy;
+mod detector;
 mod edge;
 mod error;
 mod joining;
