@@ -476,10 +476,50 @@ fn cluster_of_three_processes() {
             .and_then(|members| members.iter().find(|member| member["node"] == node))
             .and_then(|member| member["reachable"].as_bool())
     };
-    eventually("the killed node seen as unreachable", &cluster, || {
-        let status = cluster_status(&cluster, survivor)?;
-        (reachable(&status, &primary) == Some(false)).then_some(())
-    });
+    let new_primary = after["primary"]
+        .as_str()
+        .expect("a new primary")
+        .to_string();
+    let new_primary = cluster.index_of(&new_primary);
+    for index in [survivor, new_primary] {
+        eventually("the killed node seen as unreachable", &cluster, || {
+            let status = cluster_status(&cluster, index)?;
+            (reachable(&status, &primary) == Some(false)).then_some(())
+        });
+    }
+
+    // The dead node's shards are not served — never a wrong or reset value — and the rest
+    // are: every counter answers its next value or an error, through a survivor.
+    let before: u64 = VOTERS.len() as u64 + 1; // three rounds through the voters, one via n4
+    let mut not_served = Vec::new();
+    for counter in 0..COUNTERS {
+        let reply = ask_counter(&cluster, survivor, &token, &format!("c{counter}"), 1);
+        if reply.status == 200 {
+            assert_eq!(
+                reply.json(),
+                json!(before + 1),
+                "c{counter} through a survivor"
+            );
+        } else {
+            assert!(
+                [503, 504].contains(&reply.status),
+                "c{counter}: {} {}",
+                reply.status,
+                reply.body
+            );
+            not_served.push(counter);
+        }
+    }
+    assert!(
+        !not_served.is_empty(),
+        "the killed primary owned some of the counters' shards"
+    );
+    // The coordinator runs on the new primary: new shards are allocated, to live nodes.
+    for fresh in 0..8 {
+        let reply = ask_counter(&cluster, survivor, &token, &format!("fresh{fresh}"), 1);
+        assert_eq!(reply.status, 200, "fresh{fresh}: {}", reply.body);
+        assert_eq!(reply.json(), json!(1), "fresh{fresh}");
+    }
 
     // The killed node, restarted on its data directory, catches up: it sees the write made
     // while it was dead, and its token works there.
@@ -515,4 +555,14 @@ fn cluster_of_three_processes() {
     let reply = ask_counter(&cluster, killed, &token, "first", 1);
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json(), json!(7), "the counter kept its value");
+    // The dead node's counters are back with their state: a refused add did not apply.
+    for counter in not_served {
+        let reply = ask_counter(&cluster, survivor, &token, &format!("c{counter}"), 1);
+        assert_eq!(
+            reply.status, 200,
+            "c{counter} after the restart: {}",
+            reply.body
+        );
+        assert_eq!(reply.json(), json!(before + 1), "c{counter} kept its value");
+    }
 }

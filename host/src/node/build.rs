@@ -119,6 +119,7 @@ impl Node {
                     ..seat_parts
                 };
                 let seat = CoordinatorSeat::following(parts, status, mesh.clone());
+                tokio::spawn(mesh.clone().show_reachability(Arc::downgrade(&membership)));
                 (plane, seat, Some(mesh))
             }
             _ => {
@@ -143,7 +144,7 @@ impl Node {
             region,
             _seat: seat,
             mesh,
-            _membership: membership,
+            membership,
             remember,
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),

@@ -5,6 +5,7 @@
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::{Node, NodeError};
 use crate::metadata::{Command, MemberRecord, MemberState};
+use crate::sharding::MemberStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -23,8 +24,9 @@ pub struct MemberView {
     pub lag: Option<u64>,
     /// Whether the answering node trusts it now: false while the phi accrual failure detector
     /// suspects it (its progress reports stopped for longer than their rhythm explains) or its
-    /// connection has been down longer than the peer-down grace (3 s). Observed, not
-    /// committed: the member's state does not change by it.
+    /// connection has been down longer than the peer-down grace (3 s), as the coordinator's
+    /// view on this node has it (brought in step every 500 ms). Observed, not committed: the
+    /// member's state does not change by it, but an unreachable member is given no new shards.
     pub reachable: bool,
 }
 
@@ -59,6 +61,12 @@ impl Node {
             .as_ref()
             .map(|mesh| mesh.unreachable())
             .unwrap_or_default();
+        // For members that may own shards, the view the coordinator allocates by.
+        let view = self.membership.snapshot();
+        let reachable = |node: &str| match view.members().find(|member| member.node == node) {
+            Some(member) => member.status != MemberStatus::Unreachable,
+            None => !unreachable.iter().any(|peer| peer == node),
+        };
         let plane = self.plane.status();
         let mut progress = self
             .mesh
@@ -76,7 +84,7 @@ impl Node {
                 let commit = progress.get(&record.node).copied();
                 MemberView {
                     shards: shards.get(&record.node).copied().unwrap_or(0),
-                    reachable: !unreachable.contains(&record.node),
+                    reachable: reachable(&record.node),
                     commit,
                     lag: commit.map(|commit| newest.saturating_sub(commit)),
                     record,

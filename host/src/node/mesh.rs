@@ -13,7 +13,9 @@ use crate::contract::NodeId;
 use crate::metadata::{MemberRecord, MemberState};
 use crate::node::{ClusterConfig, NodeError};
 use crate::sharding::link::{LinkError, Refused};
-use crate::sharding::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
+use crate::sharding::{
+    CoordinatorCommand, LinkMessage, MemberStatus, Membership, RemoteLinks, Switchboard,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,6 +48,9 @@ pub enum PeerMessage {
         commit: u64,
     },
 }
+
+/// How often the coordinator's membership view is brought in step with reachability.
+pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
 
 /// How often a node tells its peers its metadata commit number.
 pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -261,6 +266,29 @@ impl Mesh {
                 let _ = mesh
                     .transport
                     .send(&peer, &PeerMessage::Progress { commit });
+            }
+        }
+    }
+
+    /// Keeps the coordinator's membership view in step with reachability every
+    /// [`REACHABILITY_EVERY`]: an unreachable member owns no new shards (and a shard it owns is
+    /// answered `unavailable` at once) until it is trusted again. Ends with the mesh or the view.
+    pub(crate) async fn show_reachability(self: Arc<Mesh>, membership: Weak<Membership>) {
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        let mut every = tokio::time::interval(REACHABILITY_EVERY);
+        loop {
+            every.tick().await;
+            let (Some(mesh), Some(membership)) = (weak.upgrade(), membership.upgrade()) else {
+                return;
+            };
+            let unreachable = mesh.unreachable();
+            for member in membership.snapshot().members() {
+                let suspected = unreachable.contains(&member.node);
+                if suspected != (member.status == MemberStatus::Unreachable) {
+                    tracing::info!(node = %member.node, unreachable = suspected, "member reachability changed");
+                    membership.set_unreachable(&member.node, suspected);
+                }
             }
         }
     }

@@ -61,7 +61,7 @@ pub struct Node {
     mesh: Option<Arc<mesh::Mesh>>,
     /// The membership view the coordinator follows; the catalog updates it through a weak
     /// handle, so dropping the node ends the coordinator.
-    _membership: Arc<Membership>,
+    membership: Arc<Membership>,
     remember: RememberWriter,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
