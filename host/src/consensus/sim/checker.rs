@@ -46,6 +46,11 @@ impl Checker {
         }
     }
 
+    /// The checksum of the entry reported applied at `op`, if any replica reported it.
+    pub fn committed_checksum(&self, op: OpNumber) -> Option<u64> {
+        self.committed.get(&op).copied()
+    }
+
     /// The highest op any replica has applied.
     pub fn committed_max(&self) -> OpNumber {
         self.committed.keys().next_back().copied().unwrap_or(0)

@@ -12,9 +12,13 @@ use super::scenario::{Outcome, Scenario, SimulationOptions, Summary};
 use super::workload::{CommittedOrder, Workload};
 use crate::consensus::config::Config;
 use crate::consensus::journal::InMemoryJournal;
-use crate::consensus::message::{Message, ReplicaIndex, Status};
+use crate::consensus::message::{ClientId, Entry, Message, OpNumber, ReplicaIndex, Status};
 use crate::consensus::replica::{Action, Counters, Replica};
 use crate::consensus::state_machine::StateMachine;
+use std::collections::HashMap;
+
+/// An entry as a replica sent it: its parent's checksum and its requests.
+type SentEntry = (u64, Vec<(ClientId, u64)>);
 
 /// Ticks allowed, after faults stop, for every replica to agree and every client to be
 /// answered. Generous against the timeouts (tens of ticks) so a miss means a liveness bug.
@@ -103,6 +107,11 @@ struct Simulation<'w, W: Workload> {
     history: History<W::Operation, W::Answer>,
     /// Every committed op's requests, as live replicas reported applying them.
     committed: CommittedOrder,
+    /// Every entry a replica sent (in a prepare or a log suffix), by op and checksum: its
+    /// parent's checksum and its requests. An op every replica applied without reporting it
+    /// (it crashed in that handler, or received the op inside a checkpoint) is recovered
+    /// from here, along the checksum chain of the ops reported above it.
+    sent_entries: HashMap<(OpNumber, u64), SentEntry>,
     checker: Checker,
     crashes: u64,
     /// Counters of replicas that have crashed since, summed.
@@ -137,6 +146,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
             clients,
             history: History::default(),
             committed: CommittedOrder::new(),
+            sent_entries: HashMap::new(),
             checker: Checker::new(count),
             crashes: 0,
             counters_of_crashed: Counters::default(),
@@ -176,6 +186,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
         let live = vec![true; self.replicas.len()];
         self.checker.check_acknowledged_everywhere(&live)?;
         self.check_same_state()?;
+        self.recover_unreported();
         let workload = self.workload.check(&self.history, &self.committed)?;
         let mut counters = self.counters_of_crashed;
         for replica in self.replicas.iter().flatten() {
@@ -269,6 +280,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
         for action in actions {
             match action {
                 Action::Send { to, message } => {
+                    self.note_entries(&message);
                     let payload = Payload::Message(message);
                     self.network.send(
                         &mut self.rng,
@@ -320,6 +332,52 @@ impl<'w, W: Workload> Simulation<'w, W> {
         for (client, session) in replica.client_table().sessions() {
             self.checker
                 .on_session(client, session.request_number, session.op);
+        }
+    }
+
+    /// Keeps every entry `message` carries (see `sent_entries`).
+    fn note_entries(&mut self, message: &Message) {
+        let entries: &[Entry] = match message {
+            Message::Prepare { entry, .. } => std::slice::from_ref(entry),
+            Message::DoViewChange { log, .. } | Message::StartView { log, .. } => &log.entries,
+            Message::RecoveryResponse { log: Some(log), .. } => &log.entries,
+            _ => &[],
+        };
+        for entry in entries {
+            self.sent_entries
+                .entry((entry.op, entry.checksum))
+                .or_insert_with(|| {
+                    let requests = entry
+                        .requests
+                        .iter()
+                        .map(|request| (request.client, request.request_number))
+                        .collect();
+                    (entry.parent, requests)
+                });
+        }
+    }
+
+    /// Fills ops no replica reported applying: walking down from the highest reported op,
+    /// each entry's parent checksum names the committed entry below it.
+    fn recover_unreported(&mut self) {
+        let mut parent_below: Option<u64> = None;
+        for op in (1..=self.checker.committed_max()).rev() {
+            let checksum = match self.checker.committed_checksum(op) {
+                Some(checksum) => Some(checksum),
+                None if !self.committed.contains_key(&op) => parent_below,
+                None => None,
+            };
+            let Some(checksum) = checksum else {
+                parent_below = None;
+                continue;
+            };
+            match self.sent_entries.get(&(op, checksum)) {
+                Some((parent, requests)) => {
+                    self.committed.entry(op).or_insert_with(|| requests.clone());
+                    parent_below = Some(*parent);
+                }
+                None => parent_below = None,
+            }
         }
     }
 
