@@ -91,6 +91,7 @@ async fn start_cluster(dir: &std::path::Path) -> Cluster {
             node: node.to_string(),
             journal: dir.join(format!("{node}.journal")),
             tick: Duration::from_millis(10),
+            checkpoint_interval_ops: None,
         };
         let plane = ReplicatedPlane::start(
             config,

@@ -5,7 +5,7 @@
 //! serves and leaves gracefully on SIGTERM, a peer speaking garbage is cut off while the cluster
 //! serves, `kill -9` of the metadata primary loses no committed metadata, a new primary
 //! commits and the survivors see the dead node unreachable, and the killed node, restarted,
-//! catches up.
+//! catches up by state transfer.
 //!
 //! Each node is this test binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
 //! command line (`tessera node --cluster-listen ...`) until it is killed.
@@ -25,6 +25,8 @@ const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Every node the test runs: the voters, then a member that joins later without a vote.
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 const JOINER: usize = 3;
+/// Catalog commands between checkpoints: small, so the log is a short window.
+const CHECKPOINT_INTERVAL_OPS: u64 = 8;
 /// How long anything a test waits for may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(90);
 
@@ -99,6 +101,8 @@ impl Cluster {
             dir.join("certs").display().to_string(),
             "--voters".into(),
             VOTERS.join(","),
+            "--config".into(),
+            self.config_file(index).display().to_string(),
         ];
         for peer in self.members.iter().filter(|peer| VOTERS.contains(&peer.id)) {
             args.push("--seed".into());
@@ -115,6 +119,25 @@ impl Cluster {
             .spawn()
             .expect("child node");
         self.members[index].child = Some(child);
+    }
+
+    /// A config file with what has no flag: a checkpoint every 8 catalog commands, so a node
+    /// that misses a few dozen must catch up by state transfer; and a 5 s budget for a
+    /// shard's allocation (a replicated commit, which a loaded 2-core CI machine can stretch
+    /// past the 750 ms default).
+    fn config_file(&self, index: usize) -> std::path::PathBuf {
+        let member = &self.members[index];
+        let path = self.dir.path().join(format!("{}.toml", member.id));
+        let voters: Vec<String> = VOTERS.iter().map(|voter| format!("{voter:?}")).collect();
+        let config = format!(
+            "[sharding]\nrequest_timeout_ms = 5000\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n",
+            member.cluster,
+            self.dir.path().join("certs").display().to_string(),
+            voters.join(", ")
+        );
+        std::fs::write(&path, config).expect("config file");
+        path
     }
 
     /// Sends SIGTERM (a graceful stop) and waits for the process to exit.
@@ -521,8 +544,27 @@ fn cluster_of_three_processes() {
         assert_eq!(reply.json(), json!(1), "fresh{fresh}");
     }
 
-    // The killed node, restarted on its data directory, catches up: it sees the write made
-    // while it was dead, and its token works there.
+    // More catalog writes than the survivors' log keeps (about two checkpoint intervals).
+    for round in 0..4 * CHECKPOINT_INTERVAL_OPS {
+        let url = format!("{}/v1/tenants/globex/quotas", cluster.url(survivor));
+        let reply = request(
+            "PUT",
+            &url,
+            ADMIN,
+            Some((
+                "application/json",
+                json!({"messages_burst": 1_000 + round})
+                    .to_string()
+                    .into_bytes(),
+            )),
+        )
+        .expect("survivor answers");
+        assert_eq!(reply.status, 200, "quota write {round}: {}", reply.body);
+    }
+
+    // The killed node, restarted on its data directory, catches up by state transfer (the
+    // ops it missed are gone from every log): it sees the writes made while it was dead, and
+    // its token works there.
     cluster.start(killed);
     let target = cluster_status(&cluster, survivor).expect("status")["commit"]
         .as_u64()
@@ -545,6 +587,17 @@ fn cluster_of_three_processes() {
             });
         caught_up.then_some(())
     });
+    assert!(
+        metric_sum(&cluster, killed, "tessera_metadata_states_installed_total") >= 1.0,
+        "the restarted node installed a checkpoint"
+    );
+    let reply = get(&format!("{}/v1/tenants/globex", cluster.url(killed)), ADMIN)
+        .expect("restarted node answers");
+    assert_eq!(
+        reply.json()["quotas"]["messages_burst"],
+        json!(1_000 + 4 * CHECKPOINT_INTERVAL_OPS - 1),
+        "the last write made while it was dead"
+    );
     let reply =
         get(&format!("{}/v1/types", cluster.url(killed)), &second).expect("restarted node answers");
     assert_eq!(

@@ -29,7 +29,7 @@ pub trait MetadataPlane: Send + Sync + 'static {
 }
 
 /// The metadata plane as one node sees it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PlaneStatus {
     /// The consensus view (0 for a plane without consensus).
     pub view: u64,
@@ -40,6 +40,11 @@ pub struct PlaneStatus {
     pub primary: Option<NodeId>,
     /// The nodes that vote on commands (empty for a single node's plane).
     pub voters: Vec<NodeId>,
+    /// Checkpoints this voter took since it started (0 without consensus).
+    pub checkpoints_taken: u64,
+    /// Checkpoints this node installed since it started: from a peer by state transfer, or
+    /// (a follower) from a voter because the entries it lacked were trimmed.
+    pub states_installed: u64,
 }
 
 /// The metadata plane of one node: submissions are applied one at a time, in order.
@@ -110,10 +115,8 @@ impl MetadataPlane for LocalPlane {
             0
         });
         PlaneStatus {
-            view: 0,
             commit,
-            primary: None,
-            voters: Vec::new(),
+            ..PlaneStatus::default()
         }
     }
 }

@@ -160,6 +160,21 @@ impl Node {
                 Kind::Gauge,
             )
             .push(Sample::gauge(Vec::new(), plane.view as i64));
+        snapshot
+            .family(
+                "tessera_metadata_checkpoints",
+                "Metadata-plane checkpoints this voter took since it started.",
+                Kind::Counter,
+            )
+            .push(Sample::counter(Vec::new(), plane.checkpoints_taken));
+        snapshot
+            .family(
+                "tessera_metadata_states_installed",
+                "Checkpoints this node installed since it started (state transfer, or a \
+                 follower's catch-up past the voters' trimmed log).",
+                Kind::Counter,
+            )
+            .push(Sample::counter(Vec::new(), plane.states_installed));
         if let Some(mesh) = &self.mesh {
             let newest = mesh.progress().into_values().max().unwrap_or(0);
             snapshot

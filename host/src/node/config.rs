@@ -166,6 +166,11 @@ pub struct ClusterConfig {
     /// How long start-up waits for a quorum of voters to commit this node's join.
     #[serde(default = "default_join_timeout_ms")]
     pub join_timeout_ms: u64,
+    /// Catalog commands between the metadata plane's checkpoints [default: the consensus
+    /// layer's]. The log holds about two intervals; a node further behind catches up by state
+    /// transfer. Small values are for tests.
+    #[serde(default)]
+    pub checkpoint_interval_ops: Option<u64>,
 }
 
 fn default_tick_ms() -> u64 {
@@ -193,6 +198,7 @@ impl ClusterConfig {
             seeds: std::collections::BTreeMap::new(),
             tick_ms: default_tick_ms(),
             join_timeout_ms: default_join_timeout_ms(),
+            checkpoint_interval_ops: None,
         }
     }
 
@@ -230,6 +236,15 @@ impl ClusterConfig {
         for seed in self.seeds.keys() {
             crate::cluster::validate_node_id(seed)
                 .map_err(|error| format!("cluster.seeds: {error}"))?;
+        }
+        use crate::consensus::config::{CHECKPOINT_INTERVAL_OPS_MAX, CHECKPOINT_INTERVAL_OPS_MIN};
+        if self.checkpoint_interval_ops.is_some_and(|interval| {
+            !(CHECKPOINT_INTERVAL_OPS_MIN..=CHECKPOINT_INTERVAL_OPS_MAX).contains(&interval)
+        }) {
+            return Err(format!(
+                "cluster.checkpoint_interval_ops must be {CHECKPOINT_INTERVAL_OPS_MIN} to \
+                 {CHECKPOINT_INTERVAL_OPS_MAX}"
+            ));
         }
         if self.tick_ms == 0 || self.tick_ms > 1_000 {
             return Err("cluster.tick_ms must be 1 to 1000".into());

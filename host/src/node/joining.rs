@@ -90,6 +90,7 @@ pub(super) fn start_plane(
         node: config.node_id.clone(),
         journal: metadata_journal(config),
         tick: Duration::from_millis(cluster.tick_ms),
+        checkpoint_interval_ops: cluster.checkpoint_interval_ops,
     };
     let refused = |error: PlaneError| NodeError::Config(format!("metadata plane: {error}"));
     let started: (Arc<dyn MetadataPlane>, _) = if cluster.voters.contains(&config.node_id) {

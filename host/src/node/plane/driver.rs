@@ -248,6 +248,8 @@ impl Driver {
             commit: self.replica.commit(),
             primary,
             voters: self.config.voters.clone(),
+            checkpoints_taken: self.replica.counters().checkpoints_taken,
+            states_installed: self.replica.counters().states_installed,
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;

@@ -61,10 +61,8 @@ impl FollowerPlane {
             .map_err(|error| PlaneError::Journal(error.to_string()))?;
         let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
         let (status_sender, status) = watch::channel(PlaneStatus {
-            view: 0,
-            commit: 0,
-            primary: None,
             voters: config.voters.clone(),
+            ..PlaneStatus::default()
         });
         let driver = FollowerDriver {
             session: ClientSession::new(config.node.clone()),
@@ -76,6 +74,7 @@ impl FollowerPlane {
             submitted,
             status: status_sender,
             tick: 0,
+            installed: 0,
             view: None,
             asked_tick: 0,
             answered: true,
@@ -125,6 +124,8 @@ struct FollowerDriver {
     status: watch::Sender<PlaneStatus>,
     session: ClientSession,
     tick: u64,
+    /// Checkpoints installed since start.
+    installed: u64,
     /// The latest view a voter reported.
     view: Option<u64>,
     asked_tick: u64,
@@ -252,6 +253,7 @@ impl FollowerDriver {
             tracing::warn!(%error, "a voter's checkpoint refused");
             return;
         }
+        self.installed += 1;
         self.observe_applied().await;
     }
 
@@ -272,6 +274,8 @@ impl FollowerDriver {
             commit: self.learner.applied(),
             primary,
             voters: self.config.voters.clone(),
+            checkpoints_taken: 0,
+            states_installed: self.installed,
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;

@@ -69,6 +69,9 @@ pub struct PlaneConfig {
     pub journal: PathBuf,
     /// Real time per protocol tick (the replica's timeouts count ticks).
     pub tick: Duration,
+    /// Ops between checkpoints; `None` keeps the consensus default. Small values make the
+    /// log a short window (tests use them to force state transfer).
+    pub checkpoint_interval_ops: Option<u64>,
 }
 
 /// The cluster's metadata plane as one voter runs it.
@@ -109,17 +112,18 @@ impl ReplicatedPlane {
             .ok_or_else(|| PlaneError::Config(format!("{} is not a voter", config.node)))?;
         let replica_count = u8::try_from(config.voters.len())
             .map_err(|_| PlaneError::Config("too many voters".into()))?;
-        let replica_config = Config::new(replica_count, index as u8);
+        let mut replica_config = Config::new(replica_count, index as u8);
+        if let Some(interval) = config.checkpoint_interval_ops {
+            replica_config.checkpoint_interval_ops = interval;
+        }
         replica_config
             .validate()
             .map_err(|error| PlaneError::Config(error.to_string()))?;
         let replica = driver::open_replica(replica_config, &config.journal, store.clone())?;
         let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
         let (status_sender, status) = watch::channel(PlaneStatus {
-            view: 0,
-            commit: 0,
-            primary: None,
             voters: config.voters.clone(),
+            ..PlaneStatus::default()
         });
         let driver = driver::Driver::new(
             config,

@@ -101,6 +101,7 @@ impl Harness {
             node: VOTERS[index].into(),
             journal: self.dir.path().join(format!("{}.journal", VOTERS[index])),
             tick: Duration::from_millis(10),
+            checkpoint_interval_ops: None,
         };
         let plane = ReplicatedPlane::start(
             config,
@@ -239,6 +240,7 @@ async fn a_follower_rebuilds_the_catalog_from_the_voters_and_submits_through_the
         node: "n9".into(),
         journal: harness.dir.path().join("n9.unused"),
         tick: Duration::from_millis(10),
+        checkpoint_interval_ops: None,
     };
     let follower = FollowerPlane::start(
         config,
