@@ -544,6 +544,33 @@ fn cluster_of_three_processes() {
         assert_eq!(reply.json(), json!(1), "fresh{fresh}");
     }
 
+    // An operator declares the dead node down and removes it (an up member cannot be removed
+    // directly; an unknown one is a 404); restarted, it joins again as a new member.
+    let act = |node: &str, action: &str| {
+        let url = format!(
+            "{}/v1/cluster/members/{node}/{action}",
+            cluster.url(survivor)
+        );
+        request("POST", &url, ADMIN, None).expect("survivor answers")
+    };
+    let reply = act(&primary, "remove");
+    assert_eq!(reply.status, 409, "removing an up member: {}", reply.body);
+    let reply = act(&primary, "down");
+    assert_eq!(reply.status, 200, "down: {}", reply.body);
+    assert_eq!(reply.json()["state"], "down");
+    let reply = act(&primary, "remove");
+    assert_eq!(reply.status, 200, "remove: {}", reply.body);
+    assert_eq!(act("nobody", "down").status, 404);
+    let status = cluster_status(&cluster, survivor).expect("status");
+    assert!(
+        !status["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .any(|member| member["node"] == primary),
+        "removed: {status}"
+    );
+
     // More catalog writes than the survivors' log keeps (about two checkpoint intervals).
     for round in 0..4 * CHECKPOINT_INTERVAL_OPS {
         let url = format!("{}/v1/tenants/globex/quotas", cluster.url(survivor));

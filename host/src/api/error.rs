@@ -89,11 +89,14 @@ impl From<MetadataError> for ApiError {
     fn from(error: MetadataError) -> Self {
         let message = error.to_string();
         let (status, code) = match error {
-            MetadataError::InvalidName(_) | MetadataError::InvalidQuotas(_) => {
-                (StatusCode::BAD_REQUEST, "bad_request")
+            MetadataError::InvalidName(_)
+            | MetadataError::InvalidQuotas(_)
+            | MetadataError::InvalidMember(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            MetadataError::TenantExists(_) | MetadataError::MemberTransition { .. } => {
+                (StatusCode::CONFLICT, "conflict")
             }
-            MetadataError::TenantExists(_) => (StatusCode::CONFLICT, "conflict"),
-            MetadataError::NoTenant(_)
+            MetadataError::NoMember(_)
+            | MetadataError::NoTenant(_)
             | MetadataError::NoType(_, _)
             | MetadataError::NoVersion(_, _)
             | MetadataError::NoPlugin(_) => (StatusCode::NOT_FOUND, "not_found"),

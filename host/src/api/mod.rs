@@ -52,6 +52,8 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/status", get(entities::status))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/cluster/members", get(cluster::members))
+        .route("/v1/cluster/members/{node}/down", post(cluster::down))
+        .route("/v1/cluster/members/{node}/remove", post(cluster::remove))
         .route("/v1/cluster/shards", get(cluster::shards))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -2,7 +2,7 @@
 //! `tessera certs create` (local files: the cluster CA and node certificates that mutual TLS
 //! between nodes needs).
 
-use super::client::{Client, ClientArgs, ClientError, Role};
+use super::client::{Client, ClientArgs, ClientError, Role, segment};
 use super::output::outln;
 use serde_json::Value as Json;
 use std::path::PathBuf;
@@ -21,6 +21,18 @@ pub(crate) struct ClusterArgs {
 enum ClusterCommand {
     /// Members with their state, roles and shards; voters, primary, view and commit number.
     Status,
+    /// Declare a member down (crashed or cut off for good): it owns no new shards and its
+    /// next join is refused until it is removed.
+    Down {
+        /// The member's node id.
+        node: String,
+    },
+    /// Remove a down or exiting member; it may join again later. Shards allocated to it stay
+    /// allocated to it (their state is in its data directory) until it does.
+    Remove {
+        /// The member's node id.
+        node: String,
+    },
 }
 
 /// `tessera certs ...` (no node needed).
@@ -47,11 +59,35 @@ enum CertsCommand {
 pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
     let result = match args.command {
         ClusterCommand::Status => status(&args.client),
+        ClusterCommand::Down { node } => act(&args.client, &node, "down"),
+        ClusterCommand::Remove { node } => act(&args.client, &node, "remove"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => error.report(),
     }
+}
+
+fn act(client_args: &ClientArgs, node: &str, action: &str) -> Result<(), ClientError> {
+    let path = format!("/v1/cluster/members/{}/{action}", segment(node));
+    let member = Client::new(client_args, Role::Admin)?.json(
+        ureq::http::Method::POST,
+        &path,
+        &Json::Null,
+    )?;
+    if client_args.json {
+        outln!("{member}");
+    } else {
+        let state = member["state"].as_str().unwrap_or("-");
+        outln!("{node} is {state}");
+        if action == "remove" {
+            outln!(
+                "shards allocated to {node} stay allocated to it (their state is in its data \
+                 directory) and answer unavailable until it joins again"
+            );
+        }
+    }
+    Ok(())
 }
 
 fn status(client_args: &ClientArgs) -> Result<(), ClientError> {

@@ -9,7 +9,8 @@ use super::plane::{FollowerPlane, PlaneConfig, PlaneError, ReplicatedPlane};
 use super::{ClusterConfig, Node, NodeConfig, NodeError};
 use crate::cluster::Inbound;
 use crate::metadata::{
-    Applied, Command, MemberState, MetadataError, MetadataPlane, MetadataStore, PlaneStatus,
+    Applied, Command, MemberRecord, MemberState, MetadataError, MetadataPlane, MetadataStore,
+    PlaneStatus,
 };
 use crate::sharding::Switchboard;
 use std::path::PathBuf;
@@ -185,7 +186,46 @@ async fn submit_patiently(
     }
 }
 
+/// What an operator may do to another member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberAction {
+    /// Declares it down (it crashed, or is cut off for good): it owns no new shards; shards
+    /// it owns answer `unavailable`. Its next join is refused until it is removed.
+    Down,
+    /// Removes a down or exiting member from the catalog. It may join again later as a new
+    /// member; shards allocated to it stay allocated to it (their state is in its data
+    /// directory) and answer `unavailable` until it does.
+    Remove,
+}
+
 impl Node {
+    /// Moves member `node` down or removes it: one committed `SetMemberState`. A step the
+    /// member's life cycle does not allow (removing an up member, say) is refused.
+    pub async fn act_on_member(
+        &self,
+        node: &str,
+        action: MemberAction,
+    ) -> Result<MemberRecord, NodeError> {
+        let state = match action {
+            MemberAction::Down => MemberState::Down,
+            MemberAction::Remove => MemberState::Removed,
+        };
+        let command = Command::SetMemberState {
+            node: node.to_string(),
+            state,
+            updated_ms: super::tenants::now_ms(),
+        };
+        match self.plane.submit(command).await? {
+            Applied::Member(member) => {
+                tracing::info!(%node, ?state, "member state set by an operator");
+                Ok(member)
+            }
+            other => Err(NodeError::Catalog(MetadataError::Storage(format!(
+                "a member command applied as {other:?}"
+            )))),
+        }
+    }
+
     /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
     /// shards come to it), its entities stopped (their state committed), `Exiting`, then
     /// `Removed`. A voter stays a member (the voters are configuration) and a single node has

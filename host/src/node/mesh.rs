@@ -147,7 +147,10 @@ impl Mesh {
             return;
         }
         if member.state == MemberState::Removed {
-            self.transport.remove_peer(&member.node);
+            // A voter stays a peer: the voters are configuration, and the plane needs it.
+            if !self.voters.contains(&member.node) {
+                self.transport.remove_peer(&member.node);
+            }
             return;
         }
         match member.cluster_address.parse::<SocketAddr>() {

@@ -30,6 +30,7 @@ pub use config::{
 };
 pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
+pub use joining::MemberAction;
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;
 pub use rate::RateLimiter;

@@ -1,11 +1,13 @@
 //! Health (no token), Prometheus metrics and the cluster view (admin token).
 
-use super::{ApiError, ReadQuery, read_consistency};
+use super::{ApiError, ReadQuery, path, read_consistency};
 use crate::api::auth::Admin;
+use crate::metadata::MemberRecord;
+use crate::node::MemberAction;
 use crate::node::{ClusterStatus, METRICS_CONTENT_TYPE, Node};
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
@@ -34,6 +36,28 @@ pub async fn status(
 ) -> Result<Json<ClusterStatus>, ApiError> {
     read_consistency(&node, consistency).await?;
     Ok(Json(node.cluster_status().await?))
+}
+
+/// `POST /v1/cluster/members/{node}/down` → the member, now `down`.
+pub async fn down(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+    member: Result<Path<String>, PathRejection>,
+) -> Result<Json<MemberRecord>, ApiError> {
+    let member = path(member)?;
+    Ok(Json(node.act_on_member(&member, MemberAction::Down).await?))
+}
+
+/// `POST /v1/cluster/members/{node}/remove` → the member as it was removed.
+pub async fn remove(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+    member: Result<Path<String>, PathRejection>,
+) -> Result<Json<MemberRecord>, ApiError> {
+    let member = path(member)?;
+    Ok(Json(
+        node.act_on_member(&member, MemberAction::Remove).await?,
+    ))
 }
 
 /// `GET /v1/cluster/members` → `{"members": [...]}`, as in `GET /v1/cluster`.
