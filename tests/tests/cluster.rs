@@ -104,7 +104,17 @@ impl Cluster {
             "--config".into(),
             self.config_file(index).display().to_string(),
         ];
-        for peer in self.members.iter().filter(|peer| VOTERS.contains(&peer.id)) {
+        // A voter is given every other voter; the joiner only one, and learns the rest from
+        // the catalog.
+        let seeds: Vec<&Member> = if index == JOINER {
+            vec![&self.members[1]]
+        } else {
+            self.members
+                .iter()
+                .filter(|peer| VOTERS.contains(&peer.id))
+                .collect()
+        };
+        for peer in seeds {
             args.push("--seed".into());
             args.push(format!("{}={}", peer.id, peer.cluster));
         }

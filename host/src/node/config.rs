@@ -156,8 +156,9 @@ pub struct ClusterConfig {
     /// The nodes that replicate the catalog (1, 3 or 5), the same list on every node. A node
     /// not in the list is a non-voting member: it follows the catalog from the voters.
     pub voters: Vec<String>,
-    /// Cluster addresses of nodes to reach first, by node id: at least every voter. Other
-    /// members are learned from the catalog.
+    /// Cluster addresses of nodes to reach first, by node id: every other voter for a voter,
+    /// at least one voter for a non-voting member. Other members (and voters) are learned
+    /// from the catalog.
     #[serde(default)]
     pub seeds: std::collections::BTreeMap<String, SocketAddr>,
     /// Real time per metadata-plane protocol tick.
@@ -227,11 +228,26 @@ impl ClusterConfig {
             if !seen.insert(voter) {
                 return Err(format!("cluster.voters names {voter} twice"));
             }
-            if voter != node_id && !self.seeds.contains_key(voter) {
+        }
+        let is_voter = self.voters.iter().any(|voter| voter == node_id);
+        if is_voter {
+            // A voter needs the others from its first tick: they form the quorum.
+            if let Some(voter) = self
+                .voters
+                .iter()
+                .find(|voter| *voter != node_id && !self.seeds.contains_key(*voter))
+            {
                 return Err(format!(
                     "cluster.seeds must give the address of voter {voter}"
                 ));
             }
+        } else if !self
+            .voters
+            .iter()
+            .any(|voter| self.seeds.contains_key(voter))
+        {
+            // A non-voter learns the rest from the catalog once it follows one voter.
+            return Err("cluster.seeds must give the address of at least one voter".into());
         }
         for seed in self.seeds.keys() {
             crate::cluster::validate_node_id(seed)
