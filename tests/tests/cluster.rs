@@ -114,6 +114,9 @@ impl Cluster {
                 .filter(|peer| VOTERS.contains(&peer.id))
                 .collect()
         };
+        if index == JOINER {
+            args.extend(["--role".to_string(), "edge".to_string()]);
+        }
         for peer in seeds {
             args.push("--seed".into());
             args.push(format!("{}={}", peer.id, peer.cluster));
@@ -431,6 +434,17 @@ fn cluster_of_three_processes() {
             (members_up(&status) == NODES.len()).then_some(())
         });
     }
+    let status = cluster_status(&cluster, 0).expect("status");
+    let joiner = status["members"]
+        .as_array()
+        .and_then(|members| {
+            members
+                .iter()
+                .find(|member| member["node"] == NODES[JOINER])
+        })
+        .cloned()
+        .expect("the joiner is a member");
+    assert_eq!(joiner["roles"], json!(["edge"]), "its advertised roles");
     wait_bound(&cluster, JOINER, &token, "counter", 1);
     for counter in 0..COUNTERS {
         let reply = ask_counter(&cluster, JOINER, &token, &format!("c{counter}"), 1);

@@ -50,6 +50,10 @@ pub(crate) struct ClusterArgs {
     /// [default: <data dir>/certs].
     #[arg(long)]
     certs_dir: Option<PathBuf>,
+    /// A role this node advertises (repeat it); shards of a role-constrained sharding config
+    /// go only to nodes advertising that role.
+    #[arg(long = "role")]
+    roles: Vec<String>,
 }
 
 fn parse_seed(seed: &str) -> Result<(String, SocketAddr), String> {
@@ -76,6 +80,7 @@ impl ClusterArgs {
                     || !self.voters.is_empty()
                     || !self.seeds.is_empty()
                     || self.certs_dir.is_some()
+                    || !self.roles.is_empty()
                 {
                     return Err(
                         "cluster flags need --cluster-listen (or a [cluster] section)".into(),
@@ -102,6 +107,9 @@ impl ClusterArgs {
         cluster.seeds.extend(self.seeds);
         if let Some(certs_dir) = self.certs_dir {
             cluster.certs_dir = certs_dir;
+        }
+        if !self.roles.is_empty() {
+            cluster.roles = self.roles;
         }
         config.cluster = Some(cluster);
         Ok(())

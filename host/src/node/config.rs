@@ -172,6 +172,10 @@ pub struct ClusterConfig {
     /// transfer. Small values are for tests.
     #[serde(default)]
     pub checkpoint_interval_ops: Option<u64>,
+    /// The roles this node advertises (matched against `sharding.role_constraint` when shards
+    /// are placed) [default: the role constraint itself, if set].
+    #[serde(default)]
+    pub roles: Vec<String>,
 }
 
 fn default_tick_ms() -> u64 {
@@ -200,6 +204,7 @@ impl ClusterConfig {
             tick_ms: default_tick_ms(),
             join_timeout_ms: default_join_timeout_ms(),
             checkpoint_interval_ops: None,
+            roles: Vec::new(),
         }
     }
 
@@ -260,6 +265,13 @@ impl ClusterConfig {
             return Err(format!(
                 "cluster.checkpoint_interval_ops must be {CHECKPOINT_INTERVAL_OPS_MIN} to \
                  {CHECKPOINT_INTERVAL_OPS_MAX}"
+            ));
+        }
+        if self.roles.len() > crate::metadata::MEMBER_ROLES_MAX {
+            return Err(format!(
+                "cluster.roles names {} roles; at most {}",
+                self.roles.len(),
+                crate::metadata::MEMBER_ROLES_MAX
             ));
         }
         if self.tick_ms == 0 || self.tick_ms > 1_000 {

@@ -142,7 +142,7 @@ pub(super) async fn join_as_member(
             .map(|cluster| cluster.advertised().to_string())
             .unwrap_or_default(),
         api_address: config.http.to_string(),
-        roles: config.sharding.role_constraint.iter().cloned().collect(),
+        roles: advertised_roles(config),
         joined_ms: now_ms,
     };
     if let Applied::Member(member) = submit_patiently(config, plane, join).await?
@@ -156,6 +156,16 @@ pub(super) async fn join_as_member(
         submit_patiently(config, plane, up).await?;
     }
     Ok(())
+}
+
+/// The roles this node advertises: the cluster section's, or (a single node, or a cluster
+/// section without roles) the sharding role constraint, so a node always qualifies for the
+/// shards it is configured to host.
+fn advertised_roles(config: &NodeConfig) -> std::collections::BTreeSet<String> {
+    match &config.cluster {
+        Some(cluster) if !cluster.roles.is_empty() => cluster.roles.iter().cloned().collect(),
+        _ => config.sharding.role_constraint.iter().cloned().collect(),
+    }
 }
 
 /// Submits `command`; in a cluster, tries again while the plane answers `Unavailable`, until
