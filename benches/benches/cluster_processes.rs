@@ -6,19 +6,18 @@
 //! the time a restarted voter takes from its process start to having caught up; and the time a
 //! new, non-voting node takes from its process start to being an up member.
 //!
-//! Each node is this bench binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
-//! command line until it is killed. Run:
+//! Each node is this bench binary re-run as a child (`tessera_tests::processes`): the child
+//! runs the real command line until it is killed. Run:
 //! `cargo bench -p tessera-benches --bench cluster_processes -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::Criterion;
 use serde_json::{Value as Json, json};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
+use tessera_tests::processes::{free_address, run_child_if_asked, spawn_node};
 
-/// Set in a child's environment: the `tessera` arguments it runs, as a JSON array.
-const CHILD_ARGS_ENV: &str = "TESSERA_BENCH_CHILD_ARGS";
 const ADMIN: &str = "admin-token-for-the-cluster-bench";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// The node that joins later, without a vote.
@@ -27,23 +26,11 @@ const JOINER: &str = "n4";
 const SAMPLES: usize = 300;
 const PATIENCE: Duration = Duration::from_secs(120);
 
-fn free_address() -> SocketAddr {
-    let probe = TcpListener::bind("127.0.0.1:0").expect("probe port");
-    probe.local_addr().expect("probe address")
-}
-
 fn spawn(dir: &Path, name: &str, args: Vec<String>) -> Child {
-    let mut all = vec!["tessera".to_string(), "node".to_string()];
+    let mut all = vec!["node".to_string()];
     all.extend(args);
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
-    Command::new(std::env::current_exe().expect("bench binary"))
-        .env(CHILD_ARGS_ENV, serde_json::to_string(&all).expect("args"))
-        .env("TESSERA_ADMIN_TOKEN", ADMIN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("child node")
+    spawn_node(&[], &all, ADMIN, "warn", log)
 }
 
 struct Voter {
@@ -318,12 +305,7 @@ fn bench_cluster_processes(c: &mut Criterion) {
 }
 
 fn main() {
-    if let Ok(args) = std::env::var(CHILD_ARGS_ENV) {
-        let args: Vec<String> = serde_json::from_str(&args).expect("child arguments");
-        let exit = tessera_host::cli::run_from(args);
-        eprintln!("the node exited: {exit:?}");
-        std::process::exit(3);
-    }
+    run_child_if_asked();
     let mut criterion = Criterion::default().configure_from_args();
     bench_cluster_processes(&mut criterion);
     criterion.final_summary();

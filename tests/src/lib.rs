@@ -3,6 +3,8 @@
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
+pub mod processes;
+
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::Path;

@@ -7,17 +7,15 @@
 //! commits and the survivors see the dead node unreachable, and the killed node, restarted,
 //! catches up by state transfer.
 //!
-//! Each node is this test binary re-run with [`CHILD_ARGS_ENV`] set: the child runs the real
-//! command line (`tessera node --cluster-listen ...`) until it is killed.
+//! Each node is this test binary re-run as a child (`tessera_tests::processes`): the child
+//! runs the real command line (`tessera node --cluster-listen ...`) until it is killed.
 
 use serde_json::{Value as Json, json};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// Set in a child's environment: the `tessera` arguments it runs, as a JSON array.
-const CHILD_ARGS_ENV: &str = "TESSERA_CLUSTER_CHILD_ARGS";
+use tessera_tests::processes::{free_address, run_child_if_asked, spawn_node};
 
 const ADMIN: &str = "admin-token-for-the-cluster-tests";
 /// The metadata plane's voters.
@@ -34,22 +32,7 @@ const PATIENCE: Duration = Duration::from_secs(90);
 #[test]
 #[ignore = "run by cluster_of_three_processes as its child processes"]
 fn child_node() {
-    let Ok(args) = std::env::var(CHILD_ARGS_ENV) else {
-        return;
-    };
-    let args: Vec<String> = serde_json::from_str(&args).expect("child arguments");
-    let exit = tessera_host::cli::run_from(args);
-    eprintln!("the node exited: {exit:?}");
-    std::process::exit(if exit == std::process::ExitCode::SUCCESS {
-        0
-    } else {
-        3
-    });
-}
-
-fn free_address() -> SocketAddr {
-    let probe = TcpListener::bind("127.0.0.1:0").expect("probe port");
-    probe.local_addr().expect("probe address")
+    run_child_if_asked();
 }
 
 struct Member {
@@ -85,7 +68,6 @@ impl Cluster {
         let dir = self.dir.path();
         let member = &self.members[index];
         let mut args: Vec<String> = vec![
-            "tessera".into(),
             "node".into(),
             "--node-id".into(),
             member.id.into(),
@@ -122,15 +104,8 @@ impl Cluster {
             args.push(format!("{}={}", peer.id, peer.cluster));
         }
         let log = std::fs::File::create(dir.join(format!("{}.log", member.id))).expect("log");
-        let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "child_node", "--ignored", "--nocapture"])
-            .env(CHILD_ARGS_ENV, serde_json::to_string(&args).expect("args"))
-            .env("TESSERA_ADMIN_TOKEN", ADMIN)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("child node");
+        let harness = ["--exact", "child_node", "--ignored", "--nocapture"];
+        let child = spawn_node(&harness, &args, ADMIN, "info", log);
         self.members[index].child = Some(child);
     }
 

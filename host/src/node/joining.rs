@@ -5,7 +5,7 @@
 
 use super::catalog::NodeCatalog;
 use super::mesh::{Mesh, PeerMessage, plane_queue};
-use super::plane::{FollowerPlane, PlaneConfig, PlaneError, ReplicatedPlane};
+use super::plane::{PlaneConfig, PlaneError, ReplicatedPlane};
 use super::{ClusterConfig, Node, NodeConfig, NodeError};
 use crate::cluster::Inbound;
 use crate::metadata::{
@@ -94,29 +94,21 @@ pub(super) fn start_plane(
         checkpoint_interval_ops: cluster.checkpoint_interval_ops,
     };
     let refused = |error: PlaneError| NodeError::Config(format!("metadata plane: {error}"));
-    let started: (Arc<dyn MetadataPlane>, _) = if cluster.voters.contains(&config.node_id) {
-        let plane = ReplicatedPlane::start(
-            plane_config,
-            metadata,
-            catalog.clone(),
-            mesh.clone(),
-            plane_inbound,
-        )
-        .map_err(refused)?;
-        let status = plane.watch_status();
-        (Arc::new(plane), status)
+    let start = if cluster.voters.contains(&config.node_id) {
+        ReplicatedPlane::start
     } else {
-        let plane = FollowerPlane::start(
-            plane_config,
-            metadata,
-            catalog.clone(),
-            mesh.clone(),
-            plane_inbound,
-        )
-        .map_err(refused)?;
-        let status = plane.watch_status();
-        (Arc::new(plane), status)
+        ReplicatedPlane::follow
     };
+    let plane = start(
+        plane_config,
+        metadata,
+        catalog.clone(),
+        mesh.clone(),
+        plane_inbound,
+    )
+    .map_err(refused)?;
+    let status = plane.watch_status();
+    let started: (Arc<dyn MetadataPlane>, _) = (Arc::new(plane), status);
     write_cluster_marker(config, cluster)?;
     tokio::spawn(
         mesh.clone()

@@ -12,106 +12,68 @@
 
 use super::session::{ClientSession, Due, Submission};
 use super::{
-    PlaneConfig, PlaneError, PlaneInbound, PlaneMessage, PlaneOutbox, SUBMISSIONS_MAX, submit_to,
+    PlaneConfig, PlaneError, PlaneInbound, PlaneMessage, PlaneOutbox, ReplicatedPlane,
+    SUBMISSIONS_MAX,
 };
 use crate::consensus::checkpoint::Checkpoint;
 use crate::consensus::learner::Learner;
 use crate::consensus::message::Entry;
-use crate::contract::BoxFuture;
-use crate::metadata::{
-    Applied, CatalogMachine, CatalogObserver, Command, MetadataError, MetadataPlane, MetadataStore,
-    PlaneStatus,
-};
+use crate::metadata::{CatalogMachine, CatalogObserver, MetadataStore, PlaneStatus};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 /// Ticks between two requests for entries while nothing new came.
 pub const FOLLOW_TICKS: u64 = 5;
 
-/// A non-voting member's plane.
-pub struct FollowerPlane {
+/// Starts following the voters of `config` (which must not name this node a voter): empties
+/// this node's catalog, then rebuilds it from them.
+pub(super) fn start_follower(
+    config: PlaneConfig,
     store: MetadataStore,
-    submissions: mpsc::Sender<Submission>,
-    status: watch::Receiver<PlaneStatus>,
-    driver: tokio::task::JoinHandle<()>,
-}
-
-impl FollowerPlane {
-    /// Starts following the voters of `config` (which must not name this node a voter):
-    /// empties this node's catalog, then rebuilds it from them.
-    pub fn start(
-        config: PlaneConfig,
-        store: MetadataStore,
-        observer: Arc<dyn CatalogObserver>,
-        outbox: Arc<dyn PlaneOutbox>,
-        inbound: PlaneInbound,
-    ) -> Result<FollowerPlane, PlaneError> {
-        if config.voters.contains(&config.node) {
-            return Err(PlaneError::Config(format!(
-                "{} is a voter, not a follower",
-                config.node
-            )));
-        }
-        if config.voters.is_empty() {
-            return Err(PlaneError::Config("a follower needs voters".into()));
-        }
-        let mut catalog = CatalogMachine::new(store.clone());
-        catalog
-            .reset()
-            .map_err(|error| PlaneError::Journal(error.to_string()))?;
-        let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
-        let (status_sender, status) = watch::channel(PlaneStatus {
-            voters: config.voters.clone(),
-            ..PlaneStatus::default()
-        });
-        let driver = FollowerDriver {
-            session: ClientSession::new(config.node.clone()),
-            config,
-            learner: Learner::new(catalog),
-            observer,
-            outbox,
-            inbound,
-            submitted,
-            status: status_sender,
-            tick: 0,
-            installed: 0,
-            view: None,
-            asked_tick: 0,
-            answered: true,
-            target: 0,
-        };
-        Ok(FollowerPlane {
-            store,
-            submissions,
-            status,
-            driver: tokio::spawn(driver.run()),
-        })
+    observer: Arc<dyn CatalogObserver>,
+    outbox: Arc<dyn PlaneOutbox>,
+    inbound: PlaneInbound,
+) -> Result<ReplicatedPlane, PlaneError> {
+    if config.voters.contains(&config.node) {
+        return Err(PlaneError::Config(format!(
+            "{} is a voter, not a follower",
+            config.node
+        )));
     }
-
-    /// Follows this member's view of the plane.
-    pub fn watch_status(&self) -> watch::Receiver<PlaneStatus> {
-        self.status.clone()
+    if config.voters.is_empty() {
+        return Err(PlaneError::Config("a follower needs voters".into()));
     }
-}
-
-impl Drop for FollowerPlane {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
-impl MetadataPlane for FollowerPlane {
-    fn submit(&self, command: Command) -> BoxFuture<'static, Result<Applied, MetadataError>> {
-        submit_to(self.submissions.clone(), command)
-    }
-
-    fn store(&self) -> &MetadataStore {
-        &self.store
-    }
-
-    fn status(&self) -> PlaneStatus {
-        self.status.borrow().clone()
-    }
+    let mut catalog = CatalogMachine::new(store.clone());
+    catalog
+        .reset()
+        .map_err(|error| PlaneError::Journal(error.to_string()))?;
+    let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
+    let (status_sender, status) = watch::channel(PlaneStatus {
+        voters: config.voters.clone(),
+        ..PlaneStatus::default()
+    });
+    let driver = FollowerDriver {
+        session: ClientSession::new(config.node.clone()),
+        config,
+        learner: Learner::new(catalog),
+        observer,
+        outbox,
+        inbound,
+        submitted,
+        status: status_sender,
+        tick: 0,
+        installed: 0,
+        view: None,
+        asked_tick: 0,
+        answered: true,
+        target: 0,
+    };
+    Ok(ReplicatedPlane {
+        store,
+        submissions,
+        status,
+        driver: tokio::spawn(driver.run()),
+    })
 }
 
 struct FollowerDriver {

@@ -21,7 +21,7 @@ mod wire;
 mod tests;
 
 pub use dedicated::dedicated_transport;
-pub use follower::{FOLLOW_TICKS, FollowerPlane};
+pub use follower::FOLLOW_TICKS;
 pub use wire::PlaneMessage;
 
 use crate::consensus::config::Config;
@@ -74,7 +74,9 @@ pub struct PlaneConfig {
     pub checkpoint_interval_ops: Option<u64>,
 }
 
-/// The cluster's metadata plane as one voter runs it.
+/// This node's side of the cluster's metadata plane: a voter's replica
+/// ([`ReplicatedPlane::start`]) or a non-voting member's follower ([`ReplicatedPlane::follow`]),
+/// either way one driver task behind the same handle.
 pub struct ReplicatedPlane {
     store: MetadataStore,
     submissions: mpsc::Sender<session::Submission>,
@@ -168,7 +170,20 @@ fn submit_to(
 }
 
 impl ReplicatedPlane {
-    /// Follows this voter's view of the plane: every change of view, commit or primary.
+    /// Starts this node as a non-voting member of the plane: it empties its catalog, then
+    /// rebuilds it from the voters of `config` (which must not name this node) and follows
+    /// them (see [`follower`]).
+    pub fn follow(
+        config: PlaneConfig,
+        store: MetadataStore,
+        observer: Arc<dyn CatalogObserver>,
+        outbox: Arc<dyn PlaneOutbox>,
+        inbound: PlaneInbound,
+    ) -> Result<ReplicatedPlane, PlaneError> {
+        follower::start_follower(config, store, observer, outbox, inbound)
+    }
+
+    /// Follows this node's view of the plane: every change of view, commit or primary.
     pub fn watch_status(&self) -> watch::Receiver<PlaneStatus> {
         self.status.clone()
     }

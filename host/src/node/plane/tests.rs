@@ -242,7 +242,7 @@ async fn a_follower_rebuilds_the_catalog_from_the_voters_and_submits_through_the
         tick: Duration::from_millis(10),
         checkpoint_interval_ops: None,
     };
-    let follower = FollowerPlane::start(
+    let follower = ReplicatedPlane::follow(
         config,
         store.clone(),
         recorder.clone(),
