@@ -70,9 +70,10 @@ pub fn message_status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::ReplyTooLarge
         | ErrorKind::StateTooLarge => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::MailboxFull | ErrorKind::BufferOverflow | ErrorKind::Unavailable => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ErrorKind::MailboxFull
+        | ErrorKind::BufferOverflow
+        | ErrorKind::Unavailable
+        | ErrorKind::ShardUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::Deadlock => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -182,6 +183,7 @@ mod tests {
             (ErrorKind::MailboxFull, 503),
             (ErrorKind::BufferOverflow, 503),
             (ErrorKind::Unavailable, 503),
+            (ErrorKind::ShardUnavailable, 503),
             (ErrorKind::QuotaExceeded, 429),
             (ErrorKind::Timeout, 504),
             (ErrorKind::Deadlock, 409),

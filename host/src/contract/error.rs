@@ -54,6 +54,10 @@ pub enum ErrorKind {
     QuotaExceeded,
     /// The target cannot take messages right now (stopping, shard failed, store down).
     Unavailable,
+    /// The entity's shard is owned by a node that is down or cut off, and its durable state is
+    /// there: nothing can serve it until that node returns (or an operator removes the node,
+    /// declaring the state lost). Never a wrong or reset value; retry later.
+    ShardUnavailable,
     /// The plugin could not be instantiated or called.
     Instantiation,
     /// A bug or an I/O failure in the host.
@@ -118,6 +122,11 @@ impl MessageError {
     /// An [`ErrorKind::Unavailable`] error.
     pub fn unavailable(message: impl Into<String>) -> Self {
         MessageError::new(ErrorKind::Unavailable, message)
+    }
+
+    /// An [`ErrorKind::ShardUnavailable`] error.
+    pub fn shard_unavailable(message: impl Into<String>) -> Self {
+        MessageError::new(ErrorKind::ShardUnavailable, message)
     }
 }
 

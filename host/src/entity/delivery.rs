@@ -60,6 +60,7 @@ pub(crate) fn is_retryable(kind: ErrorKind) -> bool {
             | ErrorKind::BufferOverflow
             | ErrorKind::Timeout
             | ErrorKind::Unavailable
+            | ErrorKind::ShardUnavailable
             | ErrorKind::QuotaExceeded
             | ErrorKind::Instantiation
             | ErrorKind::Internal

@@ -7,6 +7,7 @@
 use super::error::{CommitError, StoreError};
 use super::messaging::{DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
+use super::shard_transfer::{ShardPart, ShardScope};
 use super::write_set::WriteSet;
 use crate::contract::{BoxFuture, EntityAddress, ShardId, TypeKey};
 
@@ -84,4 +85,19 @@ pub trait RememberStore: Send + Sync + 'static {
 
     /// Remembered ids of one shard, ascending.
     fn list_ids(&self, type_key: &TypeKey, shard: ShardId) -> Result<Vec<String>, StoreError>;
+}
+
+/// A shard's durable state leaving this node or arriving on it, when the shard moves between
+/// nodes (a handoff). This is the seam a replicated partition will implement: there a move
+/// makes another replica the partition's primary instead of copying rows.
+pub trait ShardStates: Send + Sync + 'static {
+    /// Reads everything held for the shard (its entities' rows and remembered ids), in parts;
+    /// the caller has stopped the shard's entities. Reads may block briefly.
+    fn export(&self, scope: &ShardScope) -> Result<Vec<ShardPart>, StoreError>;
+
+    /// Makes one part durable; part 0 first discards what this node held for the shard.
+    fn install(&self, scope: ShardScope, part: ShardPart) -> CommitFuture;
+
+    /// Removes everything held for the shard (after its new owner installed it).
+    fn discard(&self, scope: ShardScope) -> CommitFuture;
 }

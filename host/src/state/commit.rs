@@ -4,6 +4,7 @@
 
 use super::error::CommitError;
 use super::remember::RememberOp;
+use super::shard_transfer::{self, ShardPart, ShardScope};
 use super::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use super::write_set::WriteSet;
 use std::sync::Arc;
@@ -48,12 +49,18 @@ pub struct GroupCommitStats {
     pub remember_ops: AtomicU64,
     /// Transactions that failed.
     pub failures: AtomicU64,
+    /// Shard parts installed and shards discarded (moves between nodes).
+    pub shard_transfers: AtomicU64,
 }
 
 /// What one waiter hands the writer.
 pub(crate) enum Work {
     Writes(WriteSet),
     Remember(Vec<RememberOp>),
+    /// A part of a shard's state arriving from its previous owner.
+    InstallShard(ShardScope, Box<ShardPart>),
+    /// A shard this node handed off: its rows go.
+    DiscardShard(ShardScope),
 }
 
 impl Work {
@@ -61,6 +68,8 @@ impl Work {
         match self {
             Work::Writes(writes) => writes.commit_bytes(),
             Work::Remember(ops) => ops.iter().map(|op| op.id().id.len() + 16).sum(),
+            Work::InstallShard(_, part) => part.bytes(),
+            Work::DiscardShard(_) => 0,
         }
     }
 }
@@ -185,6 +194,9 @@ fn count(stats: &GroupCommitStats, batch: &[Pending]) {
             Work::Remember(ops) => stats
                 .remember_ops
                 .fetch_add(ops.len() as u64, Ordering::Relaxed),
+            Work::InstallShard(..) | Work::DiscardShard(_) => {
+                stats.shard_transfers.fetch_add(1, Ordering::Relaxed)
+            }
         };
     }
 }
@@ -213,17 +225,34 @@ fn commit_batch(store: &StateStore, batch: &[Pending]) -> Result<(), CommitError
         .map_err(|e| CommitError::Storage(e.to_string()))?;
     let write_sets = batch.iter().filter_map(|pending| match &pending.work {
         Work::Writes(writes) => Some(writes),
-        Work::Remember(_) => None,
+        _ => None,
     });
     apply_write_sets(&transaction, write_sets)?;
     let remember_ops = batch.iter().flat_map(|pending| match &pending.work {
         Work::Remember(ops) => ops.as_slice(),
-        Work::Writes(_) => &[],
+        _ => &[],
     });
     apply_remember_ops(&transaction, remember_ops)?;
+    // Last, so that a shard's rows are exactly the transferred ones after this transaction.
+    for pending in batch {
+        apply_shard_work(&transaction, &pending.work)?;
+    }
     transaction
         .commit()
         .map_err(|e| CommitError::Storage(e.to_string()))
+}
+
+/// Applies a shard transfer step, if `work` is one.
+pub(crate) fn apply_shard_work(
+    transaction: &redb::WriteTransaction,
+    work: &Work,
+) -> Result<(), CommitError> {
+    match work {
+        Work::InstallShard(scope, part) => shard_transfer::install(transaction, scope, part)?,
+        Work::DiscardShard(scope) => shard_transfer::discard(transaction, scope)?,
+        Work::Writes(_) | Work::Remember(_) => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

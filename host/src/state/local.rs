@@ -2,14 +2,16 @@
 //! [`GroupCommitter`]'s thread. It implements both seams of the layer, [`EntityState`] and
 //! [`RememberStore`], so entity writes and remembered ids share one writer and one fsync.
 
-use super::backend::{CommitFuture, EntityMeta, EntityState, RememberStore};
+use super::backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardStates};
 use super::commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter, Work};
 use super::error::{CommitError, StoreError};
 use super::messaging::{DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
+use super::shard_transfer::{ShardPart, ShardScope};
 use super::tables::StateStore;
 use super::write_set::WriteSet;
 use crate::contract::{EntityAddress, ShardId, TypeKey};
+use redb::ReadableDatabase;
 use std::sync::Arc;
 
 /// How a [`LocalState`] makes writes durable.
@@ -92,12 +94,15 @@ impl LocalState {
 fn commit_alone(store: &StateStore, work: &Work) -> Result<(), CommitError> {
     match work {
         Work::Writes(writes) => store.commit_one(writes).map_err(CommitError::from),
-        Work::Remember(ops) => {
+        other => {
             let transaction = store
                 .database()
                 .begin_write()
                 .map_err(|e| CommitError::Storage(e.to_string()))?;
-            super::tables::apply_remember_ops(&transaction, ops.iter())?;
+            if let Work::Remember(ops) = other {
+                super::tables::apply_remember_ops(&transaction, ops.iter())?;
+            }
+            super::commit::apply_shard_work(&transaction, other)?;
             transaction
                 .commit()
                 .map_err(|e| CommitError::Storage(e.to_string()))
@@ -164,6 +169,24 @@ impl EntityState for LocalState {
 
     fn reminder(&self, entity: &EntityAddress, timer: u64) -> Result<Option<Reminder>, StoreError> {
         self.store.reminder(entity, timer)
+    }
+}
+
+impl ShardStates for LocalState {
+    fn export(&self, scope: &ShardScope) -> Result<Vec<ShardPart>, StoreError> {
+        let transaction = self.store.database().begin_read().map_err(StoreError::io)?;
+        super::shard_transfer::export(&transaction, scope)
+    }
+
+    fn install(&self, scope: ShardScope, part: ShardPart) -> CommitFuture {
+        if let Err(error) = part.check(&scope) {
+            return Box::pin(async move { Err(CommitError::from(error)) });
+        }
+        self.write(Work::InstallShard(scope, Box::new(part)))
+    }
+
+    fn discard(&self, scope: ShardScope) -> CommitFuture {
+        self.write(Work::DiscardShard(scope))
     }
 }
 

@@ -1,0 +1,279 @@
+//! Writing a shard's rows: installing a part that arrived, and discarding a shard that left.
+
+use super::{ShardPart, ShardScope, io};
+use crate::state::error::StoreError;
+use crate::state::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
+use crate::state::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES};
+use redb::{ReadableTable, WriteTransaction};
+
+/// Removes every row of the shard's entities and its remembered ids.
+pub(crate) fn discard(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+) -> Result<(), StoreError> {
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
+    let mine = |t: &str, ty: &str| t == tenant && ty == entity_type;
+    {
+        let mut table = transaction.open_table(ENTITY_META).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "")..).map_err(io)? {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push(id.to_string());
+            }
+        }
+        for id in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str()))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(SEQUENCES).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "")..).map_err(io)? {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push(id.to_string());
+            }
+        }
+        for id in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str()))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(ENTITY_STATE).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "", "")..).map_err(io)? {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id, state_key) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push((id.to_string(), state_key.to_string()));
+            }
+        }
+        for (id, state_key) in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str(), state_key.as_str()))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(OUTBOX).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "", 0)..).map_err(io)? {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id, seq) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push((id.to_string(), seq));
+            }
+        }
+        for (id, seq) in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str(), seq))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(RECEIPTS).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table
+            .range((tenant, entity_type, "", "", "")..)
+            .map_err(io)?
+        {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id, sender_type, sender_id) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push((
+                    id.to_string(),
+                    sender_type.to_string(),
+                    sender_id.to_string(),
+                ));
+            }
+        }
+        for (id, sender_type, sender_id) in doomed {
+            table
+                .remove((
+                    tenant,
+                    entity_type,
+                    id.as_str(),
+                    sender_type.as_str(),
+                    sender_id.as_str(),
+                ))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(CLIENT_KEYS).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "", "")..).map_err(io)? {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, id, client_key) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push((id.to_string(), client_key.to_string()));
+            }
+        }
+        for (id, client_key) in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str(), client_key.as_str()))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(REMINDERS).map_err(io)?;
+        let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table.range((tenant, entity_type, "", 0)..).map_err(io)? {
+            let (key, value) = row.map_err(io)?;
+            let (t, ty, id, timer) = key.value();
+            if !mine(t, ty) {
+                break;
+            }
+            if (scope.contains)(id) {
+                doomed.push((id.to_string(), timer, value.value().0));
+            }
+        }
+        for (id, timer, due_ms) in doomed {
+            table
+                .remove((tenant, entity_type, id.as_str(), timer))
+                .map_err(io)?;
+            due.remove((due_ms, tenant, entity_type, id.as_str(), timer))
+                .map_err(io)?;
+        }
+    }
+    {
+        let mut table = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+        let mut doomed = Vec::new();
+        for row in table
+            .range((tenant, entity_type, scope.shard, "")..)
+            .map_err(io)?
+        {
+            let (key, _) = row.map_err(io)?;
+            let (t, ty, shard, id) = key.value();
+            if !mine(t, ty) || shard != scope.shard {
+                break;
+            }
+            doomed.push(id.to_string());
+        }
+        for id in doomed {
+            table
+                .remove((tenant, entity_type, scope.shard, id.as_str()))
+                .map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// Installs one part: part 0 first discards whatever this node held for the shard.
+pub(crate) fn install(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+    part: &ShardPart,
+) -> Result<(), StoreError> {
+    if part.index == 0 {
+        discard(transaction, scope)?;
+    }
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
+    let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
+    let mut state = transaction.open_table(ENTITY_STATE).map_err(io)?;
+    let mut sequences = transaction.open_table(SEQUENCES).map_err(io)?;
+    let mut outbox = transaction.open_table(OUTBOX).map_err(io)?;
+    let mut receipts = transaction.open_table(RECEIPTS).map_err(io)?;
+    let mut client_keys = transaction.open_table(CLIENT_KEYS).map_err(io)?;
+    let mut reminders = transaction.open_table(REMINDERS).map_err(io)?;
+    let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
+    let mut remembered = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+    for record in &part.entities {
+        let id = record.id.as_str();
+        if !(scope.contains)(id) {
+            return Err(StoreError::Io(format!(
+                "a transferred entity {id} is not in shard {scope:?}"
+            )));
+        }
+        if let Some(meta) = record.meta {
+            metas.insert((tenant, entity_type, id), meta).map_err(io)?;
+        }
+        for row in &record.state {
+            state
+                .insert(
+                    (tenant, entity_type, id, row.key.as_str()),
+                    row.value.as_slice(),
+                )
+                .map_err(io)?;
+        }
+        if let Some(counters) = record.sequences {
+            sequences
+                .insert((tenant, entity_type, id), counters)
+                .map_err(io)?;
+        }
+        for row in &record.outbox {
+            let value = (
+                row.to_type.as_str(),
+                row.to_id.as_str(),
+                row.payload.as_slice(),
+            );
+            outbox
+                .insert((tenant, entity_type, id, row.seq), value)
+                .map_err(io)?;
+        }
+        for row in &record.receipts {
+            let key = (
+                tenant,
+                entity_type,
+                id,
+                row.sender_type.as_str(),
+                row.sender_id.as_str(),
+            );
+            receipts.insert(key, (row.seq, row.at_ms)).map_err(io)?;
+        }
+        for (client_key, at_ms) in &record.client_keys {
+            client_keys
+                .insert((tenant, entity_type, id, client_key.as_str()), *at_ms)
+                .map_err(io)?;
+        }
+        for row in &record.reminders {
+            reminders
+                .insert(
+                    (tenant, entity_type, id, row.timer),
+                    (row.due_ms, row.payload.as_slice()),
+                )
+                .map_err(io)?;
+            due.insert((row.due_ms, tenant, entity_type, id, row.timer), ())
+                .map_err(io)?;
+        }
+    }
+    for id in &part.remembered {
+        if !(scope.contains)(id) {
+            return Err(StoreError::Io(format!(
+                "a transferred remembered id {id} is not in shard {scope:?}"
+            )));
+        }
+        remembered
+            .insert((tenant, entity_type, scope.shard, id.as_str()), ())
+            .map_err(io)?;
+    }
+    Ok(())
+}
