@@ -12,9 +12,10 @@ use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use crate::entity::{Entities, EntityParts, TypeTable};
 use crate::metadata::{LocalPlane, MetadataStore};
 use crate::runtime::{Runtime, RuntimeConfig};
+use crate::sharding::lease::LeaseConfig;
 use crate::sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
 use crate::state::remember::RememberWriter;
-use crate::state::{LocalState, StateStore};
+use crate::state::{LocalState, ShardStates, StateStore};
 use std::sync::Arc;
 
 impl Node {
@@ -23,9 +24,8 @@ impl Node {
     pub async fn open(mut config: NodeConfig) -> Result<Arc<Node>, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         if config.cluster.is_some() {
-            // Until shards hand their state over between nodes, a shard stays where it was
-            // first allocated (see docs/cluster.md).
-            config.sharding.moves = ShardMoves::Frozen;
+            // Each node keeps its shards' state: shards move with it, by handoff.
+            config.sharding.moves = ShardMoves::OwnerHoldsState(LeaseConfig::default());
         }
         let admin_token = config.admin_token.clone().ok_or_else(|| {
             NodeError::Config(
@@ -71,6 +71,10 @@ impl Node {
             config: config.sharding.clone(),
             switchboard: switchboard.clone(),
             remember: Some(remember.clone()),
+            shard_states: config
+                .cluster
+                .is_some()
+                .then(|| state.clone() as Arc<dyn ShardStates>),
         };
         let (region, entities) = Region::start(region_parts, |router| {
             let entities = Entities::new(entity_parts, router);

@@ -11,7 +11,7 @@ use crate::metadata::{
 use crate::node::NodeConfig;
 use crate::node::mesh::Mesh;
 use crate::runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
-use crate::sharding::{Membership, RegionHandle, TypeSettings};
+use crate::sharding::{MemberStatus, Membership, RegionHandle, TypeSettings};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
@@ -51,8 +51,8 @@ pub(crate) struct MemberFollowers {
 
 impl MemberFollowers {
     /// Shows a member's committed state to the mesh (which dials it) and to the coordinator:
-    /// only members that are up may own shards; joining ones do not yet, and leaving,
-    /// exiting, down and removed ones no more.
+    /// only members that are up get new shards; joining ones do not yet; leaving and exiting
+    /// ones hand theirs off; down ones keep theirs (unavailable); removed ones lose theirs.
     fn show(&self, member: &MemberRecord) {
         if let Some(mesh) = &self.mesh {
             mesh.show_member(member);
@@ -60,14 +60,14 @@ impl MemberFollowers {
         let Some(membership) = self.membership.upgrade() else {
             return; // the node is gone
         };
-        match member.state {
-            MemberState::Up => membership.join(member.node.clone(), member.roles.iter().cloned()),
-            MemberState::Joining => {}
-            MemberState::Leaving
-            | MemberState::Exiting
-            | MemberState::Down
-            | MemberState::Removed => membership.leave(&member.node),
-        }
+        let status = match member.state {
+            MemberState::Joining => return,
+            MemberState::Up => MemberStatus::Up,
+            MemberState::Leaving | MemberState::Exiting => MemberStatus::Leaving,
+            MemberState::Down => MemberStatus::Down,
+            MemberState::Removed => MemberStatus::Removed,
+        };
+        membership.set_status(member.node.clone(), member.roles.iter().cloned(), status);
     }
 }
 

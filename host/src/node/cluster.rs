@@ -5,7 +5,6 @@
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::{Node, NodeError};
 use crate::metadata::{Command, MemberRecord, MemberState};
-use crate::sharding::MemberStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -64,7 +63,7 @@ impl Node {
         // For members that may own shards, the view the coordinator allocates by.
         let view = self.membership.snapshot();
         let reachable = |node: &str| match view.members().find(|member| member.node == node) {
-            Some(member) => member.status != MemberStatus::Unreachable,
+            Some(member) => member.reachable,
             None => !unreachable.iter().any(|peer| peer == node),
         };
         let plane = self.plane.status();

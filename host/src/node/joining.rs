@@ -188,6 +188,9 @@ async fn submit_patiently(
     }
 }
 
+/// How long a leaving node waits for its shards to be handed off before it exits anyway.
+pub const LEAVE_HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What an operator may do to another member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberAction {
@@ -229,11 +232,12 @@ impl Node {
     }
 
     /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
-    /// shards come to it), its entities stopped (their state committed), `Exiting`, then
-    /// `Removed`. A voter stays a member (the voters are configuration) and a single node has
-    /// no cluster to leave: for them this does nothing. Shards the node owned stay allocated
-    /// to it and answer `unavailable` until it joins again (shards do not move between nodes
-    /// yet).
+    /// shards come to it, and the coordinator hands every shard it owns to another node, state
+    /// and buffered messages with it), then — once it holds no shard, or after
+    /// [`LEAVE_HANDOFF_TIMEOUT`] — its entities stopped, `Exiting`, `Removed`. A shard still held
+    /// at the timeout stays allocated to this node and answers `shard_unavailable` until it
+    /// joins again. A voter stays a member (the voters are configuration) and a single node
+    /// has no cluster to leave: for them this does nothing.
     pub async fn leave(&self) -> Result<(), NodeError> {
         let Some(cluster) = &self.config.cluster else {
             return Ok(());
@@ -247,6 +251,7 @@ impl Node {
             MemberState::Removed,
         ] {
             if state == MemberState::Exiting {
+                self.wait_for_handoffs().await?;
                 self.entities.stop_all().await;
             }
             let step = Command::SetMemberState {
@@ -258,5 +263,26 @@ impl Node {
             tracing::info!(node = %self.config.node_id, ?state, "leaving the cluster");
         }
         Ok(())
+    }
+
+    /// Waits until the committed table gives this node no shard and its region holds none.
+    async fn wait_for_handoffs(&self) -> Result<(), NodeError> {
+        let deadline = Instant::now() + LEAVE_HANDOFF_TIMEOUT;
+        loop {
+            let table = self.plane.store().shard_table()?;
+            let owned = table
+                .values()
+                .filter(|allocation| allocation.node == self.config.node_id)
+                .count();
+            let held = self.region.held_shards();
+            if owned == 0 && held == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(owned, held, "leaving with shards not handed off");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }

@@ -13,9 +13,7 @@ use crate::contract::NodeId;
 use crate::metadata::{MemberRecord, MemberState};
 use crate::node::{ClusterConfig, NodeError};
 use crate::sharding::link::{LinkError, Refused};
-use crate::sharding::{
-    CoordinatorCommand, LinkMessage, MemberStatus, Membership, RemoteLinks, Switchboard,
-};
+use crate::sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks, Switchboard};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -288,7 +286,7 @@ impl Mesh {
             let unreachable = mesh.unreachable();
             for member in membership.snapshot().members() {
                 let suspected = unreachable.contains(&member.node);
-                if suspected != (member.status == MemberStatus::Unreachable) {
+                if suspected == member.reachable {
                     tracing::info!(node = %member.node, unreachable = suspected, "member reachability changed");
                     membership.set_unreachable(&member.node, suspected);
                 }

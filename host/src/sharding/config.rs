@@ -1,6 +1,7 @@
 //! Sharding configuration: every knob of the sharding layer, its default, and the validation
 //! that refuses zero, empty or contradictory values before a region or coordinator starts.
 
+use crate::sharding::lease::LeaseConfig;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -53,23 +54,25 @@ pub struct ShardingConfig {
     pub recovery_rate_per_second: u32,
     /// Remember-entities write-behind settings.
     pub remember: RememberConfig,
-    /// Whether the coordinator may move allocated shards. Set by the node, not by config: a
-    /// cluster freezes them until shard state moves with its shard.
+    /// Where shards' state lives, which decides how shards move. Set by the node, not by
+    /// config.
     #[serde(skip)]
     pub moves: ShardMoves,
 }
 
-/// Whether allocated shards may move between nodes.
+/// Where shards' state lives, and so how shards move between nodes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ShardMoves {
-    /// Rebalance on membership changes and move shards away from dead owners (one process,
-    /// where every region shares the same state store).
+    /// Every region reads the same state store (regions in one process): a shard of a dead
+    /// owner moves at once, and a handoff moves no rows.
     #[default]
-    Rebalance,
-    /// A shard stays on the node it was first allocated to; while that node is not up the
-    /// shard is unavailable. Used by a cluster of processes, where a shard's state lives on
-    /// its owner's disk and does not move with it yet.
-    Frozen,
+    SharedState,
+    /// Each owner keeps its shards' state on its own disk (a cluster of processes). Shards
+    /// move only by handoff, their state with them: on joins, graceful leaves and spread
+    /// rounds. A shard whose owner is down or cut off stays with it and answers
+    /// `shard_unavailable` until the owner returns — or until an operator removes the owner
+    /// (its state declared lost) and the owner's lease has run out.
+    OwnerHoldsState(LeaseConfig),
 }
 
 impl Default for ShardingConfig {

@@ -12,12 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use crate::contract::{Allocation, AllocationTable, NodeId, ShardKey};
 use crate::metadata::{Applied, Command, MetadataError, MetadataPlane};
 use crate::sharding::config::{ConfigError, ShardMoves, ShardingConfig};
+use crate::sharding::lease::ReassignGuard;
 use crate::sharding::link::{CoordinatorCommand, LinkMessage, Switchboard};
-use crate::sharding::membership::MemberSet;
+use crate::sharding::membership::{MemberSet, MemberStatus};
 use crate::sharding::rebalance::{
     self, RebalanceHistory, RebalanceReason, RebalanceRound, ShardMovement,
 };
@@ -39,6 +41,20 @@ struct Handoff {
     from: NodeId,
     to: Allocation,
     waiting: BTreeSet<NodeId>,
+    /// When the losing region was last told (it is told again if it restarts meanwhile).
+    told: Instant,
+}
+
+/// Whether a shard's owner can serve it, as far as the coordinator knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// Up or leaving, and reachable: it serves the shard (and hands it off when it moves).
+    Serving,
+    /// Down, cut off, or removed but maybe still holding a lease: the shard waits for it.
+    Held,
+    /// Gone for good: the shard may go elsewhere (with its state, when state is shared; else
+    /// the state was declared lost by the operator who removed the owner).
+    Lost,
 }
 
 /// Why the coordinator could not start or answer.
@@ -65,6 +81,9 @@ pub struct Coordinator {
     members: watch::Receiver<MemberSet>,
     switchboard: Arc<Switchboard>,
     plane: Arc<dyn MetadataPlane>,
+    /// When gone owners' leases have run out (state held by owners only).
+    guard: Option<ReassignGuard>,
+    started: Instant,
 }
 
 /// A handle to the coordinator task; clones share it. The task stops when every handle is
@@ -112,6 +131,10 @@ impl Coordinator {
         let (commands, command_receiver) = mpsc::channel(config.command_buffer);
         let (queries, query_receiver) = mpsc::channel(config.command_buffer);
         switchboard.connect_coordinator(commands.clone());
+        let guard = match config.moves {
+            ShardMoves::SharedState => None,
+            ShardMoves::OwnerHoldsState(lease) => Some(ReassignGuard::new(lease, 0)),
+        };
         let coordinator = Coordinator {
             config,
             table,
@@ -120,6 +143,8 @@ impl Coordinator {
             members,
             switchboard,
             plane,
+            guard,
+            started: Instant::now(),
         };
         tokio::spawn(coordinator.run(command_receiver, query_receiver));
         Ok(CoordinatorHandle { commands, queries })
@@ -154,6 +179,49 @@ impl Coordinator {
         self.members
             .borrow()
             .eligible(self.config.role_constraint.as_deref())
+    }
+
+    /// Milliseconds since this coordinator started (the lease guard's clock).
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Brings the lease guard in step with the members: a removed owner's wait starts the
+    /// first time it is seen removed.
+    fn observe_members(&mut self) {
+        let now = self.now_ms();
+        let Some(guard) = &mut self.guard else {
+            return;
+        };
+        for member in self.members.borrow().members() {
+            match member.status {
+                MemberStatus::Removed => guard.owner_gone(&member.node, now),
+                _ => guard.owner_back(&member.node),
+            }
+        }
+    }
+
+    /// Whether `node` can serve the shards it owns.
+    fn owner(&self, node: &str) -> Owner {
+        let Some(guard) = &self.guard else {
+            let members = self.members.borrow();
+            return if members.is_eligible(node, self.config.role_constraint.as_deref()) {
+                Owner::Serving
+            } else {
+                Owner::Lost
+            };
+        };
+        let members = self.members.borrow();
+        match members.get(node) {
+            Some(member) if member.is_serving() => Owner::Serving,
+            Some(member)
+                if member.status == MemberStatus::Removed
+                    && guard.may_reassign(node, self.now_ms()) =>
+            {
+                Owner::Lost
+            }
+            _ => Owner::Held,
+        }
     }
 
     /// Handles `first` and whatever else is queued, folding allocation requests into one
@@ -239,17 +307,25 @@ impl Coordinator {
                 requesters.push(requester);
                 continue;
             }
-            match self.table.get(&key) {
-                Some(allocation) if eligible.contains(&allocation.node) => {
-                    let allocation = allocation.clone();
+            let owner = self
+                .table
+                .get(&key)
+                .map(|allocation| (allocation.clone(), self.owner(&allocation.node)));
+            match owner {
+                Some((allocation, Owner::Serving)) => {
                     self.send(&requester, LinkMessage::Allocated { key, allocation });
                 }
-                Some(allocation) if self.config.moves == ShardMoves::Frozen => {
+                Some((allocation, Owner::Held)) => {
                     let reason = format!(
-                        "its owner {} is not up, and its entities' state is there",
+                        "its owner {} is down or cut off, and the shard's state is there",
                         allocation.node
                     );
-                    self.send(&requester, LinkMessage::AllocationFailed { key, reason });
+                    let message = LinkMessage::AllocationFailed {
+                        key,
+                        reason,
+                        state_unavailable: true,
+                    };
+                    self.send(&requester, message);
                 }
                 _ => match self.place(&key, &eligible, &new) {
                     Some(node) => {
@@ -290,6 +366,7 @@ impl Coordinator {
                         let message = LinkMessage::AllocationFailed {
                             key: key.clone(),
                             reason,
+                            state_unavailable: false,
                         };
                         self.send(&requester, message);
                     }
@@ -327,14 +404,15 @@ impl Coordinator {
             Some(role) => format!("no reachable member with role `{role}`"),
             None => "no reachable member".to_string(),
         };
-        self.send(requester, LinkMessage::AllocationFailed { key, reason });
+        let message = LinkMessage::AllocationFailed {
+            key,
+            reason,
+            state_unavailable: false,
+        };
+        self.send(requester, message);
     }
 
     async fn move_shard(&mut self, key: ShardKey, to: NodeId) {
-        if self.config.moves == ShardMoves::Frozen {
-            tracing::warn!(%key, %to, "move refused: shard moves are frozen on this cluster");
-            return;
-        }
         if !self.eligible().contains(&to) || self.handoffs.contains_key(&key) {
             tracing::warn!(%key, %to, "move refused: target not eligible or shard moving");
             return;
@@ -343,6 +421,10 @@ impl Coordinator {
             tracing::warn!(%key, "move refused: shard is not allocated");
             return;
         };
+        if self.owner(&current.node) != Owner::Serving {
+            tracing::warn!(%key, %to, "move refused: the owner cannot hand the shard off now");
+            return;
+        }
         if current.node == to {
             return;
         }
@@ -359,23 +441,22 @@ impl Coordinator {
 
     /// One rebalance round of each kind; rounds without movements are not recorded.
     async fn rebalance(&mut self) {
+        self.observe_members();
         let eligible = self.eligible();
-        if eligible.is_empty() || self.config.moves == ShardMoves::Frozen {
+        if eligible.is_empty() {
             return;
         }
-        // A handoff whose losing region is gone will never complete: settle it now.
-        let stuck: Vec<ShardKey> = self
-            .handoffs
-            .iter()
-            .filter(|(_, handoff)| !eligible.contains(&handoff.from))
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in stuck {
-            self.finish_handoff(&key);
-        }
+        self.tend_handoffs(&eligible).await;
         let moving: BTreeSet<ShardKey> = self.handoffs.keys().cloned().collect();
+        // Shards whose owner holds their state but cannot hand it off now stay where they are.
+        let mut skip = moving.clone();
+        for (key, allocation) in &self.table {
+            if self.owner(&allocation.node) == Owner::Held {
+                skip.insert(key.clone());
+            }
+        }
         let mut planned = self.table.clone();
-        let dead = rebalance::plan_dead_owner_moves(&mut planned, &eligible, &moving);
+        let dead = rebalance::plan_dead_owner_moves(&mut planned, &eligible, &skip);
         let recorded = self.apply_moves(dead).await;
         self.history.record(RebalanceReason::DeadOwner, recorded);
 
@@ -405,17 +486,17 @@ impl Coordinator {
                 return Vec::new();
             }
         };
-        let eligible = self.eligible();
         let mut recorded = Vec::with_capacity(movements.len());
         for (mut movement, (key, to)) in movements.into_iter().zip(assigned) {
             debug_assert_eq!(movement.key, key, "assignments commit in the order given");
             movement.generation = to.generation;
             self.table.insert(key.clone(), to.clone());
-            if eligible.contains(&movement.from) {
+            if self.owner(&movement.from) == Owner::Serving {
                 let handoff = Handoff {
                     from: movement.from.clone(),
                     to: to.clone(),
                     waiting: BTreeSet::new(),
+                    told: Instant::now(),
                 };
                 self.handoffs.insert(key.clone(), handoff);
                 self.send(&movement.from, LinkMessage::HandOff { key, to });
@@ -425,6 +506,106 @@ impl Coordinator {
             recorded.push(movement);
         }
         recorded
+    }
+
+    /// Looks after handoffs in flight: one whose losing region is gone for good is settled
+    /// (its state was shared, or declared lost); one whose losing region is alive is told
+    /// again if it has not answered for a while (it may have restarted); one whose new owner
+    /// went away is sent to another node.
+    async fn tend_handoffs(&mut self, eligible: &[NodeId]) {
+        let resend_after = self.config.request_timeout * 4;
+        let mut settle = Vec::new();
+        let mut retarget = Vec::new();
+        for (key, handoff) in &mut self.handoffs {
+            match (self.guard.is_some(), eligible.contains(&handoff.from)) {
+                (false, false) => {
+                    settle.push(key.clone());
+                    continue;
+                }
+                (false, true) => continue,
+                (true, _) => {}
+            }
+            let from = {
+                let members = self.members.borrow();
+                match members.get(&handoff.from) {
+                    Some(member) if member.is_serving() => Owner::Serving,
+                    Some(member) if member.status == MemberStatus::Removed => Owner::Lost,
+                    _ => Owner::Held,
+                }
+            };
+            match from {
+                Owner::Lost => settle.push(key.clone()),
+                Owner::Held => {}
+                Owner::Serving if !eligible.contains(&handoff.to.node) => {
+                    retarget.push(key.clone());
+                }
+                Owner::Serving if handoff.told.elapsed() >= resend_after => {
+                    handoff.told = Instant::now();
+                    let message = LinkMessage::HandOff {
+                        key: key.clone(),
+                        to: handoff.to.clone(),
+                    };
+                    if let Err(error) = self.switchboard.send_to_region(&handoff.from, message) {
+                        tracing::warn!(%key, %error, "handoff not re-sent");
+                    }
+                }
+                Owner::Serving => {}
+            }
+        }
+        for key in settle {
+            if self.owner_of_handoff_is_lost(&key) {
+                self.finish_handoff(&key);
+            }
+        }
+        for key in retarget {
+            self.retarget(key, eligible).await;
+        }
+    }
+
+    /// Whether a handoff may settle without its losing region: always when state is shared,
+    /// else once the removed owner's lease has run out.
+    fn owner_of_handoff_is_lost(&self, key: &ShardKey) -> bool {
+        let Some(handoff) = self.handoffs.get(key) else {
+            return false;
+        };
+        self.guard.is_none() || self.owner(&handoff.from) == Owner::Lost
+    }
+
+    /// Sends a handoff whose new owner went away to another eligible node (or back to the
+    /// losing one, if it is up).
+    async fn retarget(&mut self, key: ShardKey, eligible: &[NodeId]) {
+        let Some(handoff) = self.handoffs.get(&key) else {
+            return;
+        };
+        let candidates: Vec<NodeId> = eligible
+            .iter()
+            .filter(|node| **node != handoff.to.node)
+            .cloned()
+            .collect();
+        let Some(target) = rebalance::least_shards_owner(&self.table, &key.type_key, &candidates)
+        else {
+            return;
+        };
+        let assigned = match self.commit(vec![(key.clone(), target)]).await {
+            Ok(assigned) => assigned,
+            Err(error) => {
+                tracing::warn!(%key, %error, "handoff retarget not committed; retrying");
+                return;
+            }
+        };
+        let Some((_, to)) = assigned.into_iter().next() else {
+            return;
+        };
+        self.table.insert(key.clone(), to.clone());
+        if let Some(handoff) = self.handoffs.get_mut(&key) {
+            tracing::info!(%key, from = %handoff.from, to = %to.node, "handoff sent to another node");
+            handoff.to = to.clone();
+            handoff.told = Instant::now();
+            let message = LinkMessage::HandOff { key, to };
+            if let Err(error) = self.switchboard.send_to_region(&handoff.from, message) {
+                tracing::warn!(%error, "retargeted handoff not sent");
+            }
+        }
     }
 
     fn finish_handoff(&mut self, key: &ShardKey) {

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use crate::contract::{
     Allocation, EntityAddress, MessageError, MessageMeta, NodeId, Reply, ShardKey,
 };
+use crate::state::ShardPart;
 
 /// Where the reply to a forwarded ask goes: the asking node's pending-ask table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,12 +106,39 @@ pub enum LinkMessage {
         /// Its home.
         allocation: Allocation,
     },
-    /// The coordinator could not allocate the shard (no eligible member).
+    /// The coordinator could not allocate the shard.
     AllocationFailed {
         /// The shard.
         key: ShardKey,
         /// Why.
         reason: String,
+        /// The shard's owner is down or cut off and its state is there (answered
+        /// `shard_unavailable`), rather than no member being eligible (`unavailable`).
+        state_unavailable: bool,
+    },
+    /// One part of `key`'s durable state, from its previous owner during a handoff. The
+    /// receiver installs it durably and answers [`LinkMessage::ShardStateInstalled`]; it
+    /// serves the shard only once it learns the allocation, which comes after the last part.
+    ShardState {
+        /// The shard.
+        key: ShardKey,
+        /// The generation of the move.
+        generation: u64,
+        /// The node handing the shard off (where the answer goes).
+        from: NodeId,
+        /// The part.
+        part: ShardPart,
+    },
+    /// The answer to [`LinkMessage::ShardState`].
+    ShardStateInstalled {
+        /// The shard.
+        key: ShardKey,
+        /// The generation of the move.
+        generation: u64,
+        /// Which part.
+        index: u32,
+        /// Why it was not installed, if it was not.
+        error: Option<String>,
     },
     /// The coordinator moves `key` away from this region: stop its entities, then hand the
     /// buffered messages to `to`.

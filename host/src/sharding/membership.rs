@@ -1,6 +1,7 @@
-//! The membership view the coordinator reads: which nodes exist, their roles, and whether they
-//! are up, leaving or unreachable. Today a test or the single-node host drives it through a
-//! [`Membership`] handle; the cluster layer will feed the same view from real membership.
+//! The membership view the coordinator reads: which nodes exist, their roles, their committed
+//! life-cycle status (up, leaving, down, removed) and whether the failure detector can reach
+//! them now. A test or the single-node host drives it through a [`Membership`] handle; in a
+//! cluster the node feeds it from the committed members and the detector.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,13 +9,18 @@ use tokio::sync::watch;
 
 use crate::contract::NodeId;
 
-/// A member's status as the failure detector sees it.
+/// A member's committed life-cycle status, as far as shards care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MemberStatus {
-    /// Up and reachable: may own shards.
+    /// Up: may own shards (while reachable).
     Up,
-    /// Reported unreachable: owns nothing until it is up again.
-    Unreachable,
+    /// Leaving (or exiting): gets no new shards and hands its shards off, with their state.
+    Leaving,
+    /// Declared down by an operator: keeps its shards (and their state) but serves nothing.
+    Down,
+    /// Removed by an operator: the state it held is declared lost; its shards may be given
+    /// to others once its lease has run out.
+    Removed,
 }
 
 /// One member of the cluster.
@@ -24,8 +30,22 @@ pub struct Member {
     pub node: NodeId,
     /// The roles it advertises (matched against `role_constraint`).
     pub roles: BTreeSet<String>,
-    /// Up or unreachable.
+    /// Its committed status.
     pub status: MemberStatus,
+    /// Whether the failure detector reaches it now.
+    pub reachable: bool,
+}
+
+impl Member {
+    /// Up and reachable.
+    pub fn is_up(&self) -> bool {
+        self.status == MemberStatus::Up && self.reachable
+    }
+
+    /// Running and reachable (up or leaving): may serve the shards it owns.
+    pub fn is_serving(&self) -> bool {
+        matches!(self.status, MemberStatus::Up | MemberStatus::Leaving) && self.reachable
+    }
 }
 
 /// Every known member, keyed by node id.
@@ -48,7 +68,7 @@ impl MemberSet {
     pub fn eligible(&self, role: Option<&str>) -> Vec<NodeId> {
         self.members
             .values()
-            .filter(|member| member.status == MemberStatus::Up)
+            .filter(|member| member.is_up())
             .filter(|member| role.is_none_or(|role| member.roles.contains(role)))
             .map(|member| member.node.clone())
             .collect()
@@ -57,8 +77,13 @@ impl MemberSet {
     /// Whether `node` may own shards.
     pub fn is_eligible(&self, node: &str, role: Option<&str>) -> bool {
         self.members.get(node).is_some_and(|member| {
-            member.status == MemberStatus::Up && role.is_none_or(|role| member.roles.contains(role))
+            member.is_up() && role.is_none_or(|role| member.roles.contains(role))
         })
+    }
+
+    /// One member, if known.
+    pub fn get(&self, node: &str) -> Option<&Member> {
+        self.members.get(node)
     }
 
     /// All members, eligible or not.
@@ -104,12 +129,26 @@ impl Membership {
         roles: impl IntoIterator<Item = R>,
     ) {
         let node = node.into();
-        let member = Member {
-            node: node.clone(),
-            roles: roles.into_iter().map(Into::into).collect(),
-            status: MemberStatus::Up,
-        };
+        self.set_status(node, roles, MemberStatus::Up);
+    }
+
+    /// Records `node`'s committed status (adding it if new); its reachability is kept.
+    pub fn set_status<R: Into<String>>(
+        &self,
+        node: impl Into<NodeId>,
+        roles: impl IntoIterator<Item = R>,
+        status: MemberStatus,
+    ) {
+        let node = node.into();
+        let roles = roles.into_iter().map(Into::into).collect();
         self.sender.send_modify(|set| {
+            let reachable = set.members.get(&node).is_none_or(|member| member.reachable);
+            let member = Member {
+                node: node.clone(),
+                roles,
+                status,
+                reachable,
+            };
             set.members.insert(node, member);
         });
     }
@@ -125,11 +164,7 @@ impl Membership {
     pub fn set_unreachable(&self, node: &str, unreachable: bool) {
         self.sender.send_modify(|set| {
             if let Some(member) = set.members.get_mut(node) {
-                member.status = if unreachable {
-                    MemberStatus::Unreachable
-                } else {
-                    MemberStatus::Up
-                };
+                member.reachable = !unreachable;
             }
         });
     }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod coordinator;
 pub mod extractor;
 pub mod handoff;
+pub mod lease;
 pub mod link;
 pub mod local;
 pub mod membership;

@@ -95,8 +95,11 @@ pub trait ShardStates: Send + Sync + 'static {
     /// the caller has stopped the shard's entities. Reads may block briefly.
     fn export(&self, scope: &ShardScope) -> Result<Vec<ShardPart>, StoreError>;
 
-    /// Makes one part durable; part 0 first discards what this node held for the shard.
-    fn install(&self, scope: ShardScope, part: ShardPart) -> CommitFuture;
+    /// Makes one part of the move numbered `generation` durable; part 0 first discards what
+    /// this node held for the shard. Once the last part of a move is installed, any part of
+    /// that move or an older one is acknowledged without being applied again (a sender that
+    /// restarted and found nothing left to send cannot wipe what arrived).
+    fn install(&self, scope: ShardScope, generation: u64, part: ShardPart) -> CommitFuture;
 
     /// Removes everything held for the shard (after its new owner installed it).
     fn discard(&self, scope: ShardScope) -> CommitFuture;

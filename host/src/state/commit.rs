@@ -58,7 +58,7 @@ pub(crate) enum Work {
     Writes(WriteSet),
     Remember(Vec<RememberOp>),
     /// A part of a shard's state arriving from its previous owner.
-    InstallShard(ShardScope, Box<ShardPart>),
+    InstallShard(ShardScope, u64, Box<ShardPart>),
     /// A shard this node handed off: its rows go.
     DiscardShard(ShardScope),
 }
@@ -68,7 +68,7 @@ impl Work {
         match self {
             Work::Writes(writes) => writes.commit_bytes(),
             Work::Remember(ops) => ops.iter().map(|op| op.id().id.len() + 16).sum(),
-            Work::InstallShard(_, part) => part.bytes(),
+            Work::InstallShard(_, _, part) => part.bytes(),
             Work::DiscardShard(_) => 0,
         }
     }
@@ -248,7 +248,9 @@ pub(crate) fn apply_shard_work(
     work: &Work,
 ) -> Result<(), CommitError> {
     match work {
-        Work::InstallShard(scope, part) => shard_transfer::install(transaction, scope, part)?,
+        Work::InstallShard(scope, generation, part) => {
+            shard_transfer::install(transaction, scope, *generation, part)?
+        }
         Work::DiscardShard(scope) => shard_transfer::discard(transaction, scope)?,
         Work::Writes(_) | Work::Remember(_) => {}
     }

@@ -178,11 +178,11 @@ impl ShardStates for LocalState {
         super::shard_transfer::export(&transaction, scope)
     }
 
-    fn install(&self, scope: ShardScope, part: ShardPart) -> CommitFuture {
+    fn install(&self, scope: ShardScope, generation: u64, part: ShardPart) -> CommitFuture {
         if let Err(error) = part.check(&scope) {
             return Box::pin(async move { Err(CommitError::from(error)) });
         }
-        self.write(Work::InstallShard(scope, Box::new(part)))
+        self.write(Work::InstallShard(scope, generation, Box::new(part)))
     }
 
     fn discard(&self, scope: ShardScope) -> CommitFuture {

@@ -10,7 +10,7 @@ use super::route::{Waiting, refuse};
 use crate::contract::{Allocation, MessageError, Reply, ReplyPort};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::sharding::link::{
-    FORWARD_HOPS_MAX, LinkMessage, ReplyTo, WireBody, WireEnvelope, WireReply,
+    FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody, WireEnvelope, WireReply,
 };
 
 /// An ask forwarded to another region, waiting for its reply message.
@@ -142,8 +142,13 @@ impl Forwarder {
             }
             Err(refused) => {
                 let (link_error, message) = *refused;
-                let error =
-                    MessageError::unavailable(format!("cannot forward to {node}: {link_error}"));
+                let why = format!("cannot forward to {node}: {link_error}");
+                // When owners hold their shards' state, an owner out of reach means nobody
+                // else can serve the shard: say so.
+                let error = match (&link_error, &shared.shard_states) {
+                    (LinkError::Unreachable(_), Some(_)) => MessageError::shard_unavailable(why),
+                    _ => MessageError::unavailable(why),
+                };
                 shared
                     .stats
                     .count_refused(error.kind, one_way && waiting == Waiting::Nobody);

@@ -152,6 +152,15 @@ impl Homes {
         tenant.insert(name, Arc::new(RegisteredType::new(key, settings)))
     }
 
+    /// Every registered type.
+    pub(crate) fn all(&self) -> Vec<Arc<RegisteredType>> {
+        let types = self.types.read().unwrap_or_else(|p| p.into_inner());
+        types
+            .values()
+            .flat_map(|by_name| by_name.values().cloned())
+            .collect()
+    }
+
     /// Unregisters `key`; returns the registration so its waiting messages can be failed.
     pub(crate) fn unregister(&self, key: &TypeKey) -> Option<Arc<RegisteredType>> {
         let mut types = self.types.write().unwrap_or_else(|p| p.into_inner());

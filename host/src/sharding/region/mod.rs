@@ -11,77 +11,31 @@ mod homes;
 mod recovery;
 mod route;
 mod router;
+mod stats;
 mod task;
+mod transfer;
 
 pub use homes::TypeSettings;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::contract::{
-    EntityAddress, ErrorKind, MessageError, MessageMeta, NodeId, Reply, Router, ShardId, ShardKey,
-    TypeKey, error::ERROR_KIND_COUNT,
+    Allocation, EntityAddress, ErrorKind, MessageError, MessageMeta, NodeId, Reply, Router,
+    ShardId, ShardKey, TypeKey,
 };
 use crate::sharding::config::{ConfigError, ShardingConfig};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::sharding::link::Switchboard;
 use crate::sharding::local::LocalEntities;
-use crate::state::StoreError;
 use crate::state::remember::{RememberEvent, RememberWriter};
+use crate::state::{ShardPart, ShardStates, StoreError};
 use homes::{Homes, RegisteredType};
 use route::{Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
-
-/// What a region refused or dropped, for the metrics layer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RegionCounters {
-    /// Envelopes refused, by [`ErrorKind::code`] (every kind, zero included).
-    pub refused: BTreeMap<&'static str, u64>,
-    /// Tells that failed after they were accepted (no reply port to report on).
-    pub tells_dropped: u64,
-    /// Envelopes forwarded to another region.
-    pub forwarded: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct RegionStats {
-    refused: [AtomicU64; ERROR_KIND_COUNT],
-    tells_dropped: AtomicU64,
-    forwarded: AtomicU64,
-}
-
-impl RegionStats {
-    pub(crate) fn count_refused(&self, kind: ErrorKind, tell: bool) {
-        self.refused[kind.index()].fetch_add(1, Ordering::Relaxed);
-        if tell {
-            self.tells_dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn count_forwarded(&self) {
-        self.forwarded.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> RegionCounters {
-        let refused = ErrorKind::all()
-            .map(|kind| {
-                (
-                    kind.code(),
-                    self.refused[kind.index()].load(Ordering::Relaxed),
-                )
-            })
-            .filter(|(_, count)| *count > 0)
-            .collect();
-        RegionCounters {
-            refused,
-            tells_dropped: self.tells_dropped.load(Ordering::Relaxed),
-            forwarded: self.forwarded.load(Ordering::Relaxed),
-        }
-    }
-}
+pub use stats::RegionCounters;
+pub(crate) use stats::RegionStats;
 
 /// A request from a handle to the region task (local only, never on the wire).
 pub(crate) enum Request {
@@ -101,6 +55,8 @@ pub(crate) enum Request {
 /// Work the region task sends itself when a spawned step finishes.
 pub(crate) enum Internal {
     HandoffStopped(ShardKey),
+    /// A shard's state was read for its new owner (or could not be).
+    Exported(ShardKey, Allocation, Result<Vec<ShardPart>, StoreError>),
     RememberedShards(TypeKey, Vec<ShardId>),
 }
 
@@ -112,6 +68,7 @@ pub(crate) struct Shared {
     pub(crate) local: Arc<dyn LocalEntities>,
     pub(crate) remember: Option<RememberWriter>,
     pub(crate) switchboard: Arc<Switchboard>,
+    pub(crate) shard_states: Option<Arc<dyn ShardStates>>,
     pub(crate) requests: mpsc::Sender<Request>,
     pub(crate) stats: RegionStats,
 }
@@ -126,6 +83,10 @@ pub struct RegionParts {
     pub switchboard: Arc<Switchboard>,
     /// The remember-entities writer (also given to the entity layer), if enabled.
     pub remember: Option<RememberWriter>,
+    /// Where a shard's durable state is read and installed when the shard moves to or from
+    /// another node; `None` when every region reads one store (regions in one process), so a
+    /// handoff moves no rows.
+    pub shard_states: Option<Arc<dyn ShardStates>>,
 }
 
 /// Starts regions.
@@ -169,7 +130,7 @@ impl Region {
     /// let config = ShardingConfig::default();
     /// let switchboard = Arc::new(Switchboard::new());
     /// let parts = RegionParts {
-    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None,
+    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None, shard_states: None,
     /// };
     /// let (region, ()) = Region::start(parts, |_router| (Arc::new(Echo) as Arc<dyn LocalEntities>, ())).unwrap();
     /// let membership = Membership::new();
@@ -200,6 +161,7 @@ impl Region {
                 local,
                 remember: parts.remember,
                 switchboard: parts.switchboard,
+                shard_states: parts.shard_states,
                 requests,
                 stats: RegionStats::default(),
             }
@@ -453,6 +415,27 @@ impl RegionHandle {
     /// Whether this region owns `key` right now.
     pub fn owns(&self, key: &ShardKey) -> bool {
         self.shared.owns(key)
+    }
+
+    /// Shards this region serves or is handing off now (a leaving node waits for zero).
+    pub fn held_shards(&self) -> usize {
+        self.shared
+            .homes
+            .all()
+            .iter()
+            .map(|ty| {
+                (0..ty.num_shards())
+                    .filter(|shard| {
+                        ty.slot(*shard).is_some_and(|home| {
+                            matches!(
+                                *home,
+                                homes::Home::Local { .. } | homes::Home::HandingOff { .. }
+                            )
+                        })
+                    })
+                    .count()
+            })
+            .sum()
     }
 
     /// What this region refused, dropped and forwarded so far.

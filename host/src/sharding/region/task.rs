@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::forward::Forwarder;
 use super::homes::{Home, RegisteredType};
 use super::route::{Routed, Waiting, fail_all, not_registered, refuse, route_in_slot};
+use super::transfer::{self, Progress, Transfers};
 use super::{Internal, Request, Shared, recovery};
 use crate::contract::{Allocation, MessageError, Reply, ShardKey, TypeKey};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
@@ -25,6 +26,7 @@ pub(crate) struct RegionTask {
     /// Shards whose slot waits for the coordinator.
     allocating: HashSet<ShardKey>,
     forwarder: Forwarder,
+    transfers: Transfers,
 }
 
 impl RegionTask {
@@ -43,6 +45,7 @@ impl RegionTask {
             recovery,
             allocating: HashSet::new(),
             forwarder: Forwarder::new(),
+            transfers: Transfers::default(),
         };
         tokio::spawn(task.run(requests, links, internal_receiver));
     }
@@ -171,11 +174,42 @@ impl RegionTask {
                 self.forwarder.answer(request_id, Reply::from(reply));
             }
             LinkMessage::Allocated { key, allocation } => self.learn(&key, allocation),
-            LinkMessage::AllocationFailed { key, reason } => {
-                let error = MessageError::unavailable(format!("shard {key} has no home: {reason}"));
+            LinkMessage::AllocationFailed {
+                key,
+                reason,
+                state_unavailable,
+            } => {
+                let message = format!("shard {key} has no home: {reason}");
+                let error = if state_unavailable {
+                    MessageError::shard_unavailable(message)
+                } else {
+                    MessageError::unavailable(message)
+                };
                 self.settle_allocating(&key, &error);
             }
             LinkMessage::HandOff { key, to } => self.begin_handoff(key, to),
+            LinkMessage::ShardState {
+                key,
+                generation,
+                from,
+                part,
+            } => {
+                let ty = self.registered(&key.type_key);
+                transfer::receive(&self.shared, ty, key, generation, from, part);
+            }
+            LinkMessage::ShardStateInstalled {
+                key,
+                generation,
+                index,
+                error,
+            } => {
+                let progress =
+                    self.transfers
+                        .on_installed(&self.shared, &key, generation, index, error);
+                if let Progress::Installed = progress {
+                    self.finish_handoff(key);
+                }
+            }
         }
     }
 
@@ -292,7 +326,28 @@ impl RegionTask {
             let Some(mut home) = ty.slot(key.shard) else {
                 return;
             };
-            if matches!(*home, Home::HandingOff { .. }) {
+            if let Home::Remote(known) = &*home
+                && known.generation >= to.generation
+            {
+                // Handed off already; the completion was lost on its way. Say it again.
+                drop(home);
+                self.complete_handoff(key, to.generation);
+                return;
+            }
+            if let Home::HandingOff { to: current, .. } = &mut *home {
+                // The coordinator chose another target (the first one went away), or sent the
+                // same move again: start over toward the newest target.
+                if to.generation <= current.generation {
+                    return;
+                }
+                *current = to.clone();
+                drop(home);
+                self.transfers.cancel(&key);
+                if to.node == self.shared.node {
+                    self.finish_handoff(key);
+                } else {
+                    let _ = self.internal.try_send(Internal::HandoffStopped(key));
+                }
                 return;
             }
             let buffer = match std::mem::take(&mut *home) {
@@ -313,6 +368,58 @@ impl RegionTask {
             }
             let _ = internal.send(Internal::HandoffStopped(key)).await;
         });
+    }
+
+    /// The shard's entities stopped: send its state to the new owner, or (state shared by
+    /// every region, or the shard stays here) finish at once.
+    fn on_handoff_stopped(&mut self, key: ShardKey) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        let to = {
+            let Some(home) = ty.slot(key.shard) else {
+                return;
+            };
+            match &*home {
+                Home::HandingOff { to, .. } => to.clone(),
+                _ => return,
+            }
+        };
+        if self.shared.shard_states.is_none() || to.node == self.shared.node {
+            self.finish_handoff(key);
+        } else if !self.transfers.is_sending(&key) {
+            Transfers::export(&self.shared, &ty, key, to, self.internal.clone());
+        }
+    }
+
+    /// The shard's state was read: send it, unless the handoff changed meanwhile.
+    fn on_exported(
+        &mut self,
+        key: ShardKey,
+        to: Allocation,
+        exported: Result<Vec<crate::state::ShardPart>, crate::state::StoreError>,
+    ) {
+        let current = self.registered(&key.type_key).and_then(|ty| {
+            ty.slot(key.shard).and_then(|home| match &*home {
+                Home::HandingOff { to, .. } => Some(to.clone()),
+                _ => None,
+            })
+        });
+        if current.as_ref() != Some(&to) {
+            return;
+        }
+        match exported {
+            Ok(parts) => self.transfers.start(&self.shared, key, to, parts),
+            Err(error) => {
+                tracing::warn!(%key, %error, "shard state could not be read; retrying");
+                let internal = self.internal.clone();
+                let wait = self.shared.config.request_timeout;
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = internal.send(Internal::HandoffStopped(key)).await;
+                });
+            }
+        }
     }
 
     fn finish_handoff(&mut self, key: ShardKey) {
@@ -348,7 +455,19 @@ impl RegionTask {
                 .forwarder
                 .forward(&self.shared, item, next, Waiting::Nobody);
         }
-        self.complete_handoff(key, to.generation);
+        self.complete_handoff(key.clone(), to.generation);
+        if let (Some(states), false) = (&self.shared.shard_states, to.node == self.shared.node)
+            && let Some(ty) = self.registered(&key.type_key)
+        {
+            // The new owner holds every part: this copy goes. Should this fail or the node
+            // stop first, the stale rows are cleared when the shard comes back here.
+            let discarding = states.discard(transfer::scope(&ty, &key));
+            tokio::spawn(async move {
+                if let Err(error) = discarding.await {
+                    tracing::warn!(%key, %error, "handed-off shard state not discarded");
+                }
+            });
+        }
     }
 
     fn complete_handoff(&self, key: ShardKey, generation: u64) {
@@ -363,7 +482,8 @@ impl RegionTask {
 
     fn on_internal(&mut self, message: Internal) {
         match message {
-            Internal::HandoffStopped(key) => self.finish_handoff(key),
+            Internal::HandoffStopped(key) => self.on_handoff_stopped(key),
+            Internal::Exported(key, to, exported) => self.on_exported(key, to, exported),
             Internal::RememberedShards(type_key, shards) => {
                 let Some(ty) = self.registered(&type_key) else {
                     return;
@@ -399,6 +519,7 @@ impl RegionTask {
     fn on_tick(&mut self) {
         let now = Instant::now();
         self.forwarder.forget_expired(now);
+        self.transfers.retry(&self.shared, now);
         let timeout = self.shared.config.request_timeout;
         let mut stale = Vec::new();
         for key in &self.allocating {

@@ -232,6 +232,7 @@ async fn start_region(
         config: config.clone(),
         switchboard: Arc::clone(switchboard),
         remember,
+        shard_states: None,
     };
     let (region, ()) = Region::start(parts, |_router| (local, ())).unwrap();
     region.register_type(counter(), settings).await.unwrap();

@@ -288,6 +288,7 @@ async fn a_local_refusal_reaches_the_sender() {
         config: config.clone(),
         switchboard: switchboard.clone(),
         remember: None,
+        shard_states: None,
     };
     let (region, ()) =
         Region::start(parts, |_| (Arc::new(Full) as Arc<dyn LocalEntities>, ())).unwrap();

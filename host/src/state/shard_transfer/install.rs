@@ -4,7 +4,12 @@ use super::{ShardPart, ShardScope, io};
 use crate::state::error::StoreError;
 use crate::state::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
 use crate::state::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES};
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+
+/// The newest move whose every part this node installed, per shard:
+/// `(tenant, type, shard) -> generation`.
+pub(crate) const SHARD_ARRIVALS: TableDefinition<(&str, &str, u32), u64> =
+    TableDefinition::new("shard_arrivals");
 
 /// Removes every row of the shard's entities and its remembered ids.
 pub(crate) fn discard(
@@ -190,13 +195,28 @@ pub(crate) fn discard(
 pub(crate) fn install(
     transaction: &WriteTransaction,
     scope: &ShardScope,
+    generation: u64,
     part: &ShardPart,
 ) -> Result<(), StoreError> {
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
+    let mut arrivals = transaction.open_table(SHARD_ARRIVALS).map_err(io)?;
+    let arrived = arrivals
+        .get((tenant, entity_type, scope.shard))
+        .map_err(io)?
+        .map(|guard| guard.value());
+    if arrived.is_some_and(|arrived| arrived >= generation) {
+        return Ok(());
+    }
+    if part.last {
+        arrivals
+            .insert((tenant, entity_type, scope.shard), generation)
+            .map_err(io)?;
+    }
+    drop(arrivals);
     if part.index == 0 {
         discard(transaction, scope)?;
     }
-    let tenant = scope.type_key.tenant.as_str();
-    let entity_type = scope.type_key.entity_type.as_str();
     let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
     let mut state = transaction.open_table(ENTITY_STATE).map_err(io)?;
     let mut sequences = transaction.open_table(SEQUENCES).map_err(io)?;
