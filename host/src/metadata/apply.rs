@@ -5,7 +5,7 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::limits::VERSIONS_PER_TYPE_MAX;
-use super::members::{MemberRecord, MemberState, join_member, set_member_state};
+use super::members::{MemberRecord, MemberState, join_member, renew_lease, set_member_state};
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
 use super::store::{
@@ -64,6 +64,7 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
         } => delete_type(transaction, tenant, entity_type),
         Command::AssignShards { assignments } => assign_shards(transaction, assignments),
         Command::Barrier => Ok(Applied::Barrier),
+        Command::RenewLease { node } => renew_lease(transaction, &node).map(|_| Applied::LeaseRenewed),
         Command::JoinMember {
             node,
             cluster_address,

@@ -100,6 +100,12 @@ pub enum Command {
     /// Changes nothing. A node that has applied it has applied every command committed
     /// before it was submitted: a linearizable read submits one and then reads locally.
     Barrier,
+    /// Renews `node`'s lease on its shards: committed (so a majority was reached) and granted
+    /// while the member is up, leaving or exiting; refused otherwise. Changes nothing.
+    RenewLease {
+        /// The member renewing.
+        node: NodeId,
+    },
 }
 
 /// What applying a command produced.
@@ -125,4 +131,6 @@ pub enum Applied {
     Restored,
     /// A [`Command::Barrier`] passed.
     Barrier,
+    /// A [`Command::RenewLease`] was granted.
+    LeaseRenewed,
 }

@@ -44,6 +44,14 @@ pub enum MetadataError {
         /// The state asked for.
         to: MemberState,
     },
+    /// A member that may not serve shards asked to renew its lease.
+    #[error("member {node} is {} and holds no lease", state.as_str())]
+    LeaseRefused {
+        /// The member.
+        node: String,
+        /// Its state.
+        state: MemberState,
+    },
     /// A member's record is unusable (too many roles, an address too long).
     #[error("invalid member: {0}")]
     InvalidMember(String),

@@ -194,6 +194,26 @@ pub(super) fn set_member_state(
     Ok(record)
 }
 
+/// Answers a lease renewal: granted to a member that may serve shards (up, leaving or
+/// exiting); refused to one that is joining, down or gone, which must stop serving.
+pub(super) fn renew_lease(
+    transaction: &WriteTransaction,
+    node: &str,
+) -> Result<MemberState, MetadataError> {
+    let members = transaction.open_table(MEMBERS).map_err(storage)?;
+    let record: MemberRecord = match members.get(node).map_err(storage)? {
+        Some(bytes) => decode(bytes.value())?,
+        None => return Err(MetadataError::NoMember(node.to_string())),
+    };
+    match record.state {
+        MemberState::Up | MemberState::Leaving | MemberState::Exiting => Ok(record.state),
+        state => Err(MetadataError::LeaseRefused {
+            node: node.to_string(),
+            state,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use crate::entity::{Entities, EntityParts, TypeTable};
 use crate::metadata::{LocalPlane, MetadataStore};
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::sharding::lease::LeaseConfig;
+use crate::sharding::lease::{LeaseConfig, NodeLease};
 use crate::sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
 use crate::state::remember::RememberWriter;
 use crate::state::{LocalState, ShardStates, StateStore};
@@ -66,6 +66,10 @@ impl Node {
             }
             None => None,
         };
+        let lease = config
+            .cluster
+            .is_some()
+            .then(|| Arc::new(NodeLease::new(LeaseConfig::default())));
         let region_parts = RegionParts {
             node: config.node_id.clone(),
             config: config.sharding.clone(),
@@ -75,6 +79,7 @@ impl Node {
                 .cluster
                 .is_some()
                 .then(|| state.clone() as Arc<dyn ShardStates>),
+            lease: lease.clone(),
         };
         let (region, entities) = Region::start(region_parts, |router| {
             let entities = Entities::new(entity_parts, router);
@@ -133,7 +138,15 @@ impl Node {
             }
         };
         catalog.load().await?;
-        joining::join_as_member(&config, plane.as_ref()).await?;
+        joining::join_as_member(&config, plane.as_ref(), lease.as_deref()).await?;
+        if let Some(lease) = lease {
+            super::lease::keep(
+                config.node_id.clone(),
+                Arc::downgrade(&plane),
+                lease,
+                LeaseConfig::default(),
+            );
+        }
         // Only now is every deployed type bound: outboxes and reminders left by the last run
         // would otherwise meet "type not registered" and be given up.
         entities.start_messaging();

@@ -13,6 +13,7 @@ use crate::metadata::{
     PlaneStatus,
 };
 use crate::sharding::Switchboard;
+use crate::sharding::lease::NodeLease;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,6 +125,7 @@ pub(super) fn start_plane(
 pub(super) async fn join_as_member(
     config: &NodeConfig,
     plane: &dyn MetadataPlane,
+    lease: Option<&NodeLease>,
 ) -> Result<(), NodeError> {
     let now_ms = super::tenants::now_ms();
     let join = Command::JoinMember {
@@ -145,9 +147,34 @@ pub(super) async fn join_as_member(
             state: MemberState::Up,
             updated_ms: now_ms,
         };
+        // Committing `Up` proves a majority heard this node after the stamp below, like a
+        // renewal: the lease is valid from the moment the coordinator may give it shards.
+        let renewal = lease.map(|lease| lease.lease().renewal_sent(lease.now_ms()));
         submit_patiently(config, plane, up).await?;
+        if let (Some(lease), Some(renewal)) = (lease, renewal) {
+            lease.lease().renewal_committed(renewal);
+        }
+    }
+    if let Some(lease) = lease {
+        // A restarted member (up already) serves once its first renewal commits.
+        let deadline = Instant::now() + join_timeout(config);
+        while let Err(error) = super::lease::renew(&config.node_id, plane, lease).await {
+            if Instant::now() >= deadline {
+                return Err(NodeError::Config(format!(
+                    "no lease on this node's shards within the join timeout: {error}"
+                )));
+            }
+            tokio::time::sleep(JOIN_RETRY).await;
+        }
     }
     Ok(())
+}
+
+fn join_timeout(config: &NodeConfig) -> Duration {
+    config
+        .cluster
+        .as_ref()
+        .map_or(Duration::ZERO, |cluster| Duration::from_millis(cluster.join_timeout_ms))
 }
 
 /// The roles this node advertises: the cluster section's, or (a single node, or a cluster

@@ -15,6 +15,7 @@ mod detector;
 mod edge;
 mod error;
 mod joining;
+mod lease;
 mod mesh;
 mod messages;
 mod metric_families;

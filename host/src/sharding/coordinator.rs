@@ -186,17 +186,20 @@ impl Coordinator {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Brings the lease guard in step with the members: a removed owner's wait starts the
-    /// first time it is seen removed.
+    /// Brings the lease guard in step with the members: an owner is gone once the catalog
+    /// removed it (its record goes, so an owner missing from the members is gone too); its
+    /// wait starts the first time this coordinator sees it so.
     fn observe_members(&mut self) {
         let now = self.now_ms();
         let Some(guard) = &mut self.guard else {
             return;
         };
-        for member in self.members.borrow().members() {
-            match member.status {
-                MemberStatus::Removed => guard.owner_gone(&member.node, now),
-                _ => guard.owner_back(&member.node),
+        let members = self.members.borrow();
+        let owners: BTreeSet<&NodeId> = self.table.values().map(|a| &a.node).collect();
+        for owner in owners {
+            match members.get(owner) {
+                Some(member) if member.status != MemberStatus::Removed => guard.owner_back(owner),
+                _ => guard.owner_gone(owner, now),
             }
         }
     }
@@ -214,12 +217,8 @@ impl Coordinator {
         let members = self.members.borrow();
         match members.get(node) {
             Some(member) if member.is_serving() => Owner::Serving,
-            Some(member)
-                if member.status == MemberStatus::Removed
-                    && guard.may_reassign(node, self.now_ms()) =>
-            {
-                Owner::Lost
-            }
+            Some(member) if member.status != MemberStatus::Removed => Owner::Held,
+            _ if guard.may_reassign(node, self.now_ms()) => Owner::Lost,
             _ => Owner::Held,
         }
     }
@@ -529,8 +528,8 @@ impl Coordinator {
                 let members = self.members.borrow();
                 match members.get(&handoff.from) {
                     Some(member) if member.is_serving() => Owner::Serving,
-                    Some(member) if member.status == MemberStatus::Removed => Owner::Lost,
-                    _ => Owner::Held,
+                    Some(member) if member.status != MemberStatus::Removed => Owner::Held,
+                    _ => Owner::Lost,
                 }
             };
             match from {

@@ -155,6 +155,57 @@ impl Lease {
     }
 }
 
+/// A node's [`Lease`] read against the process's monotonic clock: what the region checks before
+/// serving and the node's renewal task updates.
+///
+/// ```
+/// use tessera_host::sharding::lease::{LeaseConfig, NodeLease};
+/// let held = NodeLease::new(LeaseConfig::default());
+/// assert!(!held.is_valid_now());
+/// held.lease().renewal_committed(held.lease().renewal_sent(held.now_ms()));
+/// assert!(held.is_valid_now());
+/// assert!(NodeLease::always_valid().is_valid_now());
+/// ```
+#[derive(Debug)]
+pub struct NodeLease {
+    lease: Lease,
+    origin: std::time::Instant,
+}
+
+impl NodeLease {
+    /// A lease not yet renewed.
+    pub fn new(config: LeaseConfig) -> NodeLease {
+        NodeLease {
+            lease: Lease::new(config),
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    /// A lease that never runs out (a single node).
+    pub fn always_valid() -> NodeLease {
+        NodeLease {
+            lease: Lease::always_valid(),
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    /// Milliseconds on this lease's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    /// Whether this node may serve now (no clock read for a lease that never runs out).
+    pub fn is_valid_now(&self) -> bool {
+        self.lease.valid_until.load(Ordering::Relaxed) == u64::MAX
+            || self.lease.is_valid(self.now_ms())
+    }
+
+    /// The lease itself.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+}
+
 /// The coordinator's side: when may a gone owner's shards go to another node?
 ///
 /// ```

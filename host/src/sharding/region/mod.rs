@@ -28,6 +28,7 @@ use crate::contract::{
 };
 use crate::sharding::config::{ConfigError, ShardingConfig};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
+use crate::sharding::lease::NodeLease;
 use crate::sharding::link::Switchboard;
 use crate::sharding::local::LocalEntities;
 use crate::state::remember::{RememberEvent, RememberWriter};
@@ -69,6 +70,7 @@ pub(crate) struct Shared {
     pub(crate) remember: Option<RememberWriter>,
     pub(crate) switchboard: Arc<Switchboard>,
     pub(crate) shard_states: Option<Arc<dyn ShardStates>>,
+    pub(crate) lease: Arc<NodeLease>,
     pub(crate) requests: mpsc::Sender<Request>,
     pub(crate) stats: RegionStats,
 }
@@ -87,6 +89,9 @@ pub struct RegionParts {
     /// another node; `None` when every region reads one store (regions in one process), so a
     /// handoff moves no rows.
     pub shard_states: Option<Arc<dyn ShardStates>>,
+    /// This node's lease: the region serves its shards only while it is valid. `None` for a
+    /// node that needs none (a single node, regions in one process).
+    pub lease: Option<Arc<NodeLease>>,
 }
 
 /// Starts regions.
@@ -130,7 +135,7 @@ impl Region {
     /// let config = ShardingConfig::default();
     /// let switchboard = Arc::new(Switchboard::new());
     /// let parts = RegionParts {
-    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None, shard_states: None,
+    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None, shard_states: None, lease: None,
     /// };
     /// let (region, ()) = Region::start(parts, |_router| (Arc::new(Echo) as Arc<dyn LocalEntities>, ())).unwrap();
     /// let membership = Membership::new();
@@ -162,6 +167,9 @@ impl Region {
                 remember: parts.remember,
                 switchboard: parts.switchboard,
                 shard_states: parts.shard_states,
+                lease: parts
+                    .lease
+                    .unwrap_or_else(|| Arc::new(NodeLease::always_valid())),
                 requests,
                 stats: RegionStats::default(),
             }

@@ -91,6 +91,15 @@ fn deliver_local(
     item: Buffered,
     waiting: Waiting,
 ) -> Result<(), MessageError> {
+    if !shared.lease.is_valid_now() {
+        let error = MessageError::shard_unavailable(format!(
+            "node {} holds no lease on its shards: it is cut off from the cluster's majority \
+             (or was declared down), so it may no longer be their only server",
+            shared.node
+        ));
+        refuse(shared, item, error.clone(), waiting);
+        return Err(error);
+    }
     if ty.remembers()
         && let Some(writer) = &shared.remember
         && writer.has_failed_shards()

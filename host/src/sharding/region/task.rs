@@ -4,7 +4,7 @@
 //! off when the coordinator moves them, and times out allocations and asks that waited too
 //! long.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -18,13 +18,16 @@ use crate::contract::{Allocation, MessageError, Reply, ShardKey, TypeKey};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::sharding::link::{CoordinatorCommand, LinkMessage, WireBody, WireEnvelope};
 
+/// How long an allocation request waits for its answer before it is asked again.
+const ALLOCATION_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub(crate) struct RegionTask {
     shared: Arc<Shared>,
     link_inbox: mpsc::Sender<LinkMessage>,
     internal: mpsc::Sender<Internal>,
     recovery: Option<recovery::Recovery>,
-    /// Shards whose slot waits for the coordinator.
-    allocating: HashSet<ShardKey>,
+    /// Shards whose slot waits for the coordinator, and when it was last asked.
+    allocating: HashMap<ShardKey, Instant>,
     forwarder: Forwarder,
     transfers: Transfers,
 }
@@ -43,7 +46,7 @@ impl RegionTask {
             link_inbox,
             internal,
             recovery,
-            allocating: HashSet::new(),
+            allocating: HashMap::new(),
             forwarder: Forwarder::new(),
             transfers: Transfers::default(),
         };
@@ -135,22 +138,18 @@ impl RegionTask {
         }
     }
 
-    /// Asks the coordinator where `key` lives; if it cannot be asked, what waits fails now.
+    /// Asks the coordinator where `key` lives. If it cannot be asked now (it is moving to a
+    /// new metadata primary), or its answer is lost, the question is asked again every
+    /// [`ALLOCATION_RETRY`] until the request timeout fails what waits.
     fn request_allocation(&mut self, key: ShardKey) {
         let command = CoordinatorCommand::Allocate {
             key: key.clone(),
             requester: self.shared.node.clone(),
         };
-        match self.shared.switchboard.send_to_coordinator(command) {
-            Ok(()) => {
-                self.allocating.insert(key);
-            }
-            Err(error) => {
-                let error =
-                    MessageError::unavailable(format!("cannot resolve shard {key}: {error}"));
-                self.settle_allocating(&key, &error);
-            }
+        if let Err(error) = self.shared.switchboard.send_to_coordinator(command) {
+            tracing::debug!(%key, %error, "allocation request not sent; retrying");
         }
+        self.allocating.insert(key, Instant::now());
     }
 
     /// Fails what waits for `key`'s allocation and forgets the attempt.
@@ -522,7 +521,16 @@ impl RegionTask {
         self.transfers.retry(&self.shared, now);
         let timeout = self.shared.config.request_timeout;
         let mut stale = Vec::new();
-        for key in &self.allocating {
+        let retry: Vec<ShardKey> = self
+            .allocating
+            .iter()
+            .filter(|(_, asked)| now.duration_since(**asked) >= ALLOCATION_RETRY)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in retry {
+            self.request_allocation(key);
+        }
+        for key in self.allocating.keys() {
             let Some(ty) = self.registered(&key.type_key) else {
                 stale.push((key.clone(), None));
                 continue;

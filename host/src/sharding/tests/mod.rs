@@ -233,6 +233,7 @@ async fn start_region(
         switchboard: Arc::clone(switchboard),
         remember,
         shard_states: None,
+        lease: None,
     };
     let (region, ()) = Region::start(parts, |_router| (local, ())).unwrap();
     region.register_type(counter(), settings).await.unwrap();

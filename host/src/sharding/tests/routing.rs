@@ -289,6 +289,7 @@ async fn a_local_refusal_reaches_the_sender() {
         switchboard: switchboard.clone(),
         remember: None,
         shard_states: None,
+        lease: None,
     };
     let (region, ()) =
         Region::start(parts, |_| (Arc::new(Full) as Arc<dyn LocalEntities>, ())).unwrap();
