@@ -3,6 +3,7 @@
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
+pub mod cluster;
 pub mod processes;
 
 use serde_json::Value as Json;

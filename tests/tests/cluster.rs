@@ -12,283 +12,22 @@
 
 use serde_json::{Value as Json, json};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
-use tessera_tests::processes::{free_address, run_child_if_asked, spawn_node};
+use std::net::TcpStream;
+use std::time::Duration;
+use tessera_tests::cluster::*;
+use tessera_tests::processes::run_child_if_asked;
 
-const ADMIN: &str = "admin-token-for-the-cluster-tests";
 /// The metadata plane's voters.
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Every node the test runs: the voters, then a member that joins later without a vote.
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 const JOINER: usize = 3;
-/// Catalog commands between checkpoints: small, so the log is a short window.
-const CHECKPOINT_INTERVAL_OPS: u64 = 8;
-/// How long anything a test waits for may take before the test fails.
-const PATIENCE: Duration = Duration::from_secs(90);
 
 /// Not a test of its own: a child process's node, run by the command line until killed.
 #[test]
 #[ignore = "run by cluster_of_three_processes as its child processes"]
 fn child_node() {
     run_child_if_asked();
-}
-
-struct Member {
-    id: &'static str,
-    http: SocketAddr,
-    cluster: SocketAddr,
-    child: Option<Child>,
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    members: Vec<Member>,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        tessera_host::cluster::create_dev_cluster(&dir.path().join("certs"), &NODES)
-            .expect("certificates");
-        let members = NODES
-            .iter()
-            .map(|id| Member {
-                id,
-                http: free_address(),
-                cluster: free_address(),
-                child: None,
-            })
-            .collect();
-        Cluster { dir, members }
-    }
-
-    fn start(&mut self, index: usize) {
-        let dir = self.dir.path();
-        let member = &self.members[index];
-        let mut args: Vec<String> = vec![
-            "node".into(),
-            "--node-id".into(),
-            member.id.into(),
-            "--data-dir".into(),
-            dir.join(member.id).display().to_string(),
-            "--http".into(),
-            member.http.to_string(),
-            "--cluster-id".into(),
-            "test".into(),
-            "--cluster-listen".into(),
-            member.cluster.to_string(),
-            "--certs-dir".into(),
-            dir.join("certs").display().to_string(),
-            "--voters".into(),
-            VOTERS.join(","),
-            "--config".into(),
-            self.config_file(index).display().to_string(),
-        ];
-        // A voter is given every other voter; the joiner only one, and learns the rest from
-        // the catalog.
-        let seeds: Vec<&Member> = if index == JOINER {
-            vec![&self.members[1]]
-        } else {
-            self.members
-                .iter()
-                .filter(|peer| VOTERS.contains(&peer.id))
-                .collect()
-        };
-        if index == JOINER {
-            args.extend(["--role".to_string(), "edge".to_string()]);
-        }
-        for peer in seeds {
-            args.push("--seed".into());
-            args.push(format!("{}={}", peer.id, peer.cluster));
-        }
-        let log = std::fs::File::create(dir.join(format!("{}.log", member.id))).expect("log");
-        let harness = ["--exact", "child_node", "--ignored", "--nocapture"];
-        let child = spawn_node(&harness, &args, ADMIN, "info", log);
-        self.members[index].child = Some(child);
-    }
-
-    /// A config file with what has no flag: a checkpoint every 8 catalog commands, so a node
-    /// that misses a few dozen must catch up by state transfer; and a 5 s budget for a
-    /// shard's allocation (a replicated commit, which a loaded 2-core CI machine can stretch
-    /// past the 750 ms default).
-    fn config_file(&self, index: usize) -> std::path::PathBuf {
-        let member = &self.members[index];
-        let path = self.dir.path().join(format!("{}.toml", member.id));
-        let voters: Vec<String> = VOTERS.iter().map(|voter| format!("{voter:?}")).collect();
-        let config = format!(
-            "[sharding]\nrequest_timeout_ms = 5000\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n",
-            member.cluster,
-            self.dir.path().join("certs").display().to_string(),
-            voters.join(", ")
-        );
-        std::fs::write(&path, config).expect("config file");
-        path
-    }
-
-    /// Sends SIGTERM (a graceful stop) and waits for the process to exit.
-    fn terminate(&mut self, index: usize) -> std::process::ExitStatus {
-        let mut child = self.members[index].child.take().expect("running");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success(), "SIGTERM sent");
-        child.wait().expect("the node exits")
-    }
-
-    fn kill(&mut self, index: usize) {
-        if let Some(mut child) = self.members[index].child.take() {
-            let _ = child.kill(); // SIGKILL
-            let _ = child.wait();
-        }
-    }
-
-    fn url(&self, index: usize) -> String {
-        format!("http://{}", self.members[index].http)
-    }
-
-    fn index_of(&self, node: &str) -> usize {
-        self.members
-            .iter()
-            .position(|member| member.id == node)
-            .expect("a member")
-    }
-
-    fn log(&self, index: usize) -> String {
-        std::fs::read_to_string(
-            self.dir
-                .path()
-                .join(format!("{}.log", self.members[index].id)),
-        )
-        .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for index in 0..self.members.len() {
-            self.kill(index);
-        }
-    }
-}
-
-struct Reply {
-    status: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Json {
-        serde_json::from_str(&self.body).unwrap_or(Json::Null)
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
-}
-
-/// One request; `None` when the node did not answer (not listening, or killed).
-fn request(method: &str, url: &str, token: &str, body: Option<(&str, Vec<u8>)>) -> Option<Reply> {
-    let mut builder = ureq::http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("authorization", format!("Bearer {token}"));
-    let body = match body {
-        Some((content_type, bytes)) => {
-            builder = builder.header("content-type", content_type);
-            bytes
-        }
-        None => Vec::new(),
-    };
-    let response = agent().run(builder.body(body).ok()?).ok()?;
-    let status = response.status().as_u16();
-    let body = response.into_body().read_to_string().ok()?;
-    Some(Reply { status, body })
-}
-
-fn get(url: &str, token: &str) -> Option<Reply> {
-    request("GET", url, token, None)
-}
-
-fn post_json(url: &str, token: &str, body: &Json) -> Option<Reply> {
-    let bytes = serde_json::to_vec(body).expect("json");
-    request("POST", url, token, Some(("application/json", bytes)))
-}
-
-/// Polls `check` until it gives a value, failing the test after [`PATIENCE`].
-fn eventually<T>(what: &str, cluster: &Cluster, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = (0..cluster.members.len())
-                .map(|index| {
-                    let log = cluster.log(index);
-                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                    format!("--- {}:\n{}", cluster.members[index].id, tail.join("\n"))
-                })
-                .collect();
-            panic!("gave up waiting for {what}\n{}", logs.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The cluster as node `index` sees it, once it answers.
-fn cluster_status(cluster: &Cluster, index: usize) -> Option<Json> {
-    let reply = get(&format!("{}/v1/cluster", cluster.url(index)), ADMIN)?;
-    (reply.status == 200).then(|| reply.json())
-}
-
-fn members_up(status: &Json) -> usize {
-    status["members"]
-        .as_array()
-        .map(|members| members.iter().filter(|m| m["state"] == "up").count())
-        .unwrap_or(0)
-}
-
-/// Waits until node `index` has bound `entity_type` at `version` (applied and compiled).
-fn wait_bound(cluster: &Cluster, index: usize, token: &str, entity_type: &str, version: u64) {
-    eventually(
-        &format!("{entity_type} v{version} bound on node {index}"),
-        cluster,
-        || {
-            let reply = get(&format!("{}/v1/status", cluster.url(index)), token)?;
-            let status = reply.json();
-            status["types"]
-                .as_array()?
-                .iter()
-                .any(|ty| ty["entity_type"] == entity_type && ty["bound_version"] == version)
-                .then_some(())
-        },
-    );
-}
-
-fn ask_counter(cluster: &Cluster, index: usize, token: &str, id: &str, add: u64) -> Reply {
-    let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
-    post_json(&url, token, &json!({"Add": add})).expect("the node answers")
-}
-
-fn create_tenant(cluster: &Cluster, index: usize, name: &str) -> Option<String> {
-    let reply = post_json(
-        &format!("{}/v1/tenants", cluster.url(index)),
-        ADMIN,
-        &json!({"name": name}),
-    )?;
-    if reply.status != 201 {
-        eprintln!("tenant {name} through node {index}: {}", reply.body);
-        return None;
-    }
-    Some(reply.json()["token"].as_str()?.to_string())
 }
 
 /// Sends bytes that are not a TLS handshake to node `index`'s cluster port and reports
@@ -315,21 +54,9 @@ fn garbage_is_cut_off(cluster: &Cluster, index: usize) -> bool {
     }
 }
 
-fn metric_sum(cluster: &Cluster, index: usize, family: &str) -> f64 {
-    let Some(reply) = get(&format!("{}/metrics", cluster.url(index)), ADMIN) else {
-        return 0.0;
-    };
-    reply
-        .body
-        .lines()
-        .filter(|line| line.starts_with(family))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn cluster_of_three_processes() {
-    let mut cluster = Cluster::new();
+    let cluster = Cluster::new(&NODES, VOTERS.len(), "child_node");
     for index in 0..VOTERS.len() {
         cluster.start(index);
     }

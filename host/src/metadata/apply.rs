@@ -9,8 +9,8 @@ use super::members::{MemberRecord, MemberState, join_member, renew_lease, set_me
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
 use super::store::{
-    APPLIED_COMMANDS, COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS, SHARDS,
-    TENANTS, TOKENS, TYPES, decode, encode,
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS,
+    SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES, decode, encode,
 };
 use crate::contract::{Allocation, NodeId, ShardKey};
 use redb::{ReadableTable, WriteTransaction};
@@ -63,8 +63,14 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             entity_type,
         } => delete_type(transaction, tenant, entity_type),
         Command::AssignShards { assignments } => assign_shards(transaction, assignments),
+        Command::MoveShards { moves } => move_shards(transaction, moves),
+        Command::CompleteHandoff { key, generation } => {
+            complete_handoff(transaction, &key, generation)
+        }
         Command::Barrier => Ok(Applied::Barrier),
-        Command::RenewLease { node } => renew_lease(transaction, &node).map(|_| Applied::LeaseRenewed),
+        Command::RenewLease { node } => {
+            renew_lease(transaction, &node).map(|_| Applied::LeaseRenewed)
+        }
         Command::JoinMember {
             node,
             cluster_address,
@@ -250,10 +256,75 @@ fn delete_type(
     })
 }
 
+/// Assigns like [`assign_shards`] and records each move as a handoff in flight.
+fn move_shards(
+    transaction: &WriteTransaction,
+    moves: Vec<(ShardKey, NodeId, NodeId)>,
+) -> Result<Applied, MetadataError> {
+    let mut from_of = Vec::with_capacity(moves.len());
+    let mut assignments = Vec::with_capacity(moves.len());
+    for (key, from, to) in moves {
+        from_of.push((key.clone(), from));
+        assignments.push((key, to));
+    }
+    let applied = assign_shards(transaction, assignments)?;
+    let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+    for (key, from) in &from_of {
+        let row = (
+            key.type_key.tenant.as_str(),
+            key.type_key.entity_type.as_str(),
+            key.shard,
+        );
+        handoffs.insert(row, from.as_str()).map_err(storage)?;
+    }
+    Ok(applied)
+}
+
+/// Ends `key`'s handoff if its allocation is still `generation`.
+fn complete_handoff(
+    transaction: &WriteTransaction,
+    key: &ShardKey,
+    generation: u64,
+) -> Result<Applied, MetadataError> {
+    let row = (
+        key.type_key.tenant.as_str(),
+        key.type_key.entity_type.as_str(),
+        key.shard,
+    );
+    let current = transaction
+        .open_table(SHARDS)
+        .map_err(storage)?
+        .get(row)
+        .map_err(storage)?
+        .map(|value| value.value().1);
+    if current != Some(generation) {
+        return Ok(Applied::HandoffCompleted { ended: false });
+    }
+    let removed = transaction
+        .open_table(SHARD_HANDOFFS)
+        .map_err(storage)?
+        .remove(row)
+        .map_err(storage)?
+        .is_some();
+    Ok(Applied::HandoffCompleted { ended: removed })
+}
+
+/// Assigns shards; an assignment (not a move) ends any handoff of the shard.
 fn assign_shards(
     transaction: &WriteTransaction,
     assignments: Vec<(ShardKey, NodeId)>,
 ) -> Result<Applied, MetadataError> {
+    {
+        let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+        for (key, _) in &assignments {
+            let row = (
+                key.type_key.tenant.as_str(),
+                key.type_key.entity_type.as_str(),
+                key.shard,
+            );
+            handoffs.remove(row).map_err(storage)?;
+        }
+    }
     let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
     let mut next = counters
         .get(NEXT_GENERATION)

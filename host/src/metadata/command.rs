@@ -73,6 +73,21 @@ pub enum Command {
         /// `(shard, new owner)`, applied in order.
         assignments: Vec<(ShardKey, NodeId)>,
     },
+    /// Moves shards by handoff: each gets the next generation on its new owner, like
+    /// [`Command::AssignShards`], and is recorded as a handoff in flight from the losing node
+    /// until [`Command::CompleteHandoff`].
+    MoveShards {
+        /// `(shard, losing node, new owner)`, applied in order.
+        moves: Vec<(ShardKey, NodeId, NodeId)>,
+    },
+    /// Ends the handoff of `key` if its allocation is still `generation` (the new owner holds
+    /// the state); a stale completion changes nothing.
+    CompleteHandoff {
+        /// The shard.
+        key: ShardKey,
+        /// The generation of the move that completed.
+        generation: u64,
+    },
     /// Adds a node as a joining member, or refreshes the addresses and roles of a member that
     /// is joining or up already (a restart). Refused for a member leaving, exiting or down.
     JoinMember {
@@ -133,4 +148,9 @@ pub enum Applied {
     Barrier,
     /// A [`Command::RenewLease`] was granted.
     LeaseRenewed,
+    /// A [`Command::CompleteHandoff`] was applied: `ended` unless it was stale.
+    HandoffCompleted {
+        /// Whether a handoff record was removed.
+        ended: bool,
+    },
 }

@@ -13,7 +13,8 @@ pub mod sim_workload;
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::store::{
-    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, PLUGINS, SHARDS, TENANTS, TOKENS, TYPES,
+    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, PLUGINS, SHARD_HANDOFFS, SHARDS, TENANTS,
+    TOKENS, TYPES,
 };
 use crate::consensus::state_machine::{RestoreError, StateMachine};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
@@ -40,6 +41,9 @@ struct CatalogSnapshot {
     shards: Vec<ShardRow>,
     counters: Vec<(String, u64)>,
     members: Vec<(String, serde_bytes::ByteBuf)>,
+    /// Handoffs in flight (absent from checkpoints of earlier releases).
+    #[serde(default)]
+    handoffs: Vec<((String, String, u32), String)>,
 }
 
 /// The catalog as a replicated state machine.
@@ -203,6 +207,19 @@ impl CatalogMachine {
             ));
         }
         for row in transaction
+            .open_table(SHARD_HANDOFFS)
+            .map_err(storage)?
+            .iter()
+            .map_err(storage)?
+        {
+            let (key, from) = row.map_err(storage)?;
+            let (tenant, name, shard) = key.value();
+            snapshot.handoffs.push((
+                (tenant.to_string(), name.to_string(), shard),
+                from.value().to_string(),
+            ));
+        }
+        for row in transaction
             .open_table(COUNTERS)
             .map_err(storage)?
             .iter()
@@ -276,6 +293,12 @@ fn write_snapshot(
                 (tenant.as_str(), name.as_str(), *shard),
                 (node.as_str(), *generation),
             )
+            .map_err(storage)?;
+    }
+    let mut handoffs = cleared(transaction, SHARD_HANDOFFS)?;
+    for ((tenant, name, shard), from) in &snapshot.handoffs {
+        handoffs
+            .insert((tenant.as_str(), name.as_str(), *shard), from.as_str())
             .map_err(storage)?;
     }
     let mut counters = cleared(transaction, COUNTERS)?;

@@ -25,6 +25,11 @@ pub(crate) const PLUGIN_REFS: TableDefinition<&str, u32> = TableDefinition::new(
 /// The shard allocation table: `(tenant, type, shard) -> (node, generation)`.
 pub(crate) const SHARDS: TableDefinition<(&str, &str, u32), (&str, u64)> =
     TableDefinition::new("shard_allocations");
+/// Handoffs in flight: `(tenant, type, shard) -> the node handing it off`. A shard listed
+/// here is allocated to its new owner already but must not be served there until the losing
+/// node has sent its state; a new coordinator picks these up from the catalog.
+pub(crate) const SHARD_HANDOFFS: TableDefinition<(&str, &str, u32), &str> =
+    TableDefinition::new("shard_handoffs");
 /// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord)).
 pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
 /// Catalog counters by name (`next_generation`, `applied_commands`).
@@ -63,6 +68,7 @@ impl MetadataStore {
         transaction.open_table(PLUGINS).map_err(storage)?;
         transaction.open_table(PLUGIN_REFS).map_err(storage)?;
         transaction.open_table(SHARDS).map_err(storage)?;
+        transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
         transaction.open_table(MEMBERS).map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;
@@ -177,6 +183,24 @@ impl MetadataStore {
             .get(APPLIED_COMMANDS)
             .map_err(storage)?
             .map_or(0, |count| count.value()))
+    }
+
+    /// The committed handoffs in flight: each shard with the node handing it off.
+    pub fn shard_handoffs(
+        &self,
+    ) -> Result<BTreeMap<ShardKey, crate::contract::NodeId>, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+        let mut handoffs = BTreeMap::new();
+        for row in table.iter().map_err(storage)? {
+            let (key, from) = row.map_err(storage)?;
+            let (tenant, entity_type, shard) = key.value();
+            handoffs.insert(
+                ShardKey::new(TypeKey::new(tenant, entity_type), shard),
+                from.value().to_string(),
+            );
+        }
+        Ok(handoffs)
     }
 
     /// The committed shard allocation table.

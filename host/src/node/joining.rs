@@ -171,10 +171,9 @@ pub(super) async fn join_as_member(
 }
 
 fn join_timeout(config: &NodeConfig) -> Duration {
-    config
-        .cluster
-        .as_ref()
-        .map_or(Duration::ZERO, |cluster| Duration::from_millis(cluster.join_timeout_ms))
+    config.cluster.as_ref().map_or(Duration::ZERO, |cluster| {
+        Duration::from_millis(cluster.join_timeout_ms)
+    })
 }
 
 /// The roles this node advertises: the cluster section's, or (a single node, or a cluster

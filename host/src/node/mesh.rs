@@ -336,6 +336,14 @@ impl PlaneOutbox for Mesh {
 
 impl RemoteLinks for Mesh {
     fn send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>> {
+        // A peer the failure detector suspects is not sent to: what waits on it would only
+        // time out (or, queued, reach it much later), where the sender can answer now.
+        if write(&self.detector).suspects(node, Instant::now()) {
+            return Err(Box::new((
+                LinkError::Unreachable(node.to_string()),
+                message,
+            )));
+        }
         let frame = PeerMessage::Region(message);
         match self.transport.send(node, &frame) {
             Ok(()) => Ok(()),

@@ -326,6 +326,22 @@ impl Node {
                 region.forwarded,
             ),
             (
+                "tessera_region_shard_parts_sent",
+                "Parts of shard state sent to a shard's new owner during handoffs.",
+                region.shard_parts_sent,
+            ),
+            (
+                "tessera_region_shard_parts_installed",
+                "Parts of shard state installed here (shards this node took over).",
+                region.shard_parts_installed,
+            ),
+            (
+                "tessera_region_shard_parts_refused",
+                "Parts of shard state refused from a peer (unknown type, a shard served here, \
+                 or entities outside the shard).",
+                region.shard_parts_refused,
+            ),
+            (
                 "tessera_plugin_compilations",
                 "Components compiled (disk-cache hits do not count).",
                 self.runtime.compilations(),

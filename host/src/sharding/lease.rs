@@ -1,38 +1,62 @@
-//! Leases: what keeps a shard from being served by two nodes when one is cut off. A node serves
-//! its shards only while it holds a lease, and a lease is renewed only by a committed metadata
-//! command (so only a node in touch with a majority renews). A renewal sent at local time `t`
-//! and committed lets the node serve until `t + duration` on its own clock — measured from
-//! the send, never from the answer, since the commit may happen any time in between. The
-//! coordinator gives a shard of an owner that is gone (removed by an operator) to another node
-//! only after [`LeaseConfig::reassign_wait_ms`] — the duration stretched by the largest clock
-//! drift, plus a margin — counted from the later of when it first saw the owner gone and when
-//! it started itself (a new coordinator cannot know what an earlier one saw). By then every
-//! renewal committed before the removal has run out, and none is committed after it.
-//!
-//! Time is plain milliseconds of a monotonic clock the caller supplies, so the logic runs the
-//! same in the node and in the deterministic simulation.
+//! Leases: what keeps a shard from being served by two nodes when one of them is cut off. A node
+//! serves the shards it owns only while its [`Lease`] is valid, and only a renewal committed by
+//! the metadata log extends it — so only a node in touch with a majority renews. A renewal sent
+//! at local time `t` and committed lets the node serve until `t + duration` on its own clock:
+//! measured from the send, never from the answer, because the commit may happen any time in
+//! between and the answer may arrive any time after. The log refuses renewals from a member it
+//! has marked down or removed, so every renewal of a removed member was sent before its removal
+//! was committed. The coordinator's [`ReassignGuard`] therefore lets a removed owner's shards go
+//! to another node only after [`LeaseConfig::reassign_wait_ms`] (the duration stretched by the
+//! largest clock-rate difference, plus a margin), counted on the coordinator's clock from the
+//! later of its own start and the moment it first saw the owner gone: by then the old owner's
+//! clock has passed the end of every lease it could still hold. Times are plain `u64`
+//! milliseconds of a monotonic clock the caller supplies, so the same code runs in a node and in
+//! a deterministic simulation.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
-/// Owners gone that a coordinator tracks at once; past it, an untracked owner counts as seen
-/// gone now (later reassignment, never earlier).
+/// Parts per million in one: the unit of [`LeaseConfig::drift_ppm`].
+const PARTS_PER_MILLION: u64 = 1_000_000;
+
+/// The largest clock-rate difference [`LeaseConfig::validate`] accepts (10%): clocks that
+/// disagree more are broken, and a wait stretched further would only hide it.
+pub const DRIFT_PPM_MAX: u64 = 100_000;
+
+/// Gone owners one [`ReassignGuard`] remembers at once. Bounds the coordinator's memory against
+/// a runaway removal loop. An owner that finds the guard full is not tracked, and an untracked
+/// owner is never ready to be reassigned: safe, and live again once
+/// [`ReassignGuard::owner_back`] frees a slot.
 pub const GONE_OWNERS_MAX: usize = 1024;
 
-/// Lease timing.
+/// Source of [`Lease`] identities, so a ticket is only ever honoured by the lease that issued it.
+static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Lease timing, shared by every node and the coordinator.
+///
+/// ```
+/// use tessera_host::sharding::lease::LeaseConfig;
+/// let config = LeaseConfig::default();
+/// assert!(config.validate().is_ok());
+/// assert_eq!(config.reassign_wait_ms(), 6_000 + 6 + 500);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
-    /// How long one committed renewal lets a node serve, from when it sent the renewal.
+    /// How long one committed renewal lets a node serve, measured from when the node sent that
+    /// renewal, on its own clock.
     pub duration_ms: u64,
-    /// How often a node sends a renewal (well below `duration_ms`).
+    /// How often a node sends a renewal; below `duration_ms`, so a lease can stay valid.
     pub renew_every_ms: u64,
-    /// The largest clock-rate difference between two nodes, in parts per million.
+    /// The largest clock-rate difference between any two nodes, in parts per million; the
+    /// coordinator's wait is stretched by it.
     pub drift_ppm: u64,
-    /// Added to the coordinator's wait.
+    /// Added to the coordinator's wait, for clock granularity and second-order drift.
     pub margin_ms: u64,
 }
 
 impl Default for LeaseConfig {
+    /// Six-second leases renewed every 1.5 s, 0.1% drift, half a second of margin.
     fn default() -> Self {
         LeaseConfig {
             duration_ms: 6_000,
@@ -44,50 +68,75 @@ impl Default for LeaseConfig {
 }
 
 impl LeaseConfig {
-    /// Refuses timings that cannot keep a lease alive or that leave no room for drift.
+    /// Refuses timings that cannot keep a lease alive, drift no real clock has, or a wait that
+    /// does not fit in a `u64`.
     ///
     /// ```
     /// use tessera_host::sharding::lease::LeaseConfig;
-    /// assert!(LeaseConfig::default().validate().is_ok());
-    /// let bad = LeaseConfig { renew_every_ms: 7_000, ..LeaseConfig::default() };
-    /// assert!(bad.validate().is_err());
+    /// let renews_too_late = LeaseConfig { renew_every_ms: 6_000, ..LeaseConfig::default() };
+    /// assert!(renews_too_late.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), String> {
-        if self.duration_ms == 0 || self.renew_every_ms == 0 {
-            return Err("lease duration and renewal interval must be positive".into());
+        if self.duration_ms == 0 {
+            return Err("lease duration_ms must be positive".to_string());
         }
-        if self.renew_every_ms * 2 > self.duration_ms {
+        if self.renew_every_ms == 0 || self.renew_every_ms >= self.duration_ms {
             return Err(format!(
-                "a lease of {} ms renewed every {} ms runs out between two renewals: renew at \
-                 least twice per lease",
-                self.duration_ms, self.renew_every_ms
+                "renew_every_ms ({}) must be positive and below duration_ms ({})",
+                self.renew_every_ms, self.duration_ms
             ));
         }
-        if self.drift_ppm >= 100_000 {
-            return Err("clock drift over 10% is not a clock".into());
+        if self.drift_ppm > DRIFT_PPM_MAX {
+            return Err(format!(
+                "drift_ppm ({}) above {DRIFT_PPM_MAX}: clocks that far apart are broken",
+                self.drift_ppm
+            ));
+        }
+        if self.checked_reassign_wait_ms().is_none() {
+            return Err("duration_ms stretched by drift_ppm plus margin_ms overflows u64".into());
         }
         Ok(())
     }
 
-    /// How long a coordinator waits before giving a gone owner's shards to another node.
+    /// How long a coordinator waits, on its own clock, before a gone owner's shards may go to
+    /// another node: `duration_ms` stretched by `drift_ppm` (rounded up), plus `margin_ms`.
+    /// Saturates at `u64::MAX` for a configuration [`LeaseConfig::validate`] refuses.
     ///
     /// ```
     /// use tessera_host::sharding::lease::LeaseConfig;
-    /// assert_eq!(LeaseConfig::default().reassign_wait_ms(), 6_000 + 6 + 500);
+    /// let config = LeaseConfig { duration_ms: 1_000, drift_ppm: 1, margin_ms: 0, ..LeaseConfig::default() };
+    /// assert_eq!(config.reassign_wait_ms(), 1_001);
     /// ```
     pub fn reassign_wait_ms(&self) -> u64 {
-        let stretch = (self.duration_ms * self.drift_ppm).div_ceil(1_000_000);
-        self.duration_ms + stretch + self.margin_ms
+        self.checked_reassign_wait_ms().unwrap_or(u64::MAX)
+    }
+
+    fn checked_reassign_wait_ms(&self) -> Option<u64> {
+        let stretched = u128::from(self.duration_ms)
+            * u128::from(PARTS_PER_MILLION + self.drift_ppm.min(PARTS_PER_MILLION));
+        let stretched_ms = u64::try_from(stretched.div_ceil(u128::from(PARTS_PER_MILLION))).ok()?;
+        stretched_ms.checked_add(self.margin_ms)
     }
 }
 
-/// The holder's side: one per node, read on every local delivery (one atomic load).
+/// A renewal on its way to the log: remembers when it was sent, and for which lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    sent_ms: u64,
+    lease_id: u64,
+    revocations: u64,
+}
+
+/// The holder's side, one per node. Read on every delivery: [`Lease::is_valid`] is one atomic
+/// load and a compare. Writers (renewal answers, refusals) are rare and take a small lock so
+/// that a refusal and a late answer cannot interleave.
 ///
 /// ```
 /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
 /// let lease = Lease::new(LeaseConfig::default());
 /// assert!(!lease.is_valid(0));
 /// let renewal = lease.renewal_sent(1_000);
+/// // ... the log commits it; the answer arrives much later ...
 /// lease.renewal_committed(renewal);
 /// assert!(lease.is_valid(6_999));
 /// assert!(!lease.is_valid(7_000));
@@ -95,63 +144,220 @@ impl LeaseConfig {
 #[derive(Debug)]
 pub struct Lease {
     duration_ms: u64,
-    /// Serving allowed while `now < valid_until`; 0 is invalid, `u64::MAX` always valid.
-    valid_until: AtomicU64,
-}
-
-/// A renewal in flight: remembers when it was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Renewal {
-    sent_ms: u64,
+    lease_id: u64,
+    /// Serving is allowed while `now < valid_until_ms`: 0 never, `u64::MAX` always.
+    valid_until_ms: AtomicU64,
+    /// How often the lease was revoked; a ticket issued before the last revocation is void.
+    revocations: Mutex<u64>,
 }
 
 impl Lease {
-    /// A lease not yet renewed (invalid).
+    /// A lease that was never renewed: invalid until a renewal commits.
     pub fn new(config: LeaseConfig) -> Lease {
-        Lease {
-            duration_ms: config.duration_ms,
-            valid_until: AtomicU64::new(0),
-        }
+        debug_assert!(
+            config.validate().is_ok(),
+            "lease config must be validated first"
+        );
+        Lease::with_valid_until(config.duration_ms, 0)
     }
 
-    /// A lease that never runs out: a single node, which nobody else can replace.
+    /// A lease that is valid until revoked: a single node, which no other node can replace.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::Lease;
+    /// assert!(Lease::always_valid().is_valid(123_456));
+    /// ```
     pub fn always_valid() -> Lease {
+        Lease::with_valid_until(LeaseConfig::default().duration_ms, u64::MAX)
+    }
+
+    fn with_valid_until(duration_ms: u64, valid_until_ms: u64) -> Lease {
         Lease {
-            duration_ms: u64::MAX,
-            valid_until: AtomicU64::new(u64::MAX),
+            duration_ms,
+            lease_id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
+            valid_until_ms: AtomicU64::new(valid_until_ms),
+            revocations: Mutex::new(0),
         }
     }
 
-    /// Notes a renewal sent at `now_ms`.
+    /// A ticket for a renewal sent now: put it in the renewal command and hand it back to
+    /// [`Lease::renewal_committed`] when the log answers that it committed.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
+    /// let lease = Lease::new(LeaseConfig::default());
+    /// let renewal = lease.renewal_sent(42); // travels with the renewal command
+    /// lease.renewal_committed(renewal);
+    /// assert_eq!(lease.valid_until_ms(), Some(42 + 6_000));
+    /// ```
     pub fn renewal_sent(&self, now_ms: u64) -> Renewal {
-        Renewal { sent_ms: now_ms }
+        Renewal {
+            sent_ms: now_ms,
+            lease_id: self.lease_id,
+            revocations: *self.lock_revocations(),
+        }
     }
 
-    /// The renewal committed: serve until its send time plus the duration (never shortened by
-    /// an older renewal answered late).
+    /// The log committed `renewal`: the node may serve until its send time plus the duration.
+    /// Never shortens the lease (answers may arrive out of order), and ignores a ticket issued
+    /// by another lease or before the last [`Lease::revoke`].
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
+    /// let lease = Lease::new(LeaseConfig::default());
+    /// let (older, newer) = (lease.renewal_sent(0), lease.renewal_sent(1_500));
+    /// lease.renewal_committed(newer);
+    /// lease.renewal_committed(older);
+    /// assert_eq!(lease.valid_until_ms(), Some(7_500));
+    /// ```
     pub fn renewal_committed(&self, renewal: Renewal) {
-        let until = renewal.sent_ms.saturating_add(self.duration_ms);
-        self.valid_until.fetch_max(until, Ordering::AcqRel);
+        let revocations = self.lock_revocations();
+        if renewal.lease_id != self.lease_id || renewal.revocations != *revocations {
+            return;
+        }
+        let until_ms = renewal.sent_ms.saturating_add(self.duration_ms);
+        self.valid_until_ms.fetch_max(until_ms, Ordering::AcqRel);
     }
 
-    /// The cluster refused the renewal (this member is down or removed): stop serving now.
+    /// The log refused a renewal (this member is down or removed): invalid from now on, and
+    /// answers to renewals sent before now no longer count. Later renewals count again.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
+    /// let lease = Lease::new(LeaseConfig::default());
+    /// let before = lease.renewal_sent(0);
+    /// lease.revoke();
+    /// lease.renewal_committed(before);
+    /// assert!(!lease.is_valid(1));
+    /// ```
     pub fn revoke(&self) {
-        if self.duration_ms != u64::MAX {
-            self.valid_until.store(0, Ordering::Release);
-        }
+        let mut revocations = self.lock_revocations();
+        *revocations += 1;
+        self.valid_until_ms.store(0, Ordering::Release);
     }
 
-    /// Whether this node may serve at `now_ms`.
+    /// Whether this node may serve its shards at `now_ms` (one atomic load and a compare).
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
+    /// let lease = Lease::new(LeaseConfig::default());
+    /// lease.renewal_committed(lease.renewal_sent(10));
+    /// assert!(lease.is_valid(10) && !lease.is_valid(6_010));
+    /// ```
+    #[inline]
     pub fn is_valid(&self, now_ms: u64) -> bool {
-        now_ms < self.valid_until.load(Ordering::Acquire)
+        now_ms < self.valid_until_ms.load(Ordering::Acquire)
     }
 
-    /// Until when it may serve, if it may at all.
+    /// The first instant the lease no longer allows serving; `None` if it never did or was
+    /// revoked. `Some(u64::MAX)` for [`Lease::always_valid`].
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{Lease, LeaseConfig};
+    /// let lease = Lease::new(LeaseConfig::default());
+    /// assert_eq!(lease.valid_until_ms(), None);
+    /// ```
     pub fn valid_until_ms(&self) -> Option<u64> {
-        match self.valid_until.load(Ordering::Acquire) {
+        match self.valid_until_ms.load(Ordering::Acquire) {
             0 => None,
-            until => Some(until),
+            until_ms => Some(until_ms),
         }
+    }
+
+    fn lock_revocations(&self) -> std::sync::MutexGuard<'_, u64> {
+        // Nothing panics while the lock is held, so a poisoned lock still holds a sound count.
+        self.revocations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The coordinator's side: may the shards of an owner that is gone (removed by an operator) go
+/// to another node yet? Only once that owner's lease must have run out: `reassign_wait_ms` after
+/// the later of this guard's start (a new coordinator cannot know what an earlier one saw) and
+/// the moment it first saw the owner gone, on the coordinator's clock. An owner never passed
+/// to [`ReassignGuard::owner_gone`] is never ready.
+///
+/// ```
+/// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
+/// let config = LeaseConfig::default();
+/// let mut guard = ReassignGuard::new(config, 0);
+/// guard.owner_gone("node-3", 10_000);
+/// assert!(!guard.may_reassign("node-3", 10_000 + config.reassign_wait_ms() - 1));
+/// assert!(guard.may_reassign("node-3", 10_000 + config.reassign_wait_ms()));
+/// ```
+#[derive(Debug)]
+pub struct ReassignGuard {
+    wait_ms: u64,
+    started_ms: u64,
+    gone_since_ms: BTreeMap<String, u64>,
+}
+
+impl ReassignGuard {
+    /// A guard for a coordinator instance that started at `started_ms`, remembering nothing.
+    pub fn new(config: LeaseConfig, started_ms: u64) -> ReassignGuard {
+        ReassignGuard {
+            wait_ms: config.reassign_wait_ms(),
+            started_ms,
+            gone_since_ms: BTreeMap::new(),
+        }
+    }
+
+    /// Notes that `node` is gone at `now_ms`. Idempotent: the first sighting counts. Ignored
+    /// when [`GONE_OWNERS_MAX`] owners are tracked already (that owner stays not ready).
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
+    /// let mut guard = ReassignGuard::new(LeaseConfig::default(), 0);
+    /// guard.owner_gone("a", 100);
+    /// guard.owner_gone("a", 5_000);
+    /// assert_eq!(guard.wait_left_ms("a", 100), Some(LeaseConfig::default().reassign_wait_ms()));
+    /// ```
+    pub fn owner_gone(&mut self, node: &str, now_ms: u64) {
+        if self.gone_since_ms.contains_key(node) || self.gone_since_ms.len() >= GONE_OWNERS_MAX {
+            return;
+        }
+        self.gone_since_ms.insert(node.to_string(), now_ms);
+    }
+
+    /// Forgets `node`: it came back as a member, or none of its shards is left to reassign.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
+    /// let mut guard = ReassignGuard::new(LeaseConfig::default(), 0);
+    /// guard.owner_gone("a", 0);
+    /// guard.owner_back("a");
+    /// assert_eq!(guard.wait_left_ms("a", u64::MAX), None);
+    /// ```
+    pub fn owner_back(&mut self, node: &str) {
+        self.gone_since_ms.remove(node);
+    }
+
+    /// Whether `node`'s shards may go to another node at `now_ms`.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
+    /// let guard = ReassignGuard::new(LeaseConfig::default(), 0);
+    /// assert!(!guard.may_reassign("never-seen-gone", u64::MAX));
+    /// ```
+    pub fn may_reassign(&self, node: &str, now_ms: u64) -> bool {
+        self.wait_left_ms(node, now_ms) == Some(0)
+    }
+
+    /// How long until `node`'s shards may be reassigned (`Some(0)`: now); `None` if `node` is
+    /// not tracked as gone.
+    ///
+    /// ```
+    /// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
+    /// let config = LeaseConfig::default();
+    /// let mut guard = ReassignGuard::new(config, 50_000);
+    /// guard.owner_gone("a", 1_000); // seen before this coordinator started: wait from its start
+    /// assert_eq!(guard.wait_left_ms("a", 50_000), Some(config.reassign_wait_ms()));
+    /// ```
+    pub fn wait_left_ms(&self, node: &str, now_ms: u64) -> Option<u64> {
+        let seen_ms = *self.gone_since_ms.get(node)?;
+        let ready_ms = seen_ms.max(self.started_ms).saturating_add(self.wait_ms);
+        Some(ready_ms.saturating_sub(now_ms))
     }
 }
 
@@ -196,8 +402,11 @@ impl NodeLease {
 
     /// Whether this node may serve now (no clock read for a lease that never runs out).
     pub fn is_valid_now(&self) -> bool {
-        self.lease.valid_until.load(Ordering::Relaxed) == u64::MAX
-            || self.lease.is_valid(self.now_ms())
+        match self.lease.valid_until_ms() {
+            Some(u64::MAX) => true,
+            Some(_) => self.lease.is_valid(self.now_ms()),
+            None => false,
+        }
     }
 
     /// The lease itself.
@@ -206,93 +415,120 @@ impl NodeLease {
     }
 }
 
-/// The coordinator's side: when may a gone owner's shards go to another node?
-///
-/// ```
-/// use tessera_host::sharding::lease::{LeaseConfig, ReassignGuard};
-/// let config = LeaseConfig::default();
-/// let mut guard = ReassignGuard::new(config, 0);
-/// guard.owner_gone("node-3", 10_000);
-/// assert!(!guard.may_reassign("node-3", 10_000 + config.reassign_wait_ms() - 1));
-/// assert!(guard.may_reassign("node-3", 10_000 + config.reassign_wait_ms()));
-/// ```
-#[derive(Debug)]
-pub struct ReassignGuard {
-    config: LeaseConfig,
-    started_ms: u64,
-    gone: HashMap<String, u64>,
-}
-
-impl ReassignGuard {
-    /// A guard for a coordinator started at `started_ms`.
-    pub fn new(config: LeaseConfig, started_ms: u64) -> ReassignGuard {
-        ReassignGuard {
-            config,
-            started_ms,
-            gone: HashMap::new(),
-        }
-    }
-
-    /// Notes that `node` is gone, at `now_ms` (the first sighting counts).
-    pub fn owner_gone(&mut self, node: &str, now_ms: u64) {
-        if self.gone.contains_key(node) || self.gone.len() >= GONE_OWNERS_MAX {
-            return;
-        }
-        self.gone.insert(node.to_string(), now_ms);
-    }
-
-    /// Forgets `node` (it joined again).
-    pub fn owner_back(&mut self, node: &str) {
-        self.gone.remove(node);
-    }
-
-    /// How long until `node`'s shards may be reassigned; `None` if not known gone.
-    pub fn wait_left_ms(&self, node: &str, now_ms: u64) -> Option<u64> {
-        let seen = *self.gone.get(node)?;
-        let from = seen.max(self.started_ms);
-        let ready = from.saturating_add(self.config.reassign_wait_ms());
-        Some(ready.saturating_sub(now_ms))
-    }
-
-    /// Whether `node`'s lease must have run out by `now_ms`.
-    pub fn may_reassign(&self, node: &str, now_ms: u64) -> bool {
-        self.wait_left_ms(node, now_ms) == Some(0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_late_answer_to_an_old_renewal_does_not_shorten_the_lease() {
+    fn configs_that_cannot_work_are_refused() {
+        // (duration, renew every, drift, margin): zero duration, zero or too slow renewal,
+        // impossible drift, overflowing wait.
+        let refused = [
+            (0, 1_500, 1_000, 500),
+            (6_000, 0, 1_000, 500),
+            (6_000, 6_000, 1_000, 500),
+            (6_000, 1_500, DRIFT_PPM_MAX + 1, 500),
+            (6_000, 1_500, 1_000, u64::MAX),
+        ];
+        for (duration_ms, renew_every_ms, drift_ppm, margin_ms) in refused {
+            let config = LeaseConfig {
+                duration_ms,
+                renew_every_ms,
+                drift_ppm,
+                margin_ms,
+            };
+            assert!(config.validate().is_err(), "{config:?} must be refused");
+        }
+        let overflowing = LeaseConfig {
+            margin_ms: u64::MAX,
+            ..LeaseConfig::default()
+        };
+        assert_eq!(overflowing.reassign_wait_ms(), u64::MAX);
+    }
+
+    #[test]
+    fn a_refusal_wins_over_answers_to_earlier_renewals() {
         let lease = Lease::new(LeaseConfig::default());
-        let (old, new) = (lease.renewal_sent(0), lease.renewal_sent(1_500));
-        lease.renewal_committed(new);
-        lease.renewal_committed(old);
-        assert_eq!(lease.valid_until_ms(), Some(7_500));
+        lease.renewal_committed(lease.renewal_sent(0));
+        let in_flight = lease.renewal_sent(1_500);
+        lease.revoke();
+        assert!(!lease.is_valid(1_600));
+        lease.renewal_committed(in_flight);
+        assert_eq!(lease.valid_until_ms(), None);
+        lease.renewal_committed(lease.renewal_sent(3_000));
+        assert_eq!(lease.valid_until_ms(), Some(9_000));
+    }
+
+    #[test]
+    fn a_ticket_only_counts_for_the_lease_that_issued_it() {
+        let before_restart = Lease::new(LeaseConfig::default());
+        let after_restart = Lease::new(LeaseConfig::default());
+        after_restart.renewal_committed(before_restart.renewal_sent(0));
+        assert!(!after_restart.is_valid(0));
+    }
+
+    #[test]
+    fn a_single_node_lease_is_valid_until_revoked() {
+        let lease = Lease::always_valid();
+        assert_eq!(lease.valid_until_ms(), Some(u64::MAX));
+        assert!(lease.is_valid(u64::MAX - 1));
         lease.revoke();
         assert!(!lease.is_valid(0));
     }
 
     #[test]
-    fn a_new_coordinator_waits_from_its_own_start() {
+    fn the_guard_waits_from_the_later_of_start_and_first_sighting() {
         let config = LeaseConfig::default();
-        let mut guard = ReassignGuard::new(config, 50_000);
-        guard.owner_gone("a", 1_000);
-        assert_eq!(
-            guard.wait_left_ms("a", 50_000),
-            Some(config.reassign_wait_ms())
-        );
-        assert_eq!(guard.wait_left_ms("b", 50_000), None);
-        guard.owner_back("a");
-        assert!(!guard.may_reassign("a", u64::MAX));
+        let wait_ms = config.reassign_wait_ms();
+        let mut guard = ReassignGuard::new(config, 10_000);
+        guard.owner_gone("early", 2_000);
+        guard.owner_gone("late", 20_000);
+        assert_eq!(guard.wait_left_ms("early", 10_000), Some(wait_ms));
+        assert!(guard.may_reassign("early", 10_000 + wait_ms));
+        assert!(!guard.may_reassign("late", 20_000 + wait_ms - 1));
+        assert!(guard.may_reassign("late", 20_000 + wait_ms));
+        assert_eq!(guard.wait_left_ms("unknown", 0), None);
     }
 
     #[test]
-    fn a_single_node_lease_never_runs_out() {
-        let lease = Lease::always_valid();
-        lease.revoke();
-        assert!(lease.is_valid(u64::MAX - 1));
+    fn a_full_guard_never_reassigns_an_owner_it_could_not_track() {
+        let mut guard = ReassignGuard::new(LeaseConfig::default(), 0);
+        for index in 0..GONE_OWNERS_MAX {
+            guard.owner_gone(&format!("node-{index}"), 0);
+        }
+        guard.owner_gone("one-too-many", 0);
+        assert!(!guard.may_reassign("one-too-many", u64::MAX));
+        guard.owner_back("node-0");
+        guard.owner_gone("one-too-many", 0);
+        assert!(guard.may_reassign("one-too-many", u64::MAX));
+    }
+
+    /// The safety argument, checked over many clock pairs and timings: however fast the
+    /// coordinator's clock runs against the holder's (within `drift_ppm`), the holder's lease
+    /// ends, in real time, no later than the coordinator may reassign.
+    #[test]
+    fn a_lease_ends_before_the_guard_allows_reassignment_for_any_allowed_drift() {
+        let config = LeaseConfig::default();
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        for _ in 0..10_000 {
+            // Rates in ppm around 1, at most `drift_ppm` apart in total.
+            let half = (config.drift_ppm / 2) as i64;
+            let holder_rate = next(config.drift_ppm / 2 + 1) as i64 * 2 - half;
+            let coordinator_rate = next(config.drift_ppm / 2 + 1) as i64 * 2 - half;
+            let real = |local_elapsed: u64, rate_ppm: i64| -> f64 {
+                local_elapsed as f64 / (1.0 + rate_ppm as f64 / 1e6)
+            };
+            let sent_real = next(100_000) as f64;
+            let removed_real = sent_real + next(5_000) as f64;
+            let lease_end_real = sent_real + real(config.duration_ms, holder_rate);
+            let reassign_real = removed_real + real(config.reassign_wait_ms(), coordinator_rate);
+            assert!(lease_end_real <= reassign_real);
+        }
     }
 }

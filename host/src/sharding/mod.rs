@@ -13,6 +13,7 @@ pub mod coordinator;
 pub mod extractor;
 pub mod handoff;
 pub mod lease;
+pub mod lease_sim;
 pub mod link;
 pub mod local;
 pub mod membership;

@@ -43,6 +43,8 @@ struct Handoff {
     waiting: BTreeSet<NodeId>,
     /// When the losing region was last told (it is told again if it restarts meanwhile).
     told: Instant,
+    /// The losing region reported it done; the completion is being committed.
+    completed: bool,
 }
 
 /// Whether a shard's owner can serve it, as far as the coordinator knows.
@@ -94,6 +96,9 @@ pub struct CoordinatorHandle {
     queries: mpsc::Sender<CoordinatorQuery>,
 }
 
+mod handle;
+mod handoffs;
+
 impl Coordinator {
     /// Validates `config`, reads the committed allocation table, starts the coordinator task
     /// and connects it to `switchboard`. Must be called inside a Tokio runtime.
@@ -128,6 +133,26 @@ impl Coordinator {
     ) -> Result<CoordinatorHandle, CoordinatorError> {
         config.validate()?;
         let table = plane.store().shard_table()?;
+        // Handoffs a previous coordinator started: their losing regions are told again soon.
+        let told = Instant::now()
+            .checked_sub(config.request_timeout * 4)
+            .unwrap_or_else(Instant::now);
+        let handoffs = plane
+            .store()
+            .shard_handoffs()?
+            .into_iter()
+            .filter_map(|(key, from)| {
+                let to = table.get(&key)?.clone();
+                let handoff = Handoff {
+                    from,
+                    to,
+                    waiting: BTreeSet::new(),
+                    told,
+                    completed: false,
+                };
+                Some((key, handoff))
+            })
+            .collect();
         let (commands, command_receiver) = mpsc::channel(config.command_buffer);
         let (queries, query_receiver) = mpsc::channel(config.command_buffer);
         switchboard.connect_coordinator(commands.clone());
@@ -138,7 +163,7 @@ impl Coordinator {
         let coordinator = Coordinator {
             config,
             table,
-            handoffs: BTreeMap::new(),
+            handoffs,
             history: RebalanceHistory::default(),
             members,
             switchboard,
@@ -241,7 +266,7 @@ impl Coordinator {
                         .get(&key)
                         .is_some_and(|handoff| handoff.to.generation == generation)
                     {
-                        self.finish_handoff(&key);
+                        self.finish_handoff(&key).await;
                     }
                 }
                 CoordinatorCommand::MoveShard { key, to } => self.move_shard(key, to).await,
@@ -466,209 +491,5 @@ impl Coordinator {
         let recorded = self.apply_moves(spread).await;
         self.history
             .record(RebalanceReason::GracefulSpread, recorded);
-    }
-
-    /// Commits planned moves, then acts on them: a move from an eligible owner becomes a
-    /// handoff, a move from a dead owner is announced at once. Returns the committed moves.
-    async fn apply_moves(&mut self, movements: Vec<ShardMovement>) -> Vec<ShardMovement> {
-        if movements.is_empty() {
-            return movements;
-        }
-        let assignments = movements
-            .iter()
-            .map(|movement| (movement.key.clone(), movement.to.clone()))
-            .collect();
-        let assigned = match self.commit(assignments).await {
-            Ok(assigned) => assigned,
-            Err(error) => {
-                tracing::warn!(%error, "shard moves not committed; the next round retries");
-                return Vec::new();
-            }
-        };
-        let mut recorded = Vec::with_capacity(movements.len());
-        for (mut movement, (key, to)) in movements.into_iter().zip(assigned) {
-            debug_assert_eq!(movement.key, key, "assignments commit in the order given");
-            movement.generation = to.generation;
-            self.table.insert(key.clone(), to.clone());
-            if self.owner(&movement.from) == Owner::Serving {
-                let handoff = Handoff {
-                    from: movement.from.clone(),
-                    to: to.clone(),
-                    waiting: BTreeSet::new(),
-                    told: Instant::now(),
-                };
-                self.handoffs.insert(key.clone(), handoff);
-                self.send(&movement.from, LinkMessage::HandOff { key, to });
-            } else {
-                self.announce(&key, &to, &BTreeSet::new());
-            }
-            recorded.push(movement);
-        }
-        recorded
-    }
-
-    /// Looks after handoffs in flight: one whose losing region is gone for good is settled
-    /// (its state was shared, or declared lost); one whose losing region is alive is told
-    /// again if it has not answered for a while (it may have restarted); one whose new owner
-    /// went away is sent to another node.
-    async fn tend_handoffs(&mut self, eligible: &[NodeId]) {
-        let resend_after = self.config.request_timeout * 4;
-        let mut settle = Vec::new();
-        let mut retarget = Vec::new();
-        for (key, handoff) in &mut self.handoffs {
-            match (self.guard.is_some(), eligible.contains(&handoff.from)) {
-                (false, false) => {
-                    settle.push(key.clone());
-                    continue;
-                }
-                (false, true) => continue,
-                (true, _) => {}
-            }
-            let from = {
-                let members = self.members.borrow();
-                match members.get(&handoff.from) {
-                    Some(member) if member.is_serving() => Owner::Serving,
-                    Some(member) if member.status != MemberStatus::Removed => Owner::Held,
-                    _ => Owner::Lost,
-                }
-            };
-            match from {
-                Owner::Lost => settle.push(key.clone()),
-                Owner::Held => {}
-                Owner::Serving if !eligible.contains(&handoff.to.node) => {
-                    retarget.push(key.clone());
-                }
-                Owner::Serving if handoff.told.elapsed() >= resend_after => {
-                    handoff.told = Instant::now();
-                    let message = LinkMessage::HandOff {
-                        key: key.clone(),
-                        to: handoff.to.clone(),
-                    };
-                    if let Err(error) = self.switchboard.send_to_region(&handoff.from, message) {
-                        tracing::warn!(%key, %error, "handoff not re-sent");
-                    }
-                }
-                Owner::Serving => {}
-            }
-        }
-        for key in settle {
-            if self.owner_of_handoff_is_lost(&key) {
-                self.finish_handoff(&key);
-            }
-        }
-        for key in retarget {
-            self.retarget(key, eligible).await;
-        }
-    }
-
-    /// Whether a handoff may settle without its losing region: always when state is shared,
-    /// else once the removed owner's lease has run out.
-    fn owner_of_handoff_is_lost(&self, key: &ShardKey) -> bool {
-        let Some(handoff) = self.handoffs.get(key) else {
-            return false;
-        };
-        self.guard.is_none() || self.owner(&handoff.from) == Owner::Lost
-    }
-
-    /// Sends a handoff whose new owner went away to another eligible node (or back to the
-    /// losing one, if it is up).
-    async fn retarget(&mut self, key: ShardKey, eligible: &[NodeId]) {
-        let Some(handoff) = self.handoffs.get(&key) else {
-            return;
-        };
-        let candidates: Vec<NodeId> = eligible
-            .iter()
-            .filter(|node| **node != handoff.to.node)
-            .cloned()
-            .collect();
-        let Some(target) = rebalance::least_shards_owner(&self.table, &key.type_key, &candidates)
-        else {
-            return;
-        };
-        let assigned = match self.commit(vec![(key.clone(), target)]).await {
-            Ok(assigned) => assigned,
-            Err(error) => {
-                tracing::warn!(%key, %error, "handoff retarget not committed; retrying");
-                return;
-            }
-        };
-        let Some((_, to)) = assigned.into_iter().next() else {
-            return;
-        };
-        self.table.insert(key.clone(), to.clone());
-        if let Some(handoff) = self.handoffs.get_mut(&key) {
-            tracing::info!(%key, from = %handoff.from, to = %to.node, "handoff sent to another node");
-            handoff.to = to.clone();
-            handoff.told = Instant::now();
-            let message = LinkMessage::HandOff { key, to };
-            if let Err(error) = self.switchboard.send_to_region(&handoff.from, message) {
-                tracing::warn!(%error, "retargeted handoff not sent");
-            }
-        }
-    }
-
-    fn finish_handoff(&mut self, key: &ShardKey) {
-        let Some(handoff) = self.handoffs.remove(key) else {
-            return;
-        };
-        self.announce(key, &handoff.to, &handoff.waiting);
-    }
-
-    /// Tells every connected region (and every waiting requester) where `key` lives now.
-    fn announce(&self, key: &ShardKey, allocation: &Allocation, waiting: &BTreeSet<NodeId>) {
-        let mut targets: BTreeSet<NodeId> = self.switchboard.regions().into_iter().collect();
-        targets.extend(waiting.iter().cloned());
-        for node in targets {
-            self.send(
-                &node,
-                LinkMessage::Allocated {
-                    key: key.clone(),
-                    allocation: allocation.clone(),
-                },
-            );
-        }
-    }
-}
-
-impl CoordinatorHandle {
-    /// Detaches the coordinator from `switchboard`, so that the task ends once every handle
-    /// is dropped (this node stopped being the one that runs it).
-    pub fn disconnect(&self, switchboard: &Switchboard) {
-        switchboard.disconnect_coordinator_if(&self.commands);
-    }
-
-    /// Sends a command, waiting for room in the inbox.
-    pub async fn command(&self, command: CoordinatorCommand) -> Result<(), CoordinatorError> {
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| CoordinatorError::Stopped)
-    }
-
-    async fn query<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> CoordinatorQuery,
-    ) -> Result<T, CoordinatorError> {
-        let (reply, receiver) = oneshot::channel();
-        self.queries
-            .send(make(reply))
-            .await
-            .map_err(|_| CoordinatorError::Stopped)?;
-        receiver.await.map_err(|_| CoordinatorError::Stopped)
-    }
-
-    /// The allocation table.
-    pub async fn allocation_table(&self) -> Result<AllocationTable, CoordinatorError> {
-        self.query(CoordinatorQuery::Table).await
-    }
-
-    /// The kept rebalance rounds, oldest first.
-    pub async fn rebalance_rounds(&self) -> Result<Vec<RebalanceRound>, CoordinatorError> {
-        self.query(CoordinatorQuery::Rounds).await
-    }
-
-    /// Shards with a handoff in progress.
-    pub async fn moving_shards(&self) -> Result<BTreeSet<ShardKey>, CoordinatorError> {
-        self.query(CoordinatorQuery::Moving).await
     }
 }
