@@ -344,21 +344,46 @@ fn shards_move_with_their_state_under_load() {
     );
 
     // kill -9 of the metadata primary, which runs the coordinator: a new primary takes over
-    // and allocation goes on there.
+    // and allocation goes on there. (Every shard of `counter` is allocated by now, so the
+    // fresh entities are of a second type, deployed before the kill, whose shards are new.)
+    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
+    let reply = request(
+        "POST",
+        &format!("{}/v1/types/tally/versions", cluster.url(survivor)),
+        &token,
+        Some(("application/wasm", plugin)),
+    )
+    .expect("deploy answered");
+    assert_eq!(reply.status, 201, "deploy tally: {}", reply.body);
     let primary_index = cluster.index_of(&primary);
-    cluster.kill(primary_index);
     let survivor = (0..VOTERS)
         .find(|index| *index != primary_index)
         .expect("a survivor");
+    wait_bound(&cluster, survivor, &token, "tally", 1);
+    cluster.kill(primary_index);
+    // Once the survivors see it gone (a shard allocated to it before that would wait for it,
+    // with whatever state it took), new shards go to the living.
+    eventually("the killed primary seen unreachable", &cluster, || {
+        let status = cluster_status(&cluster, survivor)?;
+        let member = status["members"]
+            .as_array()?
+            .iter()
+            .find(|member| member["node"] == NODES[primary_index])?
+            .clone();
+        (member["reachable"] == json!(false)).then_some(())
+    });
     for fresh in 0..16 {
+        let url = format!("{}/v1/entities/tally/t{fresh}/ask", cluster.url(survivor));
         let reply = eventually(
-            "a fresh counter allocated after the failover",
+            "a fresh shard allocated after the failover",
             &cluster,
             || {
-                let reply = ask_counter(&cluster, survivor, &token, &format!("fresh{fresh}"), 1);
+                let reply = post_json(&url, &token, &json!({"Add": 1}))?;
                 (reply.status == 200).then_some(reply)
             },
         );
-        assert_eq!(reply.json(), json!(1), "fresh{fresh}");
+        assert_eq!(reply.json(), json!(1), "tally t{fresh}");
     }
+    let status = cluster_status(&cluster, survivor).expect("status");
+    assert_ne!(status["primary"], json!(primary), "a new primary: {status}");
 }

@@ -214,6 +214,10 @@ async fn submit_patiently(
     }
 }
 
+/// How long a leaving node keeps forwarding after its last handoff was announced: envelopes
+/// routed to it just before are passed on, not lost with the process.
+pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
+
 /// How long a leaving node waits for its shards to be handed off before it exits anyway.
 pub const LEAVE_HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -301,7 +305,17 @@ impl Node {
                 .filter(|allocation| allocation.node == self.config.node_id)
                 .count();
             let held = self.region.held_shards();
-            if owned == 0 && held == 0 {
+            let handing_off = self
+                .plane
+                .store()
+                .shard_handoffs()?
+                .values()
+                .filter(|from| **from == self.config.node_id)
+                .count();
+            if owned == 0 && held == 0 && handing_off == 0 {
+                // Every move is committed complete and announced; envelopes other regions
+                // routed here before they heard are still forwarded for a moment.
+                tokio::time::sleep(LEAVE_LINGER).await;
                 return Ok(());
             }
             if Instant::now() >= deadline {
