@@ -195,7 +195,8 @@ pub(super) fn set_member_state(
 }
 
 /// Answers a lease renewal: granted to a member that may serve shards (up, leaving or
-/// exiting); refused to one that is joining, down or gone, which must stop serving.
+/// exiting) or is about to (joining: it renews before it becomes up, so it holds a lease by
+/// the time it is given shards); refused to one that is down or gone, which must stop serving.
 pub(super) fn renew_lease(
     transaction: &WriteTransaction,
     node: &str,
@@ -206,7 +207,9 @@ pub(super) fn renew_lease(
         None => return Err(MetadataError::NoMember(node.to_string())),
     };
     match record.state {
-        MemberState::Up | MemberState::Leaving | MemberState::Exiting => Ok(record.state),
+        MemberState::Joining | MemberState::Up | MemberState::Leaving | MemberState::Exiting => {
+            Ok(record.state)
+        }
         state => Err(MetadataError::LeaseRefused {
             node: node.to_string(),
             state,
@@ -243,6 +246,35 @@ mod tests {
             state,
             updated_ms: 20,
         }
+    }
+
+    #[test]
+    fn a_lease_is_renewed_only_while_the_member_may_serve() {
+        let (_dir, store) = store();
+        let renew = || Command::RenewLease { node: "n1".into() };
+        assert!(matches!(
+            store.apply(renew()),
+            Err(MetadataError::NoMember(_))
+        ));
+        store.apply(join("n1", "127.0.0.1:1")).expect("join");
+        for state in [MemberState::Joining, MemberState::Up, MemberState::Leaving] {
+            if state != MemberState::Joining {
+                store.apply(set("n1", state)).expect("step");
+            }
+            assert_eq!(store.apply(renew()), Ok(Applied::LeaseRenewed), "{state:?}");
+        }
+        store.apply(set("n1", MemberState::Down)).expect("down");
+        assert!(matches!(
+            store.apply(renew()),
+            Err(MetadataError::LeaseRefused { .. })
+        ));
+        store
+            .apply(set("n1", MemberState::Removed))
+            .expect("removed");
+        assert!(matches!(
+            store.apply(renew()),
+            Err(MetadataError::NoMember(_))
+        ));
     }
 
     #[test]

@@ -139,24 +139,10 @@ pub(super) async fn join_as_member(
         roles: advertised_roles(config),
         joined_ms: now_ms,
     };
-    if let Applied::Member(member) = submit_patiently(config, plane, join).await?
-        && member.state == MemberState::Joining
-    {
-        let up = Command::SetMemberState {
-            node: config.node_id.clone(),
-            state: MemberState::Up,
-            updated_ms: now_ms,
-        };
-        // Committing `Up` proves a majority heard this node after the stamp below, like a
-        // renewal: the lease is valid from the moment the coordinator may give it shards.
-        let renewal = lease.map(|lease| lease.lease().renewal_sent(lease.now_ms()));
-        submit_patiently(config, plane, up).await?;
-        if let (Some(lease), Some(renewal)) = (lease, renewal) {
-            lease.lease().renewal_committed(renewal);
-        }
-    }
+    let joined = submit_patiently(config, plane, join).await?;
     if let Some(lease) = lease {
-        // A restarted member (up already) serves once its first renewal commits.
+        // A lease before `Up`: the coordinator may give this node shards the moment `Up`
+        // commits, and it must be able to serve them then.
         let deadline = Instant::now() + join_timeout(config);
         while let Err(error) = super::lease::renew(&config.node_id, plane, lease).await {
             if Instant::now() >= deadline {
@@ -166,6 +152,16 @@ pub(super) async fn join_as_member(
             }
             tokio::time::sleep(JOIN_RETRY).await;
         }
+    }
+    if let Applied::Member(member) = joined
+        && member.state == MemberState::Joining
+    {
+        let up = Command::SetMemberState {
+            node: config.node_id.clone(),
+            state: MemberState::Up,
+            updated_ms: now_ms,
+        };
+        submit_patiently(config, plane, up).await?;
     }
     Ok(())
 }
