@@ -208,3 +208,74 @@ async fn a_new_coordinator_continues_the_committed_table() {
     let after = eventually(&second, |table| table.len() == 5).await;
     assert!(after[&key_of(&fresh, 16)].generation > newest);
 }
+
+/// Owners that hold their shards' state: a cut-off owner keeps its shards (answered
+/// `shard_unavailable`), and a removed one loses them only after its lease has run out.
+#[tokio::test(start_paused = true)]
+async fn a_held_shard_waits_for_its_owner_and_a_removed_owner_for_its_lease() {
+    use crate::contract::ErrorKind;
+    use crate::sharding::lease::LeaseConfig;
+    use crate::sharding::{MemberStatus, ShardMoves};
+    let lease = LeaseConfig {
+        duration_ms: 400,
+        renew_every_ms: 100,
+        drift_ppm: 1_000,
+        margin_ms: 100,
+    };
+    let config = ShardingConfig {
+        moves: ShardMoves::OwnerHoldsState(lease),
+        ..test_config()
+    };
+    let cluster = cluster(2, config, None).await;
+    // Node-0 alone asks for these, so only node-0 (and the coordinator) knows their home.
+    let ids = one_id_per_shard(16);
+    for id in ids.values() {
+        let reply = cluster.regions[0].ask(counter().entity(id.clone()), b"warm".to_vec(), None);
+        assert!(reply.await.is_ok());
+    }
+    let table = cluster.coordinator.allocation_table().await.unwrap();
+    let id = ids
+        .values()
+        .find(|id| table[&key_of(id, 16)].node == "node-0")
+        .expect("node-0 owns some shards")
+        .clone();
+    let address = counter().entity(id.clone());
+
+    // Cut off: not moved, and nobody else serves it.
+    cluster.membership.set_unreachable("node-0", true);
+    let refused = cluster.regions[1]
+        .ask(address.clone(), b"x".to_vec(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::ShardUnavailable, "{refused}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let table = cluster.coordinator.allocation_table().await.unwrap();
+    assert_eq!(table[&key_of(&id, 16)].node, "node-0", "held, not moved");
+
+    // Removed by an operator: its state is declared lost, but its lease may still run, so
+    // the shard waits `reassign_wait_ms` before it goes to node-1.
+    cluster
+        .membership
+        .set_status("node-0", Vec::<String>::new(), MemberStatus::Removed);
+    let early = cluster.regions[1]
+        .ask(address.clone(), b"x".to_vec(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(early.kind, ErrorKind::ShardUnavailable, "{early}");
+    let moved = eventually(&cluster.coordinator, |table| {
+        table[&key_of(&id, 16)].node == "node-1"
+    })
+    .await;
+    assert_eq!(moved[&key_of(&id, 16)].node, "node-1");
+    let reply = cluster.regions[1]
+        .ask(address.clone(), b"y".to_vec(), None)
+        .await;
+    assert_eq!(reply.unwrap(), b"y");
+    let rounds = cluster.coordinator.rebalance_rounds().await.unwrap();
+    assert!(
+        rounds
+            .iter()
+            .any(|round| round.reason == RebalanceReason::DeadOwner),
+        "{rounds:?}"
+    );
+}
