@@ -326,6 +326,12 @@ impl Node {
                 region.forwarded,
             ),
             (
+                "tessera_region_forwards_refused",
+                "Forwarded envelopes the receiving region refused, from its per-envelope batch \
+                 results.",
+                region.forwards_refused,
+            ),
+            (
                 "tessera_region_shard_parts_sent",
                 "Parts of shard state sent to a shard's new owner during handoffs.",
                 region.shard_parts_sent,

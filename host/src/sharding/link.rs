@@ -87,11 +87,34 @@ impl From<WireReply> for Reply {
     }
 }
 
+/// Envelopes one region forwards to another in one message, at most.
+pub const FORWARD_BATCH_MAX: usize = 256;
+
 /// A message to a region, from a peer region or the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LinkMessage {
-    /// An envelope forwarded by a peer region.
-    Deliver(WireEnvelope),
+    /// Envelopes forwarded by a peer region, in the order they must run (at most
+    /// [`FORWARD_BATCH_MAX`]). Answered with [`LinkMessage::Delivered`].
+    Deliver {
+        /// The forwarding node, where the batch result goes.
+        from: NodeId,
+        /// The batch's number at the sender.
+        batch: u64,
+        /// The envelopes.
+        envelopes: Vec<WireEnvelope>,
+    },
+    /// The per-envelope result of a [`LinkMessage::Deliver`] batch: every envelope not listed
+    /// was accepted (delivered to its entity's mailbox, buffered, or forwarded on); those
+    /// listed, by their index in the batch, were refused with the error (an ask's asker was
+    /// answered with it too).
+    Delivered {
+        /// The batch's number.
+        batch: u64,
+        /// Envelopes accepted.
+        accepted: u32,
+        /// Envelopes refused: `(index in the batch, why)`.
+        refused: Vec<(u32, MessageError)>,
+    },
     /// The reply to an ask this region forwarded.
     AskReply {
         /// The request id from [`ReplyTo`].

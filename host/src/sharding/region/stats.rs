@@ -16,6 +16,8 @@ pub struct RegionCounters {
     pub tells_dropped: u64,
     /// Envelopes forwarded to another region.
     pub forwarded: u64,
+    /// Forwarded envelopes the receiving region refused (its per-envelope batch result).
+    pub forwards_refused: u64,
     /// Parts of shard state sent to a shard's new owner.
     pub shard_parts_sent: u64,
     /// Parts of shard state installed here (this node became a shard's owner).
@@ -30,6 +32,7 @@ pub(crate) struct RegionStats {
     refused: [AtomicU64; ERROR_KIND_COUNT],
     tells_dropped: AtomicU64,
     forwarded: AtomicU64,
+    forwards_refused: AtomicU64,
     pub(crate) shard_parts_sent: AtomicU64,
     pub(crate) shard_parts_installed: AtomicU64,
     pub(crate) shard_parts_refused: AtomicU64,
@@ -41,6 +44,10 @@ impl RegionStats {
         if tell {
             self.tells_dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    pub(crate) fn count_forward_refused(&self, _kind: ErrorKind) {
+        self.forwards_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_forwarded(&self) {
@@ -61,6 +68,7 @@ impl RegionStats {
             refused,
             tells_dropped: self.tells_dropped.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
+            forwards_refused: self.forwards_refused.load(Ordering::Relaxed),
             shard_parts_sent: self.shard_parts_sent.load(Ordering::Relaxed),
             shard_parts_installed: self.shard_parts_installed.load(Ordering::Relaxed),
             shard_parts_refused: self.shard_parts_refused.load(Ordering::Relaxed),

@@ -14,9 +14,11 @@ use super::homes::{Home, RegisteredType};
 use super::route::{Routed, Waiting, fail_all, not_registered, refuse, route_in_slot};
 use super::transfer::{self, Progress, Transfers};
 use super::{Internal, Request, Shared, recovery};
-use crate::contract::{Allocation, MessageError, Reply, ShardKey, TypeKey};
+use crate::contract::{Allocation, MessageError, NodeId, Reply, ShardKey, TypeKey};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
-use crate::sharding::link::{CoordinatorCommand, LinkMessage, WireBody, WireEnvelope};
+use crate::sharding::link::{
+    CoordinatorCommand, FORWARD_BATCH_MAX, LinkMessage, WireBody, WireEnvelope,
+};
 
 /// How long an allocation request waits for its answer before it is asked again.
 const ALLOCATION_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -62,32 +64,37 @@ impl RegionTask {
         let mut tick = tokio::time::interval(self.shared.config.coordinator_tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown_reply = None;
-        loop {
+        'serve: loop {
             // Biased: peer messages first, so that anything a peer sent before a handoff
             // finished is buffered and drained with it rather than chasing it later.
             tokio::select! {
                 biased;
                 Some(message) = links.recv() => self.on_link(message),
-                request = requests.recv() => match request {
-                    Some(Request::Allocate(key)) => self.request_allocation(key),
-                    Some(Request::Route { item, accepted }) => {
-                        let _ = accepted.send(self.route(item, Waiting::Sender));
-                    }
-                    Some(Request::RecoverType(type_key)) => {
-                        if let Some(recovery) = &self.recovery {
-                            recovery.list_shards(type_key);
+                request = requests.recv() => {
+                    // Requests that are ready join the same forwarding batches.
+                    let mut next = request;
+                    for _ in 0..FORWARD_BATCH_MAX {
+                        match next.take() {
+                            Some(Request::Shutdown(reply)) => {
+                                shutdown_reply = Some(reply);
+                                break 'serve;
+                            }
+                            None => break 'serve,
+                            Some(request) => self.on_request(request),
+                        }
+                        match requests.try_recv() {
+                            Ok(request) => next = Some(request),
+                            Err(_) => break,
                         }
                     }
-                    Some(Request::Shutdown(reply)) => {
-                        shutdown_reply = Some(reply);
-                        break;
-                    }
-                    None => break,
                 },
                 Some(message) = internal.recv() => self.on_internal(message),
                 _ = tick.tick() => self.on_tick(),
             }
+            // What queued for forwarding while handling this goes out now, one batch per peer.
+            self.forwarder.flush(&self.shared);
         }
+        self.forwarder.flush(&self.shared);
         self.shared
             .switchboard
             .disconnect_region_if(&self.shared.node, &self.link_inbox);
@@ -98,6 +105,24 @@ impl RegionTask {
         }
         if let Some(reply) = shutdown_reply {
             let _ = reply.send(());
+        }
+    }
+
+    /// One request from a handle (not `Shutdown`, which ends the loop).
+    fn on_request(&mut self, request: Request) {
+        match request {
+            Request::Allocate(key) => self.request_allocation(key),
+            Request::Route { item, accepted } => {
+                let _ = accepted.send(self.route(item, Waiting::Sender));
+            }
+            Request::RecoverType(type_key) => {
+                if let Some(recovery) = &self.recovery {
+                    recovery.list_shards(type_key);
+                }
+            }
+            Request::Shutdown(reply) => {
+                let _ = reply.send(());
+            }
         }
     }
 
@@ -168,7 +193,14 @@ impl RegionTask {
 
     fn on_link(&mut self, message: LinkMessage) {
         match message {
-            LinkMessage::Deliver(envelope) => self.on_forwarded(envelope),
+            LinkMessage::Deliver {
+                from,
+                batch,
+                envelopes,
+            } => self.on_batch(from, batch, envelopes),
+            LinkMessage::Delivered { refused, .. } => {
+                self.forwarder.on_delivered(&self.shared, &refused);
+            }
             LinkMessage::AskReply { request_id, reply } => {
                 self.forwarder.answer(request_id, Reply::from(reply));
             }
@@ -212,7 +244,26 @@ impl RegionTask {
         }
     }
 
-    fn on_forwarded(&mut self, envelope: WireEnvelope) {
+    /// Routes a peer's batch in order and answers it with the envelopes refused.
+    fn on_batch(&mut self, from: NodeId, batch: u64, envelopes: Vec<WireEnvelope>) {
+        let count = envelopes.len();
+        let mut refused = Vec::new();
+        for (index, envelope) in envelopes.into_iter().enumerate() {
+            if let Err(error) = self.on_forwarded(envelope) {
+                refused.push((index as u32, error));
+            }
+        }
+        let result = LinkMessage::Delivered {
+            batch,
+            accepted: (count - refused.len()) as u32,
+            refused,
+        };
+        if let Err(error) = self.shared.switchboard.send_to_region(&from, result) {
+            tracing::debug!(%from, %error, "batch result not sent");
+        }
+    }
+
+    fn on_forwarded(&mut self, envelope: WireEnvelope) -> Result<(), MessageError> {
         let WireEnvelope {
             address,
             key,
@@ -246,11 +297,11 @@ impl RegionTask {
                 "entity type {} is not bound on node {} yet (its catalog is catching up); retry",
                 key.type_key, self.shared.node
             ));
-            refuse(&self.shared, item, error, Waiting::Nobody);
-            return;
+            refuse(&self.shared, item, error.clone(), Waiting::Nobody);
+            return Err(error);
         }
-        // A refusal was answered to the asker already; nothing else to tell here.
-        let _ = self.route(item, Waiting::Nobody);
+        // A refusal is answered to the asker by `route` already.
+        self.route(item, Waiting::Nobody)
     }
 
     /// Records where `key` lives (unless this region knows a newer allocation or is handing

@@ -13,28 +13,37 @@ fn wire_messages_round_trip_through_messagepack() {
         generation: 3,
     };
     let messages = vec![
-        LinkMessage::Deliver(WireEnvelope {
-            address: counter().entity("c-1"),
-            key: key.clone(),
-            allocation: allocation.clone(),
-            hops: 1,
-            body: WireBody::Message {
-                payload: vec![1, 2, 3],
-                meta: crate::contract::MessageMeta {
-                    origin: Some(Box::new(crate::contract::Origin::Entity {
-                        sender: counter().entity("c-0"),
-                        seq: 7,
-                    })),
-                    chain: vec![counter().entity("c-2")],
-                    deadline: None,
+        LinkMessage::Deliver {
+            from: "node-0".into(),
+            batch: 4,
+            envelopes: vec![WireEnvelope {
+                address: counter().entity("c-1"),
+                key: key.clone(),
+                allocation: allocation.clone(),
+                hops: 1,
+                body: WireBody::Message {
+                    payload: vec![1, 2, 3],
+                    meta: crate::contract::MessageMeta {
+                        origin: Some(Box::new(crate::contract::Origin::Entity {
+                            sender: counter().entity("c-0"),
+                            seq: 7,
+                        })),
+                        chain: vec![counter().entity("c-2")],
+                        deadline: None,
+                    },
+                    reply_to: Some(ReplyTo {
+                        node: "node-0".into(),
+                        request_id: 9,
+                        timeout_ms: 750,
+                    }),
                 },
-                reply_to: Some(ReplyTo {
-                    node: "node-0".into(),
-                    request_id: 9,
-                    timeout_ms: 750,
-                }),
-            },
-        }),
+            }],
+        },
+        LinkMessage::Delivered {
+            batch: 4,
+            accepted: 0,
+            refused: vec![(0, crate::contract::MessageError::unavailable("busy"))],
+        },
         LinkMessage::AskReply {
             request_id: 9,
             reply: WireReply::Ok(vec![4]),
