@@ -123,6 +123,12 @@ impl Node {
             .collect())
     }
 
+    /// Shards being handed off now, as this node's catalog has it (committed moves whose
+    /// completion is not committed yet).
+    pub fn shards_moving(&self) -> Result<usize, NodeError> {
+        Ok(self.plane.store().shard_handoffs()?.len())
+    }
+
     /// Stops every entity (their commits complete first), flushes remembered ids and stops
     /// the region (graceful shutdown). Stopped entities stay remembered.
     pub async fn shutdown(&self) {

@@ -45,7 +45,9 @@ pub(crate) enum Request {
     /// Route this envelope from the task (the shard is remote): forward it in order.
     Route {
         item: Buffered,
-        accepted: oneshot::Sender<Result<(), MessageError>>,
+        /// Where the routing outcome goes; `None` for a one-way message, whose sender does not
+        /// wait (a refusal is counted as a dropped tell, like any failure after acceptance).
+        accepted: Option<oneshot::Sender<Result<(), MessageError>>>,
     },
     /// Restart the remembered entities of a newly registered type.
     RecoverType(TypeKey),
@@ -312,10 +314,18 @@ impl RegionHandle {
         }
     }
 
-    /// Hands `item` to the region task and waits until it is routed (so one sender's messages
-    /// stay in order), at most `request_timeout`.
+    /// Hands `item` to the region task (waiting at most `request_timeout` for room: that is
+    /// the backpressure), which forwards it in order with everything else this sender handed
+    /// it. An ask waits until it is routed, so a refusal comes back here; a one-way message
+    /// does not wait — it is forwarded, in batches, as the task gets to it.
     async fn submit(&self, item: Buffered) -> Result<(), MessageError> {
-        let (accepted, receiver) = oneshot::channel();
+        let one_way = item.body.is_one_way();
+        let (accepted, receiver) = if one_way {
+            (None, None)
+        } else {
+            let (accepted, receiver) = oneshot::channel();
+            (Some(accepted), Some(receiver))
+        };
         let wait = self.shared.config.request_timeout;
         let request = Request::Route { item, accepted };
         match tokio::time::timeout(wait, self.shared.requests.send(request)).await {
@@ -328,7 +338,10 @@ impl RegionHandle {
                 )));
             }
         }
-        receiver.await.map_err(|_| stopped())?
+        match receiver {
+            Some(receiver) => receiver.await.map_err(|_| stopped())?,
+            None => Ok(()),
+        }
     }
 
     /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its

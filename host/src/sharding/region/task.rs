@@ -73,7 +73,8 @@ impl RegionTask {
                 request = requests.recv() => {
                     // Requests that are ready join the same forwarding batches.
                     let mut next = request;
-                    for _ in 0..FORWARD_BATCH_MAX {
+                    let mut handled = 0;
+                    loop {
                         match next.take() {
                             Some(Request::Shutdown(reply)) => {
                                 shutdown_reply = Some(reply);
@@ -81,6 +82,10 @@ impl RegionTask {
                             }
                             None => break 'serve,
                             Some(request) => self.on_request(request),
+                        }
+                        handled += 1;
+                        if handled == FORWARD_BATCH_MAX {
+                            break;
                         }
                         match requests.try_recv() {
                             Ok(request) => next = Some(request),
@@ -112,8 +117,18 @@ impl RegionTask {
     fn on_request(&mut self, request: Request) {
         match request {
             Request::Allocate(key) => self.request_allocation(key),
-            Request::Route { item, accepted } => {
+            Request::Route {
+                item,
+                accepted: Some(accepted),
+            } => {
                 let _ = accepted.send(self.route(item, Waiting::Sender));
+            }
+            Request::Route {
+                item,
+                accepted: None,
+            } => {
+                // Refusals are counted (and a passivation's loss logged) by `route`.
+                let _ = self.route(item, Waiting::Nobody);
             }
             Request::RecoverType(type_key) => {
                 if let Some(recovery) = &self.recovery {
