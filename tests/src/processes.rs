@@ -20,8 +20,23 @@ pub fn run_child_if_asked() {
     std::process::exit(if exit == ExitCode::SUCCESS { 0 } else { 3 });
 }
 
-/// A loopback address that was free a moment ago.
+/// A loopback address that was free a moment ago, outside Linux's ephemeral port range
+/// (32768-60999): a node started long after the pick (a joiner, a restart) would otherwise
+/// race every connection and port-0 listener on the machine for it.
 pub fn free_address() -> SocketAddr {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const PORTS: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Spread processes over the range so that concurrent test binaries rarely probe alike.
+    let start = (std::process::id() % u32::from(PORTS)) as u16;
+    for _ in 0..PORTS {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed) % PORTS) % PORTS;
+        let address = SocketAddr::from(([127, 0, 0, 1], FIRST + offset));
+        if TcpListener::bind(address).is_ok() {
+            return address;
+        }
+    }
     let probe = TcpListener::bind("127.0.0.1:0").expect("probe port");
     probe.local_addr().expect("probe address")
 }

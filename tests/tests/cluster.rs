@@ -288,6 +288,13 @@ fn cluster_of_three_processes() {
         request("POST", &url, ADMIN, None).expect("survivor answers")
     };
     let reply = act(&primary, "remove");
+    assert_eq!(
+        reply.status, 400,
+        "a removal must say the state is lost: {}",
+        reply.body
+    );
+    assert_eq!(reply.json()["error"]["code"], "state_lost_not_confirmed");
+    let reply = act(&primary, "remove?state_lost=true");
     assert_eq!(reply.status, 409, "removing an up member: {}", reply.body);
     assert_eq!(act("nobody", "down").status, 404);
 

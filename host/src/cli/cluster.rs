@@ -27,11 +27,15 @@ enum ClusterCommand {
         /// The member's node id.
         node: String,
     },
-    /// Remove a down or exiting member; it may join again later. Shards allocated to it stay
-    /// allocated to it (their state is in its data directory) until it does.
+    /// Remove a down or exiting member; it may join again later as a new member. This
+    /// declares the state of the shards it owns lost: once its lease has run out they restart
+    /// empty on other nodes. Refused without `--state-lost`.
     Remove {
         /// The member's node id.
         node: String,
+        /// Confirms that the state of the shards the member owns is lost.
+        #[arg(long)]
+        state_lost: bool,
     },
 }
 
@@ -60,7 +64,14 @@ pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
     let result = match args.command {
         ClusterCommand::Status => status(&args.client),
         ClusterCommand::Down { node } => act(&args.client, &node, "down"),
-        ClusterCommand::Remove { node } => act(&args.client, &node, "remove"),
+        ClusterCommand::Remove {
+            node,
+            state_lost: false,
+        } => Err(ClientError::Usage(format!(
+            "removing {node} declares the state of the shards it owns lost (they restart empty \
+             on other nodes): add --state-lost to confirm"
+        ))),
+        ClusterCommand::Remove { node, .. } => act(&args.client, &node, "remove?state_lost=true"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -80,10 +91,10 @@ fn act(client_args: &ClientArgs, node: &str, action: &str) -> Result<(), ClientE
     } else {
         let state = member["state"].as_str().unwrap_or("-");
         outln!("{node} is {state}");
-        if action == "remove" {
+        if action.starts_with("remove") {
             outln!(
-                "shards allocated to {node} stay allocated to it (their state is in its data \
-                 directory) and answer unavailable until it joins again"
+                "the state of {node}'s shards is declared lost: once its lease has run out \
+                 (about 6.5 s) they restart empty on other nodes"
             );
         }
     }

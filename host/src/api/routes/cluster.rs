@@ -48,13 +48,33 @@ pub async fn down(
     Ok(Json(node.act_on_member(&member, MemberAction::Down).await?))
 }
 
-/// `POST /v1/cluster/members/{node}/remove` → the member as it was removed.
+/// What a removal must say: `?state_lost=true`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct RemoveQuery {
+    #[serde(default)]
+    state_lost: bool,
+}
+
+/// `POST /v1/cluster/members/{node}/remove?state_lost=true` → the member as it was removed.
+/// Removing a member declares the state of the shards it owns lost (they restart empty on
+/// other nodes once its lease has run out), so the request must say so.
 pub async fn remove(
     State(node): State<Arc<Node>>,
     _: Admin,
     member: Result<Path<String>, PathRejection>,
+    confirm: Result<Query<RemoveQuery>, QueryRejection>,
 ) -> Result<Json<MemberRecord>, ApiError> {
     let member = path(member)?;
+    if !super::query(confirm)?.state_lost {
+        return Err(ApiError::bad_request(
+            "state_lost_not_confirmed",
+            format!(
+                "removing {member} declares the state of the shards it owns lost: they restart \
+                 empty on other nodes; say so with ?state_lost=true (or bring it back, or \
+                 leave it down to keep them waiting for it)"
+            ),
+        ));
+    }
     Ok(Json(
         node.act_on_member(&member, MemberAction::Remove).await?,
     ))
