@@ -5,7 +5,9 @@
 //! mailbox on the fast path and through its task on a miss, buffering (bounded) while a home is
 //! resolved or moving ([`region`], [`handoff`]), and restarts remembered entities when it
 //! acquires a shard. Regions and the coordinator speak only in serializable messages ([`link`])
-//! so that a channel can become a network connection. The entity layer sits below, reached
+//! so that a channel can become a network connection. Where each owner keeps its shards' state,
+//! a shard moves with its state, and a node serves only while it holds a [`lease`] (checked by
+//! the deterministic simulation in [`lease_sim`]). The entity layer sits below, reached
 //! through [`LocalEntities`].
 
 pub mod config;
@@ -20,6 +22,8 @@ pub mod membership;
 pub mod rebalance;
 pub mod region;
 
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod tests;
 
