@@ -15,9 +15,25 @@ pub fn run_child_if_asked() {
         return;
     };
     let args: Vec<String> = serde_json::from_str(&args).expect("child arguments");
+    exit_with_parent();
     let exit = tessera_host::cli::run_from(args);
     eprintln!("the node exited: {exit:?}");
     std::process::exit(if exit == ExitCode::SUCCESS { 0 } else { 3 });
+}
+
+/// Ends this child when the test that started it is gone (its parent changes: a panicking
+/// test that never reached its cleanup must not leave nodes running).
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            if std::os::unix::process::parent_id() != parent {
+                eprintln!("the test that started this node is gone: exiting");
+                std::process::exit(4);
+            }
+        }
+    });
 }
 
 /// A loopback address that was free a moment ago, outside Linux's ephemeral port range
