@@ -220,12 +220,13 @@ pub const LEAVE_HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
 /// What an operator may do to another member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberAction {
-    /// Declares it down (it crashed, or is cut off for good): it owns no new shards; shards
-    /// it owns answer `unavailable`. Its next join is refused until it is removed.
+    /// Declares it down (it crashed, or is cut off): it owns no new shards, its lease renewals
+    /// are refused, and the shards it owns wait for it (answered `shard_unavailable`). Its
+    /// next join is refused until it is removed.
     Down,
-    /// Removes a down or exiting member from the catalog. It may join again later as a new
-    /// member; shards allocated to it stay allocated to it (their state is in its data
-    /// directory) and answer `unavailable` until it does.
+    /// Removes a down or exiting member from the catalog, declaring the state of the shards it
+    /// owns lost: once its lease has run out they restart empty on other nodes. It may join
+    /// again later as a new member.
     Remove,
 }
 
