@@ -5,6 +5,7 @@
 //! of an owner that is not the metadata primary leaves its shards answering
 //! `shard_unavailable` (never a wrong or reset value) until it restarts with their state; and
 //! `kill -9` of the metadata primary moves the coordinator, which goes on allocating.
+//! Remembered entities restart on the node their shard moved to.
 
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -19,6 +20,8 @@ const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 const VOTERS: usize = 3;
 const JOINER: usize = 3;
 const COUNTERS: usize = 1_000;
+/// Remembered entities of the `memo` type.
+const MEMOS: usize = 200;
 /// Client threads asking while nodes join and leave.
 const CLIENTS: usize = 4;
 
@@ -175,6 +178,29 @@ fn shards_move_with_their_state_under_load() {
         assert!(shards_of(&status, node) > 0, "{node} owns shards: {status}");
     }
 
+    // Remembered entities of a second type, touched once and never again: after their shards
+    // move, the new owner restarts them from the remembered ids that moved with the state.
+    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
+    let reply = request(
+        "POST",
+        &format!("{}/v1/types/memo/versions?remember=true", cluster.url(0)),
+        &token,
+        Some(("application/wasm", plugin)),
+    )
+    .expect("deploy answered");
+    assert_eq!(reply.status, 201, "deploy memo: {}", reply.body);
+    for index in 0..VOTERS {
+        wait_bound(&cluster, index, &token, "memo", 1);
+    }
+    for memo in 0..MEMOS {
+        let url = format!(
+            "{}/v1/entities/memo/m{memo}/ask",
+            cluster.url(memo % VOTERS)
+        );
+        let reply = post_json(&url, &token, &json!({"Add": 1})).expect("memo answers");
+        assert_eq!(reply.status, 200, "m{memo}: {}", reply.body);
+    }
+
     // A fourth node joins while clients keep asking through the first three: it is given
     // shards, their state with them, and no ask fails or sees a value out of step.
     cluster.start(JOINER);
@@ -219,6 +245,29 @@ fn shards_move_with_their_state_under_load() {
         moved >= 16.0,
         "the joiner installed the shards' state: {moved}"
     );
+
+    // The joiner runs remembered entities it was never sent a message for.
+    eventually(
+        "remembered entities restarted on the joiner",
+        &cluster,
+        || {
+            let reply = get(&format!("{}/v1/status", cluster.url(JOINER)), &token)?;
+            let status = reply.json();
+            let memo = status["types"]
+                .as_array()?
+                .iter()
+                .find(|ty| ty["entity_type"] == "memo")?
+                .clone();
+            let remembered = memo["remembered_entities"].as_u64()?;
+            (remembered > 0 && memo["live_entities"].as_u64()? >= remembered).then_some(())
+        },
+    );
+    for memo in 0..MEMOS {
+        let url = format!("{}/v1/entities/memo/m{memo}/ask", cluster.url(JOINER));
+        let reply = post_json(&url, &token, &json!({"Add": 1})).expect("memo answers");
+        assert_eq!(reply.status, 200, "m{memo}: {}", reply.body);
+        assert_eq!(reply.json(), json!(2), "m{memo} kept its state");
+    }
 
     // The joiner leaves gracefully under load: every shard it owns is handed back with its
     // state before the process exits.
