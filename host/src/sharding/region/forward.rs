@@ -51,9 +51,7 @@ impl Forwarder {
     /// A peer's per-envelope result for one batch: refusals are counted (the asks among them
     /// were answered by the peer).
     pub(crate) fn on_delivered(&self, shared: &Shared, refused: &[(u32, MessageError)]) {
-        for (_, error) in refused {
-            shared.stats.count_forward_refused(error.kind);
-        }
+        shared.stats.count_forwards_refused(refused.len() as u64);
     }
 
     /// Sends every queued batch.
@@ -84,11 +82,7 @@ impl Forwarder {
             envelopes,
         };
         match shared.switchboard.try_send_to_region(node, message) {
-            Ok(()) => {
-                for _ in 0..count {
-                    shared.stats.count_forwarded();
-                }
-            }
+            Ok(()) => shared.stats.count_forwarded(count as u64),
             Err(refused) => {
                 let (link_error, message) = *refused;
                 let why = format!("cannot forward to {node}: {link_error}");

@@ -46,12 +46,12 @@ impl RegionStats {
         }
     }
 
-    pub(crate) fn count_forward_refused(&self, _kind: ErrorKind) {
-        self.forwards_refused.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn count_forwards_refused(&self, count: u64) {
+        self.forwards_refused.fetch_add(count, Ordering::Relaxed);
     }
 
-    pub(crate) fn count_forwarded(&self) {
-        self.forwarded.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn count_forwarded(&self, count: u64) {
+        self.forwarded.fetch_add(count, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> RegionCounters {
