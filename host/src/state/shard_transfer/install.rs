@@ -11,183 +11,91 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 pub(crate) const SHARD_ARRIVALS: TableDefinition<(&str, &str, u32), u64> =
     TableDefinition::new("shard_arrivals");
 
-/// Removes every row of the shard's entities and its remembered ids.
+/// Removes every row of the shard's entities and its remembered ids: each table is walked over
+/// the type's key range only (`past` is the first type name after it) and keeps the rows of
+/// other shards.
 pub(crate) fn discard(
     transaction: &WriteTransaction,
     scope: &ShardScope,
 ) -> Result<(), StoreError> {
     let tenant = scope.type_key.tenant.as_str();
     let entity_type = scope.type_key.entity_type.as_str();
-    let mine = |t: &str, ty: &str| t == tenant && ty == entity_type;
+    let past = format!("{entity_type}\0");
+    let past = past.as_str();
+    let keep = |id: &str| !(scope.contains)(id);
+    transaction
+        .open_table(ENTITY_META)
+        .map_err(io)?
+        .retain_in((tenant, entity_type, "")..(tenant, past, ""), |key, _| {
+            keep(key.2)
+        })
+        .map_err(io)?;
+    transaction
+        .open_table(SEQUENCES)
+        .map_err(io)?
+        .retain_in((tenant, entity_type, "")..(tenant, past, ""), |key, _| {
+            keep(key.2)
+        })
+        .map_err(io)?;
+    transaction
+        .open_table(ENTITY_STATE)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "")..(tenant, past, "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(OUTBOX)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", 0)..(tenant, past, "", 0),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(RECEIPTS)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "", "")..(tenant, past, "", "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(CLIENT_KEYS)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "")..(tenant, past, "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    // A reminder goes from both of its tables: the due-time index is keyed by when it fires.
+    let mut due_keys = Vec::new();
     {
-        let mut table = transaction.open_table(ENTITY_META).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "")..).map_err(io)? {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push(id.to_string());
-            }
-        }
-        for id in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str()))
-                .map_err(io)?;
-        }
-    }
-    {
-        let mut table = transaction.open_table(SEQUENCES).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "")..).map_err(io)? {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push(id.to_string());
-            }
-        }
-        for id in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str()))
-                .map_err(io)?;
-        }
-    }
-    {
-        let mut table = transaction.open_table(ENTITY_STATE).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "", "")..).map_err(io)? {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id, state_key) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push((id.to_string(), state_key.to_string()));
-            }
-        }
-        for (id, state_key) in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str(), state_key.as_str()))
-                .map_err(io)?;
-        }
-    }
-    {
-        let mut table = transaction.open_table(OUTBOX).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "", 0)..).map_err(io)? {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id, seq) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push((id.to_string(), seq));
-            }
-        }
-        for (id, seq) in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str(), seq))
-                .map_err(io)?;
-        }
-    }
-    {
-        let mut table = transaction.open_table(RECEIPTS).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table
-            .range((tenant, entity_type, "", "", "")..)
+        let mut reminders = transaction.open_table(REMINDERS).map_err(io)?;
+        let range = (tenant, entity_type, "", 0)..(tenant, past, "", 0);
+        for removed in reminders
+            .extract_from_if(range, |key, _| !keep(key.2))
             .map_err(io)?
         {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id, sender_type, sender_id) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push((
-                    id.to_string(),
-                    sender_type.to_string(),
-                    sender_id.to_string(),
-                ));
-            }
-        }
-        for (id, sender_type, sender_id) in doomed {
-            table
-                .remove((
-                    tenant,
-                    entity_type,
-                    id.as_str(),
-                    sender_type.as_str(),
-                    sender_id.as_str(),
-                ))
-                .map_err(io)?;
+            let (key, value) = removed.map_err(io)?;
+            let (_, _, id, timer) = key.value();
+            due_keys.push((value.value().0, id.to_string(), timer));
         }
     }
-    {
-        let mut table = transaction.open_table(CLIENT_KEYS).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "", "")..).map_err(io)? {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, id, client_key) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push((id.to_string(), client_key.to_string()));
-            }
-        }
-        for (id, client_key) in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str(), client_key.as_str()))
-                .map_err(io)?;
-        }
+    let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
+    for (due_ms, id, timer) in due_keys {
+        due.remove((due_ms, tenant, entity_type, id.as_str(), timer))
+            .map_err(io)?;
     }
-    {
-        let mut table = transaction.open_table(REMINDERS).map_err(io)?;
-        let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table.range((tenant, entity_type, "", 0)..).map_err(io)? {
-            let (key, value) = row.map_err(io)?;
-            let (t, ty, id, timer) = key.value();
-            if !mine(t, ty) {
-                break;
-            }
-            if (scope.contains)(id) {
-                doomed.push((id.to_string(), timer, value.value().0));
-            }
-        }
-        for (id, timer, due_ms) in doomed {
-            table
-                .remove((tenant, entity_type, id.as_str(), timer))
-                .map_err(io)?;
-            due.remove((due_ms, tenant, entity_type, id.as_str(), timer))
-                .map_err(io)?;
-        }
-    }
-    {
-        let mut table = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
-        let mut doomed = Vec::new();
-        for row in table
-            .range((tenant, entity_type, scope.shard, "")..)
-            .map_err(io)?
-        {
-            let (key, _) = row.map_err(io)?;
-            let (t, ty, shard, id) = key.value();
-            if !mine(t, ty) || shard != scope.shard {
-                break;
-            }
-            doomed.push(id.to_string());
-        }
-        for id in doomed {
-            table
-                .remove((tenant, entity_type, scope.shard, id.as_str()))
-                .map_err(io)?;
-        }
-    }
+    transaction
+        .open_table(REMEMBERED_ENTITIES)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, scope.shard, "")..(tenant, past, 0, ""),
+            |key, _| key.1 != entity_type || key.2 != scope.shard,
+        )
+        .map_err(io)?;
     Ok(())
 }
 
