@@ -21,9 +21,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tessera_host::contract::{EntityAddress, ErrorKind};
+use tessera_host::contract::EntityAddress;
 use tessera_host::metadata::{Quotas, TypeOptions};
-use tessera_host::node::{ClusterConfig, Node, NodeError};
+use tessera_host::node::{ClusterConfig, Node};
 use tessera_tests::processes::free_address;
 use tessera_tests::to_msgpack;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -142,25 +142,7 @@ async fn owned_by(node: &Node, owner: &str, count: usize) -> Vec<EntityAddress> 
 }
 
 async fn tell_round(node: Arc<Node>, targets: Vec<EntityAddress>, get: Vec<u8>) {
-    for _ in 0..TELLS_PER_ENTITY {
-        for to in &targets {
-            loop {
-                match node.tell(to.clone(), get.clone()).await {
-                    Ok(()) => break,
-                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
-                        tokio::task::yield_now().await
-                    }
-                    Err(error) => panic!("tell failed: {error}"),
-                }
-            }
-        }
-    }
-    let barrier = targets
-        .into_iter()
-        .map(|to| node.ask(to, get.clone(), Duration::from_secs(30)));
-    for answer in futures::future::join_all(barrier).await {
-        answer.expect("barrier ask");
-    }
+    tessera_tests::tell_round(&node, &targets, &get, TELLS_PER_ENTITY).await;
 }
 
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {

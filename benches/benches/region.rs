@@ -12,9 +12,9 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::{EntityAddress, ErrorKind};
+use tessera_host::contract::EntityAddress;
 use tessera_host::metadata::{Quotas, TypeOptions};
-use tessera_host::node::{Node, NodeError};
+use tessera_host::node::Node;
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::to_msgpack;
@@ -53,33 +53,11 @@ fn address(index: usize) -> EntityAddress {
     EntityAddress::new("bench", "counter", format!("c{index}"))
 }
 
-/// Tells `"Get"` `TELLS_PER_ENTITY` times to each entity of `range`, then asks each once, all
-/// asks in flight together (an ask returns after every earlier tell from this sender: order
-/// per sender is kept).
+/// Tells `"Get"` `TELLS_PER_ENTITY` times to each entity of `range`, then asks each once
+/// (`tessera_tests::tell_round`).
 async fn send_round(node: Arc<Node>, range: std::ops::Range<usize>, get: Vec<u8>) {
     let addresses: Vec<EntityAddress> = range.map(address).collect();
-    for _ in 0..TELLS_PER_ENTITY {
-        for to in &addresses {
-            loop {
-                match node.tell(to.clone(), get.clone()).await {
-                    Ok(()) => break,
-                    // A full mailbox is backpressure: let the entities catch up.
-                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
-                        tokio::task::yield_now().await
-                    }
-                    Err(error) => panic!("tell failed: {error}"),
-                }
-            }
-        }
-    }
-    // The asks are the round's completion barrier, sent together and awaited together: each
-    // comes after every earlier tell from this sender to its entity.
-    let barrier = addresses
-        .into_iter()
-        .map(|to| node.ask(to, get.clone(), Duration::from_secs(10)));
-    for answer in futures::future::join_all(barrier).await {
-        answer.unwrap();
-    }
+    tessera_tests::tell_round(&node, &addresses, &get, TELLS_PER_ENTITY).await;
 }
 
 fn bench_local_messaging(c: &mut Criterion) {

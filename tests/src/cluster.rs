@@ -341,3 +341,31 @@ pub fn metric_sum(cluster: &Cluster, index: usize, family: &str) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Deploys the counter plugin as `entity_type` through node `index` (`query` after the `?`,
+/// if any) and asserts it was accepted.
+pub fn deploy_counter(
+    cluster: &Cluster,
+    index: usize,
+    token: &str,
+    entity_type: &str,
+    query: &str,
+) {
+    let plugin = std::fs::read(crate::COUNTER).expect("the counter plugin");
+    let url = format!(
+        "{}/v1/types/{entity_type}/versions{query}",
+        cluster.url(index)
+    );
+    let reply =
+        request("POST", &url, token, Some(("application/wasm", plugin))).expect("deploy answered");
+    assert_eq!(reply.status, 201, "deploy {entity_type}: {}", reply.body);
+}
+
+/// Whether `status` (a `GET /v1/cluster`) shows member `node` reachable.
+pub fn reachable(status: &Json, node: &str) -> Option<bool> {
+    status["members"]
+        .as_array()?
+        .iter()
+        .find(|member| member["node"] == node)?["reachable"]
+        .as_bool()
+}

@@ -201,3 +201,35 @@ pub fn resident_bytes() -> u64 {
         .expect("statm has a resident field");
     resident_pages * PAGE_BYTES
 }
+
+/// Tells `payload` `tells_per_entity` times to each of `targets` through `node` (yielding
+/// while a mailbox is full: that is backpressure), then asks each once, all asks in flight
+/// together — the round's completion barrier: an ask returns after every earlier tell from
+/// this sender to its entity. For the throughput benchmarks.
+pub async fn tell_round(
+    node: &tessera_host::node::Node,
+    targets: &[EntityAddress],
+    payload: &[u8],
+    tells_per_entity: usize,
+) {
+    use tessera_host::node::NodeError;
+    for _ in 0..tells_per_entity {
+        for to in targets {
+            loop {
+                match node.tell(to.clone(), payload.to_vec()).await {
+                    Ok(()) => break,
+                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(error) => panic!("tell failed: {error}"),
+                }
+            }
+        }
+    }
+    let barrier = targets
+        .iter()
+        .map(|to| node.ask(to.clone(), payload.to_vec(), Duration::from_secs(30)));
+    for answer in futures::future::join_all(barrier).await {
+        answer.expect("barrier ask");
+    }
+}

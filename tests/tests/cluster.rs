@@ -10,7 +10,7 @@
 //! Each node is this test binary re-run as a child (`tessera_tests::processes`): the child
 //! runs the real command line (`tessera node --cluster-listen ...`) until it is killed.
 
-use serde_json::{Value as Json, json};
+use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -82,15 +82,7 @@ fn cluster_of_three_processes() {
     });
 
     // A plugin deployed through node 2 runs on node 3.
-    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
-    let reply = request(
-        "POST",
-        &format!("{}/v1/types/counter/versions", cluster.url(1)),
-        &token,
-        Some(("application/wasm", plugin)),
-    )
-    .expect("deploy answered");
-    assert_eq!(reply.status, 201, "deploy through node 2: {}", reply.body);
+    deploy_counter(&cluster, 1, &token, "counter", "");
     for index in 0..VOTERS.len() {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
@@ -219,12 +211,6 @@ fn cluster_of_three_processes() {
         "the committed tenant survives: {}",
         reply.body
     );
-    let reachable = |status: &Json, node: &str| {
-        status["members"]
-            .as_array()
-            .and_then(|members| members.iter().find(|member| member["node"] == node))
-            .and_then(|member| member["reachable"].as_bool())
-    };
     let new_primary = after["primary"]
         .as_str()
         .expect("a new primary")

@@ -147,15 +147,7 @@ fn shards_move_with_their_state_under_load() {
         });
     }
     let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
-    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
-    let reply = request(
-        "POST",
-        &format!("{}/v1/types/counter/versions", cluster.url(0)),
-        &token,
-        Some(("application/wasm", plugin)),
-    )
-    .expect("deploy answered");
-    assert_eq!(reply.status, 201, "deploy: {}", reply.body);
+    deploy_counter(&cluster, 0, &token, "counter", "");
     for index in 0..VOTERS {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
@@ -180,15 +172,7 @@ fn shards_move_with_their_state_under_load() {
 
     // Remembered entities of a second type, touched once and never again: after their shards
     // move, the new owner restarts them from the remembered ids that moved with the state.
-    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
-    let reply = request(
-        "POST",
-        &format!("{}/v1/types/memo/versions?remember=true", cluster.url(0)),
-        &token,
-        Some(("application/wasm", plugin)),
-    )
-    .expect("deploy answered");
-    assert_eq!(reply.status, 201, "deploy memo: {}", reply.body);
+    deploy_counter(&cluster, 0, &token, "memo", "?remember=true");
     for index in 0..VOTERS {
         wait_bound(&cluster, index, &token, "memo", 1);
     }
@@ -310,12 +294,7 @@ fn shards_move_with_their_state_under_load() {
         .expect("a survivor");
     eventually("the killed owner seen unreachable", &cluster, || {
         let status = cluster_status(&cluster, survivor)?;
-        let member = status["members"]
-            .as_array()?
-            .iter()
-            .find(|member| member["node"] == NODES[victim])?
-            .clone();
-        (member["reachable"] == json!(false)).then_some(())
+        (reachable(&status, NODES[victim]) == Some(false)).then_some(())
     });
     let ledger_before: BTreeMap<usize, u64> = ledger
         .lock()
@@ -358,12 +337,7 @@ fn shards_move_with_their_state_under_load() {
     cluster.start(victim);
     eventually("the restarted owner reachable", &cluster, || {
         let status = cluster_status(&cluster, survivor)?;
-        let member = status["members"]
-            .as_array()?
-            .iter()
-            .find(|member| member["node"] == NODES[victim])?
-            .clone();
-        (member["reachable"] == json!(true)).then_some(())
+        (reachable(&status, NODES[victim]) == Some(true)).then_some(())
     });
     wait_bound(&cluster, victim, &token, "counter", 1);
     let probe = (0..COUNTERS)
@@ -395,15 +369,7 @@ fn shards_move_with_their_state_under_load() {
     // kill -9 of the metadata primary, which runs the coordinator: a new primary takes over
     // and allocation goes on there. (Every shard of `counter` is allocated by now, so the
     // fresh entities are of a second type, deployed before the kill, whose shards are new.)
-    let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
-    let reply = request(
-        "POST",
-        &format!("{}/v1/types/tally/versions", cluster.url(survivor)),
-        &token,
-        Some(("application/wasm", plugin)),
-    )
-    .expect("deploy answered");
-    assert_eq!(reply.status, 201, "deploy tally: {}", reply.body);
+    deploy_counter(&cluster, survivor, &token, "tally", "");
     let primary_index = cluster.index_of(&primary);
     let survivor = (0..VOTERS)
         .find(|index| *index != primary_index)
@@ -414,12 +380,7 @@ fn shards_move_with_their_state_under_load() {
     // with whatever state it took), new shards go to the living.
     eventually("the killed primary seen unreachable", &cluster, || {
         let status = cluster_status(&cluster, survivor)?;
-        let member = status["members"]
-            .as_array()?
-            .iter()
-            .find(|member| member["node"] == NODES[primary_index])?
-            .clone();
-        (member["reachable"] == json!(false)).then_some(())
+        (reachable(&status, NODES[primary_index]) == Some(false)).then_some(())
     });
     for fresh in 0..16 {
         let url = format!("{}/v1/entities/tally/t{fresh}/ask", cluster.url(survivor));
