@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Node-wide settings of the entity layer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +99,7 @@ pub(crate) enum CellMessage {
 
 /// The directory's record of one live cell.
 pub(crate) struct CellHandle {
-    pub(crate) sender: mpsc::Sender<CellMessage>,
+    pub(crate) mailbox: super::cell::Mailbox,
     pub(crate) generation: u64,
     pub(crate) shard: ShardId,
     pub(crate) last_used: AtomicU64,
@@ -264,7 +264,7 @@ impl Core {
                 holders.push_back((address, last_used));
                 continue;
             }
-            if handle.sender.try_send(CellMessage::Release).is_err() {
+            if handle.mailbox.try_post(CellMessage::Release).is_err() {
                 // Busy (a full mailbox): not idle, look further.
                 holders.push_back((address, last_used));
                 continue;

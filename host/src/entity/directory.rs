@@ -3,7 +3,7 @@
 //! node's live-entity limits, evicting the least recently used cell past the latter), puts
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
-use super::cell::Cell;
+use super::cell::{Cell, Mailbox};
 use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::types::TypeTable;
@@ -94,11 +94,23 @@ impl Entities {
         shard: ShardId,
         envelope: Envelope,
     ) -> Result<(), Refused> {
-        self.send(to, shard, CellMessage::Deliver(envelope))
-            .map_err(|(error, message)| match message {
-                CellMessage::Deliver(envelope) => Box::new((error, envelope)),
-                _ => unreachable!("send gives back the message it was given"),
-            })
+        self.send(to, shard, CellMessage::Deliver(envelope), Runner::CellTask)
+            .map(|_| ())
+            .map_err(refused)
+    }
+
+    /// [`deliver`](Self::deliver), or, when the entity is live, idle and has nothing waiting,
+    /// the message's run for the caller to drive on its own task (the local fast path: no hop
+    /// through the cell's task). The run holds the entity until the message is done, so it must
+    /// be driven to completion: poll it, and spawn it if it does not finish at once.
+    pub fn deliver_here(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        envelope: Envelope,
+    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+        self.send(to, shard, CellMessage::Deliver(envelope), Runner::Sender)
+            .map_err(refused)
     }
 
     /// Sends a message and waits for the reply, at most `timeout` (no sharding in between).
@@ -133,7 +145,8 @@ impl Entities {
 
     /// Starts an entity without a message (remember-entities respawn).
     pub fn start(&self, to: EntityAddress, shard: ShardId) -> Result<(), MessageError> {
-        self.send(to, shard, CellMessage::Activate)
+        self.send(to, shard, CellMessage::Activate, Runner::CellTask)
+            .map(|_| ())
             .map_err(|(error, _)| error)
     }
 
@@ -145,8 +158,8 @@ impl Entities {
             return Ok(());
         };
         handle
-            .sender
-            .try_send(CellMessage::Passivate)
+            .mailbox
+            .try_post(CellMessage::Passivate)
             .map_err(|_| mailbox_full(entity))
     }
 
@@ -217,22 +230,18 @@ impl Entities {
     pub fn mailbox_depths(&self) -> HashMap<TypeKey, usize> {
         let mut depths = HashMap::new();
         for (address, handle) in &self.core.cells().live {
-            let depth = handle.sender.max_capacity() - handle.sender.capacity();
-            *depths.entry(address.type_key()).or_insert(0) += depth;
+            *depths.entry(address.type_key()).or_insert(0) += handle.mailbox.depth();
         }
         depths
     }
 
-    fn senders_where(
-        &self,
-        filter: impl Fn(&EntityAddress, &CellHandle) -> bool,
-    ) -> Vec<mpsc::Sender<CellMessage>> {
+    fn senders_where(&self, filter: impl Fn(&EntityAddress, &CellHandle) -> bool) -> Vec<Mailbox> {
         self.core
             .cells()
             .live
             .iter()
             .filter(|(address, handle)| filter(address, handle))
-            .map(|(_, handle)| handle.sender.clone())
+            .map(|(_, handle)| handle.mailbox.clone())
             .collect()
     }
 
@@ -241,7 +250,8 @@ impl Entities {
         to: EntityAddress,
         shard: ShardId,
         message: CellMessage,
-    ) -> Result<(), (MessageError, CellMessage)> {
+        runner: Runner,
+    ) -> Result<Option<BoxFuture<'static, ()>>, (MessageError, CellMessage)> {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
         let mut cells = self.core.cells();
@@ -265,8 +275,17 @@ impl Entities {
             "an entity stays in the shard it started in"
         );
         handle.last_used.store(tick, Ordering::Relaxed);
-        match handle.sender.try_send(message) {
-            Ok(()) => Ok(()),
+        let message = match message {
+            CellMessage::Deliver(envelope) if runner == Runner::Sender => {
+                match handle.mailbox.cell().run_here(envelope) {
+                    Ok(run) => return Ok(Some(run)),
+                    Err(envelope) => CellMessage::Deliver(envelope),
+                }
+            }
+            message => message,
+        };
+        match handle.mailbox.try_post(message) {
+            Ok(()) => Ok(None),
             Err(mpsc::error::TrySendError::Full(message)) => {
                 drop(cells);
                 self.core
@@ -302,21 +321,20 @@ impl Entities {
         self.admit(cells, to, binding.tenant_live_entities_max)?;
         let generation = cells.next_generation;
         cells.next_generation += 1;
-        let (sender, receiver) = mpsc::channel(binding.mailbox_capacity.max(1));
         let holds_instance = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        Cell::spawn(
+        let mailbox = Cell::spawn(
             self.core.clone(),
             to.clone(),
             shard,
             generation,
-            receiver,
+            binding.mailbox_capacity.max(1),
             holds_instance.clone(),
         );
         *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
         cells.live.insert(
             to.clone(),
             CellHandle {
-                sender,
+                mailbox,
                 generation,
                 shard,
                 last_used: AtomicU64::new(tick),
@@ -369,7 +387,7 @@ impl Entities {
                 .live
                 .get_mut(&victim)
                 .expect("invariant: the victim was chosen from the live map under this lock");
-            if handle.sender.try_send(CellMessage::Passivate).is_err() {
+            if handle.mailbox.try_post(CellMessage::Passivate).is_err() {
                 // Its mailbox is full: it is busy, not idle; the next start tries again.
                 break;
             }
@@ -382,11 +400,11 @@ impl Entities {
 }
 
 /// Sends each cell a stop request and waits until every one is gone.
-async fn stop(targets: Vec<mpsc::Sender<CellMessage>>) {
+async fn stop(targets: Vec<Mailbox>) {
     let mut waiters = Vec::with_capacity(targets.len());
-    for sender in targets {
+    for mailbox in targets {
         let (done, stopped) = oneshot::channel();
-        if sender.send(CellMessage::Stop(done)).await.is_ok() {
+        if mailbox.post(CellMessage::Stop(done)).await {
             waiters.push(stopped);
         }
     }
@@ -406,6 +424,22 @@ pub(crate) async fn await_reply(reply: oneshot::Receiver<Reply>, timeout: Durati
             ErrorKind::Timeout,
             format!("no reply within {} ms", timeout.as_millis()),
         )),
+    }
+}
+
+/// Who runs a delivered message: the cell's task (always possible), or the sender, when the
+/// cell is idle ([`Entities::deliver_here`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    CellTask,
+    Sender,
+}
+
+/// The refusal of a `Deliver`, with its envelope.
+fn refused((error, message): (MessageError, CellMessage)) -> Refused {
+    match message {
+        CellMessage::Deliver(envelope) => Box::new((error, envelope)),
+        _ => unreachable!("send gives back the message it was given"),
     }
 }
 

@@ -181,15 +181,44 @@ impl TenantGate {
 
     /// One more call of this tenant is running or waiting.
     fn arrive(&self) {
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.busy_tenants.fetch_add(1, Ordering::Relaxed);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.busy_tenants.fetch_add(1, Ordering::AcqRel);
         }
     }
 
-    /// One call of this tenant finished.
+    /// One call of this tenant finished. The last one stops counting the tenant busy *before*
+    /// its count reaches zero (and counts it again if a call arrived meanwhile), so one tenant
+    /// never shows as two busy tenants: with a decrement after the count reached zero, a call
+    /// arriving in between would count the tenant again first, and its own calls on two
+    /// threads would look like contention and bring its cap down on it.
     fn leave(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.busy_tenants.fetch_sub(1, Ordering::Relaxed);
+        loop {
+            let in_flight = self.in_flight.load(Ordering::Acquire);
+            debug_assert!(in_flight > 0, "a call leaves the gate it entered");
+            if in_flight > 1 {
+                if self
+                    .in_flight
+                    .compare_exchange(
+                        in_flight,
+                        in_flight - 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
+            self.busy_tenants.fetch_sub(1, Ordering::AcqRel);
+            if self
+                .in_flight
+                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+            self.busy_tenants.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -347,6 +376,36 @@ impl crate::runtime::CallGate for CallPass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One tenant's calls entering and leaving on two threads at once must never count it as
+    /// two busy tenants: that would read as contention and cap a tenant that is alone.
+    #[test]
+    fn a_lone_tenant_on_two_threads_is_one_busy_tenant() {
+        let gates = Gates::default();
+        let gate = gates.gate("alone", 1);
+        let most_seen = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..1_000_000 {
+                        gate.arrive();
+                        most_seen.fetch_max(
+                            gate.busy_tenants.load(Ordering::Acquire),
+                            Ordering::Relaxed,
+                        );
+                        gate.leave();
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            most_seen.load(Ordering::Relaxed),
+            1,
+            "one tenant counted as more"
+        );
+        assert_eq!(gate.busy_tenants.load(Ordering::Relaxed), 0);
+        assert_eq!(gate.in_flight.load(Ordering::Relaxed), 0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_tenant_runs_at_most_its_cap_while_others_are_busy() {

@@ -38,6 +38,18 @@ pub trait LocalEntities: Send + Sync + 'static {
     /// Calls for one entity arrive in the order its messages must run.
     fn deliver(&self, to: EntityAddress, shard: ShardId, envelope: Envelope)
     -> Result<(), Refused>;
+    /// [`deliver`](Self::deliver) for a sender that can run the message on its own task: the
+    /// entity layer may hand back the message's run instead of queueing it (the local fast
+    /// path), which the region drives to completion after its locks are released. By default,
+    /// always queued.
+    fn deliver_here(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        envelope: Envelope,
+    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+        self.deliver(to, shard, envelope).map(|()| None)
+    }
     /// Starts entity `to` without a message (remember-entities recovery). A no-op if live.
     fn start(&self, to: EntityAddress, shard: ShardId);
     /// Passivates one entity after the messages already in its mailbox.
@@ -57,6 +69,15 @@ impl LocalEntities for Entities {
         envelope: Envelope,
     ) -> Result<(), Refused> {
         Entities::deliver(self, to, shard, envelope)
+    }
+
+    fn deliver_here(
+        &self,
+        to: EntityAddress,
+        shard: ShardId,
+        envelope: Envelope,
+    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+        Entities::deliver_here(self, to, shard, envelope)
     }
 
     fn start(&self, to: EntityAddress, shard: ShardId) {

@@ -281,15 +281,24 @@ impl RegionHandle {
 
     /// Routes `item` from the sender: straight to a local mailbox or a waiting buffer under
     /// the shard's lock; through the region task only for a new allocation or a remote shard.
-    async fn dispatch(&self, ty: Arc<RegisteredType>, item: Buffered) -> Result<(), MessageError> {
+    async fn dispatch(
+        &self,
+        ty: Arc<RegisteredType>,
+        item: Buffered,
+        waiting: Waiting,
+    ) -> Result<(), MessageError> {
         let routed = {
             let mut home = ty
                 .slot(item.shard)
                 .expect("invariant: resolve() checked the shard is in range");
-            route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Sender)?
+            route_in_slot(&self.shared, &ty, &mut home, item, waiting)?
         };
         match routed {
             Routed::Done => Ok(()),
+            Routed::RunHere(run) => {
+                route::run_here(run).await;
+                Ok(())
+            }
             Routed::Allocate(key) => self.request_allocation(&ty, key),
             Routed::Remote(item, _) => self.submit(item).await,
         }
@@ -362,10 +371,12 @@ impl RegionHandle {
             hops: 0,
             body,
         };
-        self.dispatch(ty, item).await
+        self.dispatch(ty, item, Waiting::SenderHere).await
     }
 
     /// Sends a message and waits for the reply until `timeout` (default: `request_timeout`).
+    /// Like [`tell`](Self::tell), a message for an idle local entity may run on the caller's
+    /// task.
     ///
     /// See [`Region::start`] for a complete setup.
     pub async fn ask(
@@ -374,18 +385,33 @@ impl RegionHandle {
         payload: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Reply {
-        self.ask_with(address, payload, MessageMeta::default(), timeout)
+        let meta = MessageMeta::default();
+        self.ask_routed(address, payload, meta, timeout, Waiting::SenderHere)
             .await
     }
 
     /// [`ask`](Self::ask) with the message's origin and call chain: how entities' asks, outbox
-    /// deliveries, reminders and idempotent client tells travel.
+    /// deliveries, reminders and idempotent client tells travel. The message always goes
+    /// through the entity's mailbox: an entity's ask must not run another entity inside its
+    /// own guest call.
     pub async fn ask_with(
         &self,
         address: EntityAddress,
         payload: Vec<u8>,
         meta: MessageMeta,
         timeout: Option<Duration>,
+    ) -> Reply {
+        self.ask_routed(address, payload, meta, timeout, Waiting::Sender)
+            .await
+    }
+
+    async fn ask_routed(
+        &self,
+        address: EntityAddress,
+        payload: Vec<u8>,
+        meta: MessageMeta,
+        timeout: Option<Duration>,
+        waiting: Waiting,
     ) -> Reply {
         let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
         let deadline = Instant::now() + timeout;
@@ -408,7 +434,7 @@ impl RegionHandle {
                 format!("no reply within {} ms", timeout.as_millis()),
             )
         };
-        match tokio::time::timeout_at(deadline, self.dispatch(ty, item)).await {
+        match tokio::time::timeout_at(deadline, self.dispatch(ty, item, waiting)).await {
             Ok(result) => result?,
             Err(_) => return Err(timed_out()),
         }
@@ -430,7 +456,7 @@ impl RegionHandle {
             hops: 0,
             body: BufferedBody::Passivate,
         };
-        self.dispatch(ty, item).await
+        self.dispatch(ty, item, Waiting::Sender).await
     }
 
     /// Whether this region owns `key` right now.

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Shared;
 use super::homes::{Home, RegisteredType};
 use crate::contract::{
-    Allocation, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardKey, TypeKey,
+    Allocation, BoxFuture, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardKey, TypeKey,
 };
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
@@ -20,6 +20,9 @@ use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
 pub(crate) enum Routed {
     /// Delivered to a local mailbox, or held in the slot's buffer.
     Done,
+    /// For a [`Waiting::SenderHere`]: the local entity was idle and the message's run is the
+    /// sender's to drive, once the slot lock is released ([`run_here`]).
+    RunHere(BoxFuture<'static, ()>),
     /// The slot was unknown; it now waits for an allocation with the envelope held, and the
     /// region task must ask the coordinator.
     Allocate(ShardKey),
@@ -32,6 +35,8 @@ pub(crate) enum Routed {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Waiting {
     Sender,
+    /// The sender, on its own task, which may also run a local entity's message there.
+    SenderHere,
     Nobody,
 }
 
@@ -45,7 +50,8 @@ pub(crate) fn route_in_slot(
     waiting: Waiting,
 ) -> Result<Routed, MessageError> {
     match home {
-        Home::Local { .. } => deliver_local(shared, ty, item, waiting).map(|()| Routed::Done),
+        Home::Local { .. } => deliver_local(shared, ty, item, waiting)
+            .map(|run| run.map_or(Routed::Done, Routed::RunHere)),
         Home::Remote(allocation) => Ok(Routed::Remote(item, allocation.clone())),
         Home::Allocating { buffer, .. } => hold(shared, buffer, item, "allocation", waiting),
         Home::HandingOff { buffer, .. } => hold(shared, buffer, item, "handoff", waiting),
@@ -84,13 +90,14 @@ fn hold(
     }
 }
 
-/// Hands `item` to the entity layer of this node.
+/// Hands `item` to the entity layer of this node; for a [`Waiting::SenderHere`], possibly as
+/// a run for the sender to drive.
 fn deliver_local(
     shared: &Shared,
     ty: &RegisteredType,
     item: Buffered,
     waiting: Waiting,
-) -> Result<(), MessageError> {
+) -> Result<Option<BoxFuture<'static, ()>>, MessageError> {
     if !shared.lease.is_valid_now() {
         let error = MessageError::shard_unavailable(format!(
             "node {} holds no lease on its shards: it is cut off from the cluster's majority \
@@ -121,7 +128,7 @@ fn deliver_local(
     let (payload, mut meta, reply) = match body {
         BufferedBody::Passivate => {
             shared.local.passivate(&address);
-            return Ok(());
+            return Ok(None);
         }
         BufferedBody::Message {
             payload,
@@ -147,17 +154,36 @@ fn deliver_local(
         meta,
         reply: port,
     };
-    shared
-        .local
-        .deliver(address, shard, envelope)
-        .map_err(|refused| {
-            let (error, envelope) = *refused;
-            shared
-                .stats
-                .count_refused(error.kind, tell && waiting == Waiting::Nobody);
-            envelope.answer(Err(error.clone()));
-            error
-        })
+    let delivered = if waiting == Waiting::SenderHere {
+        shared.local.deliver_here(address, shard, envelope)
+    } else {
+        shared
+            .local
+            .deliver(address, shard, envelope)
+            .map(|()| None)
+    };
+    delivered.map_err(|refused| {
+        let (error, envelope) = *refused;
+        shared
+            .stats
+            .count_refused(error.kind, tell && waiting == Waiting::Nobody);
+        envelope.answer(Err(error.clone()));
+        error
+    })
+}
+
+/// Drives a message's run on the sender's task while it finishes in its first poll (most
+/// do: a short guest call with nothing to commit); one that has to wait (a commit, its
+/// tenant's gate, the guest pool) goes on as a task of its own, so the sender never waits
+/// for the entity and a run is never dropped half-way.
+pub(crate) async fn run_here(mut run: BoxFuture<'static, ()>) {
+    let finished = std::future::poll_fn(|context| {
+        std::task::Poll::Ready(run.as_mut().poll(context).is_ready())
+    })
+    .await;
+    if !finished {
+        tokio::spawn(run);
+    }
 }
 
 /// A reply port whose answer travels back to the asking region as a message.
@@ -189,7 +215,7 @@ fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
 /// [`fail`]ed.
 pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, waiting: Waiting) {
     match waiting {
-        Waiting::Sender => {
+        Waiting::Sender | Waiting::SenderHere => {
             shared.stats.count_refused(error.kind, false);
             if let BufferedBody::Message {
                 reply: ReplyRoute::Local { port, .. },

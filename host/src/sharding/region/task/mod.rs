@@ -169,6 +169,12 @@ impl RegionTask {
         };
         match routed {
             Routed::Done => Ok(()),
+            // Only a sender's own call routes with `Waiting::SenderHere`; should a run come
+            // back here all the same, it must still run to completion.
+            Routed::RunHere(run) => {
+                tokio::spawn(run);
+                Ok(())
+            }
             Routed::Allocate(key) => {
                 self.request_allocation(key);
                 Ok(())

@@ -1,20 +1,21 @@
-//! One live entity: the task that owns its instance and works through its mailbox one message
-//! at a time — activating or upgrading at a message boundary, committing each message's writes
-//! together with its tells, reminders and the receipt of the message itself before replying,
-//! and passivating when asked, idle or evicted. A message that already committed (a duplicate
-//! delivery) is acknowledged without running; an ask whose deadline passed is not run.
+//! What running one message of a live entity takes: activating or upgrading at a message
+//! boundary, the guest call through the tenant's gate, and committing the message's writes
+//! together with its tells, reminders and the receipt of the message itself before replying.
+//! A message that already committed (a duplicate delivery) is acknowledged without running; an
+//! ask whose deadline passed is not run. Also the end of the entity: passivation.
 
-use super::core::{CellMessage, Core, TellDelivery};
-use super::counters::TypeCounters;
-use super::reminders::now_ms;
-use super::types::TypeBinding;
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
+use crate::entity::core::{CellMessage, Core, TellDelivery};
+use crate::entity::counters::TypeCounters;
+use crate::entity::fairness::{CallPass, TenantGate};
+use crate::entity::reminders::now_ms;
+use crate::entity::types::TypeBinding;
 use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, Weight};
 use crate::state::remember::{RememberOp, RememberedId};
 use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// The longest a cell waits for a slot of a full instance pool before its message fails with
 /// `unavailable` (retryable).
@@ -23,18 +24,12 @@ const POOL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often a cell waiting for a pool slot looks again if no instance was dropped meanwhile.
 const POOL_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
-enum Next {
-    Message(CellMessage),
-    Idle,
-    Closed,
-}
-
-pub(crate) struct Cell {
+/// What a message needs of a live entity: its instance, the type's binding, the entity's
+/// durable counters and its tenant's gate. Held under the cell's lock by whoever runs a message.
+pub(super) struct CellState {
     core: Arc<Core>,
     address: EntityAddress,
     shard: ShardId,
-    generation: u64,
-    receiver: mpsc::Receiver<CellMessage>,
     /// Shared with the directory: whether this cell holds an instance now.
     holds_instance: Arc<std::sync::atomic::AtomicBool>,
     counters: Arc<TypeCounters>,
@@ -48,38 +43,30 @@ pub(crate) struct Cell {
     next_seq: u64,
     /// The highest timer id this entity committed.
     last_timer: u64,
-    stop_waiters: Vec<oneshot::Sender<()>>,
-    passivate_requested: bool,
+    /// Set by a message or a failed activation: the cell passivates after it.
+    pub(super) passivate_requested: bool,
     /// This entity's tenant's gate to guest execution.
-    gate: Option<Arc<super::fairness::TenantGate>>,
+    gate: Option<Arc<TenantGate>>,
     /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
     /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
     runs_long: bool,
-    /// When the cell last received a message, for idle passivation.
-    last_activity: tokio::time::Instant,
-    /// The idle timer, made once (see [`Cell::receive`]).
-    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl Cell {
-    pub(crate) fn spawn(
+impl CellState {
+    pub(super) fn new(
         core: Arc<Core>,
         address: EntityAddress,
         shard: ShardId,
-        generation: u64,
-        receiver: mpsc::Receiver<CellMessage>,
         holds_instance: Arc<std::sync::atomic::AtomicBool>,
-    ) {
+    ) -> Self {
         let counters = core.counters(&address.type_key());
-        let cell = Cell {
+        CellState {
             core,
             counters,
             binding_cache: None,
             address,
             shard,
-            generation,
-            receiver,
             holds_instance,
             instance: None,
             running_version: 0,
@@ -87,102 +74,45 @@ impl Cell {
             activated_before: false,
             next_seq: 0,
             last_timer: 0,
-            stop_waiters: Vec::new(),
             passivate_requested: false,
-            last_activity: tokio::time::Instant::now(),
-            idle_timer: None,
             gate: None,
             runs_long: false,
-        };
-        tokio::spawn(cell.run());
-    }
-
-    async fn run(mut self) {
-        self.remember(RememberOp::Started);
-        loop {
-            match self.next().await {
-                Next::Message(CellMessage::Deliver(envelope)) => self.process(envelope).await,
-                Next::Message(CellMessage::Activate) => {
-                    if let Err(error) = self.ready().await {
-                        tracing::warn!(entity = %self.address, %error, "respawn failed");
-                    }
-                }
-                Next::Message(CellMessage::Passivate) | Next::Idle => {
-                    self.passivate_requested = true
-                }
-                Next::Message(CellMessage::Release) => {
-                    if self.instance.is_some() {
-                        self.drop_instance(true).await;
-                        self.core
-                            .stats
-                            .instance_swaps
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Next::Message(CellMessage::Stop(done)) => {
-                    self.stop_waiters.push(done);
-                    self.passivate_requested = true;
-                }
-                Next::Closed => self.passivate_requested = true,
-            }
-            if (self.passivate_requested || !self.stop_waiters.is_empty()) && self.passivate().await
-            {
-                break;
-            }
-        }
-        // Report a stop only once this cell (and everything it holds: the instance, the
-        // directory handle) is gone, so a waiter may reopen what it used.
-        let waiters = std::mem::take(&mut self.stop_waiters);
-        drop(self);
-        for waiter in waiters {
-            let _ = waiter.send(());
         }
     }
 
-    async fn next(&mut self) -> Next {
-        let next = self.receive().await;
-        if matches!(next, Next::Message(_)) {
-            self.last_activity = tokio::time::Instant::now();
-        }
-        next
+    pub(super) fn address(&self) -> &EntityAddress {
+        &self.address
     }
 
-    /// The next message, or `Idle` once none came for the type's idle timeout. The idle timer
-    /// is one per cell, re-armed only when it fires early (there was activity since it was
-    /// set), not per message.
-    async fn receive(&mut self) -> Next {
-        match self.receiver.try_recv() {
-            Ok(message) => return Next::Message(message),
-            Err(mpsc::error::TryRecvError::Disconnected) => return Next::Closed,
-            Err(mpsc::error::TryRecvError::Empty) => {}
-        }
-        let idle = self
-            .binding()
+    /// The type's idle timeout (`None`: never passivated for idleness, or the type is gone).
+    pub(super) fn idle_timeout(&mut self) -> Option<std::time::Duration> {
+        self.binding()
             .ok()
-            .and_then(|binding| binding.passivate_idle);
-        let Some(idle) = idle else {
-            return self
-                .receiver
-                .recv()
-                .await
-                .map_or(Next::Closed, Next::Message);
-        };
-        let timer = self
-            .idle_timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-        loop {
-            tokio::select! {
-                received = self.receiver.recv() => {
-                    return received.map_or(Next::Closed, Next::Message);
-                }
-                () = timer.as_mut() => {
-                    let due = self.last_activity + idle;
-                    if tokio::time::Instant::now() >= due {
-                        return Next::Idle;
-                    }
-                    timer.as_mut().reset(due);
-                }
-            }
+            .and_then(|binding| binding.passivate_idle)
+    }
+
+    /// Whether a message may run on its sender's task now: the instance is up on the type's
+    /// active version (no activation or upgrade to do), the entity's calls have been short, and
+    /// no passivation or shutdown is under way.
+    pub(super) fn can_run_here(&mut self) -> bool {
+        self.instance.is_some()
+            && !self.runs_long
+            && !self.passivate_requested
+            && !self.core.is_closing()
+            && self
+                .binding()
+                .is_ok_and(|binding| binding.version == self.running_version)
+    }
+
+    /// Gives the instance back to the pool (another entity needs the slot); the entity stays
+    /// live and activates afresh on its next message.
+    pub(super) async fn release_instance(&mut self) {
+        if self.instance.is_some() {
+            self.drop_instance(true).await;
+            self.core
+                .stats
+                .instance_swaps
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -210,7 +140,7 @@ impl Cell {
 
     /// Makes sure an instance of the type's active version is running, activating or
     /// upgrading it at this message boundary.
-    async fn ready(&mut self) -> Result<(), MessageError> {
+    pub(super) async fn ready(&mut self) -> Result<(), MessageError> {
         let binding = match self.binding() {
             Ok(binding) => binding,
             Err(error) => {
@@ -307,7 +237,7 @@ impl Cell {
         Ok(())
     }
 
-    async fn process(&mut self, mut envelope: Envelope) {
+    pub(super) async fn process(&mut self, mut envelope: Envelope) {
         if self.core.is_closing() {
             envelope.answer(Err(shutting_down()));
             return;
@@ -437,7 +367,7 @@ impl Cell {
     fn enter_gate(
         &mut self,
         binding: &TypeBinding,
-    ) -> impl std::future::Future<Output = Arc<super::fairness::CallPass>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Arc<CallPass>> + Send + 'static {
         let cap = binding.limits.concurrent_guests_max.max(1);
         let gate = match &self.gate {
             Some(gate) if gate.cap() == cap => gate.clone(),
@@ -449,7 +379,7 @@ impl Cell {
         };
         let core = self.core.clone();
         let budget = binding.limits.cpu_ms_per_second;
-        async move { super::fairness::CallPass::enter(gate, budget, &core).await }
+        async move { CallPass::enter(gate, budget, &core).await }
     }
 
     /// Adds the message's tells, reminders and receipt to its writes, refusing it when the
@@ -593,7 +523,7 @@ impl Cell {
                 .stats
                 .outbox_enqueued
                 .fetch_add(tells, Ordering::Relaxed);
-            super::delivery::wake(&self.core, &self.address);
+            crate::entity::delivery::wake(&self.core, &self.address);
         }
     }
 
@@ -620,24 +550,30 @@ impl Cell {
         }
     }
 
-    /// Deactivates the instance and removes the cell if no message is waiting. Returns true
-    /// when the cell is gone; otherwise the waiting messages go to a fresh activation.
-    async fn passivate(&mut self) -> bool {
+    /// Deactivates the instance and removes the cell (generation `generation`) if no message
+    /// is waiting in `mailbox`. Returns true when the cell is gone; otherwise the waiting
+    /// messages go to a fresh activation. A `stopping` cell (handoff, shutdown) stays
+    /// remembered; a passivated one is forgotten.
+    pub(super) async fn passivate(
+        &mut self,
+        mailbox: &mut mpsc::Receiver<CellMessage>,
+        generation: u64,
+        stopping: bool,
+    ) -> bool {
         self.drop_instance(true).await;
         self.passivate_requested = false;
         {
             let mut cells = self.core.cells();
-            if !self.receiver.is_empty() {
-                cells.keep(&self.address, self.generation);
+            if !mailbox.is_empty() {
+                cells.keep(&self.address, generation);
                 return false;
             }
-            cells.remove(&self.address, self.generation);
-            self.receiver.close();
+            cells.remove(&self.address, generation);
+            mailbox.close();
         }
         self.core.stats.passivations.fetch_add(1, Ordering::Relaxed);
         self.counters.passivations.fetch_add(1, Ordering::Relaxed);
-        // A stop (handoff, shutdown) keeps the entity remembered; a passivation forgets it.
-        if self.stop_waiters.is_empty() {
+        if !stopping {
             self.remember(RememberOp::Forgotten);
         }
         tracing::debug!(entity = %self.address, "passivated");
@@ -645,7 +581,7 @@ impl Cell {
     }
 
     /// Records a start or a passivation for remember-entities, if the type is remembered.
-    fn remember(&mut self, op: fn(RememberedId) -> RememberOp) {
+    pub(super) fn remember(&mut self, op: fn(RememberedId) -> RememberOp) {
         let remembered = self.binding().is_ok_and(|binding| binding.remember);
         if let (true, Some(writer)) = (remembered, &self.core.remember) {
             writer.record(op(RememberedId::new(&self.address, self.shard)));

@@ -1,0 +1,244 @@
+//! One live entity: its state (the instance and what a message needs, [`state`]) behind a lock,
+//! a bounded [`Mailbox`], and the task that works through the mailbox one message at a time and
+//! passivates the entity when asked, idle or evicted.
+//!
+//! A message may also run on its sender's task, without the hop through the cell's task: when
+//! nothing is waiting in the mailbox (so no earlier message of that sender can be overtaken) and
+//! the state lock is free, the sender claims the lock and runs the message itself
+//! ([`CellShared::run_here`]). Whoever holds the lock runs one message at a time, so the entity
+//! still sees its messages one by one; the task takes the lock for each message it runs and for
+//! passivation, so a passivation never overlaps a message.
+
+mod mailbox;
+mod state;
+
+pub(crate) use mailbox::Mailbox;
+
+use super::core::{CellMessage, Core};
+use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId};
+use crate::state::remember::RememberOp;
+use state::CellState;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::time::Instant;
+
+/// What a cell's task and the senders that run its messages share.
+pub(crate) struct CellShared {
+    /// The entity's working state; whoever runs a message holds it.
+    state: Arc<Mutex<CellState>>,
+    /// Messages posted to the mailbox and not finished yet: waiting, or taken by the task and
+    /// running. Only while it is zero may a sender run a message itself.
+    unfinished: AtomicUsize,
+    /// When the cell started, the origin of `last_activity_ms`.
+    born: Instant,
+    /// When a message last started, in ms after `born`, for idle passivation.
+    last_activity_ms: AtomicU64,
+    /// Wakes the task when a message run by a sender asked for passivation.
+    wake: Notify,
+}
+
+impl CellShared {
+    fn touch(&self) {
+        let elapsed = self.born.elapsed().as_millis();
+        self.last_activity_ms.store(
+            u64::try_from(elapsed).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn last_activity(&self) -> Instant {
+        self.born + Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed))
+    }
+
+    /// Claims the cell to run `envelope` on the caller's task: possible when no message is
+    /// waiting or running, the entity's instance is up on the active version, and its calls
+    /// have been short. The returned future holds the cell until the message is done; it must
+    /// be run to completion (poll it, and spawn it if it does not finish). Gives the envelope
+    /// back when the cell cannot be claimed: post it to the mailbox instead.
+    pub(crate) fn run_here(
+        self: &Arc<Self>,
+        envelope: Envelope,
+    ) -> Result<BoxFuture<'static, ()>, Envelope> {
+        if self.unfinished.load(Ordering::Acquire) != 0 {
+            return Err(envelope);
+        }
+        let Ok(mut state) = self.state.clone().try_lock_owned() else {
+            return Err(envelope);
+        };
+        // Read again under the lock: a message taken by the task since is counted until done.
+        if self.unfinished.load(Ordering::Acquire) != 0 || !state.can_run_here() {
+            return Err(envelope);
+        }
+        let shared = self.clone();
+        Ok(Box::pin(async move {
+            shared.touch();
+            state.process(envelope).await;
+            if state.passivate_requested {
+                shared.wake.notify_one();
+            }
+        }))
+    }
+}
+
+enum Next {
+    Message(CellMessage),
+    Idle,
+    /// A message run by a sender asked for passivation.
+    Woken,
+    Closed,
+}
+
+/// The task of one cell.
+pub(crate) struct Cell {
+    shared: Arc<CellShared>,
+    receiver: mpsc::Receiver<CellMessage>,
+    generation: u64,
+    /// The type's idle timeout, as of the last message.
+    idle: Option<Duration>,
+    /// The idle timer, made once (see [`Cell::receive`]).
+    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    stop_waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Cell {
+    /// Starts the cell of `address` and returns its mailbox (of `capacity` messages).
+    pub(crate) fn spawn(
+        core: Arc<Core>,
+        address: EntityAddress,
+        shard: ShardId,
+        generation: u64,
+        capacity: usize,
+        holds_instance: Arc<AtomicBool>,
+    ) -> Mailbox {
+        let (sender, receiver) = mpsc::channel(capacity);
+        let state = CellState::new(core, address, shard, holds_instance);
+        let shared = Arc::new(CellShared {
+            state: Arc::new(Mutex::new(state)),
+            unfinished: AtomicUsize::new(0),
+            born: Instant::now(),
+            last_activity_ms: AtomicU64::new(0),
+            wake: Notify::new(),
+        });
+        let cell = Cell {
+            shared: shared.clone(),
+            receiver,
+            generation,
+            idle: None,
+            idle_timer: None,
+            stop_waiters: Vec::new(),
+        };
+        tokio::spawn(cell.run());
+        Mailbox::new(sender, shared)
+    }
+
+    async fn run(mut self) {
+        let cell_state = self.shared.state.clone();
+        {
+            let mut state = cell_state.lock().await;
+            state.remember(RememberOp::Started);
+            self.idle = state.idle_timeout();
+        }
+        loop {
+            let next = self.receive().await;
+            let mut state = cell_state.lock().await;
+            let passivate = match next {
+                Next::Message(message) => {
+                    self.shared.touch();
+                    let passivate = self.handle(&mut state, message).await;
+                    self.shared.unfinished.fetch_sub(1, Ordering::AcqRel);
+                    passivate
+                }
+                // A message may have run on a sender's task since the timer fired.
+                Next::Idle => self
+                    .idle
+                    .is_some_and(|idle| Instant::now() >= self.shared.last_activity() + idle),
+                Next::Woken => false,
+                Next::Closed => true,
+            };
+            let passivate = passivate || state.passivate_requested || !self.stop_waiters.is_empty();
+            if passivate
+                && state
+                    .passivate(
+                        &mut self.receiver,
+                        self.generation,
+                        !self.stop_waiters.is_empty(),
+                    )
+                    .await
+            {
+                break;
+            }
+            self.idle = state.idle_timeout();
+        }
+        // Report a stop only once this cell (and everything it holds: the instance, the
+        // directory handle) is gone, so a waiter may reopen what it used.
+        let waiters = std::mem::take(&mut self.stop_waiters);
+        drop(self);
+        drop(cell_state);
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Handles one message from the mailbox; true when it asks for passivation.
+    async fn handle(&mut self, state: &mut CellState, message: CellMessage) -> bool {
+        match message {
+            CellMessage::Deliver(envelope) => {
+                state.process(envelope).await;
+                false
+            }
+            CellMessage::Activate => {
+                if let Err(error) = state.ready().await {
+                    tracing::warn!(entity = %state.address(), %error, "respawn failed");
+                }
+                false
+            }
+            CellMessage::Passivate => true,
+            CellMessage::Release => {
+                state.release_instance().await;
+                false
+            }
+            CellMessage::Stop(done) => {
+                self.stop_waiters.push(done);
+                true
+            }
+        }
+    }
+
+    /// The next message, or `Idle` once none came for the type's idle timeout. The idle timer
+    /// is one per cell, re-armed only when it fires early (there was activity since it was
+    /// set), not per message.
+    async fn receive(&mut self) -> Next {
+        match self.receiver.try_recv() {
+            Ok(message) => return Next::Message(message),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Next::Closed,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        let (shared, receiver) = (&self.shared, &mut self.receiver);
+        let Some(idle) = self.idle else {
+            tokio::select! {
+                received = receiver.recv() => return received.map_or(Next::Closed, Next::Message),
+                () = shared.wake.notified() => return Next::Woken,
+            }
+        };
+        let timer = self
+            .idle_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        loop {
+            tokio::select! {
+                received = receiver.recv() => {
+                    return received.map_or(Next::Closed, Next::Message);
+                }
+                () = shared.wake.notified() => return Next::Woken,
+                () = timer.as_mut() => {
+                    let due = shared.last_activity() + idle;
+                    if Instant::now() >= due {
+                        return Next::Idle;
+                    }
+                    timer.as_mut().reset(due);
+                }
+            }
+        }
+    }
+}
