@@ -191,3 +191,106 @@ async fn remembered_entities_come_back_after_a_restart() {
     assert_eq!(ask(&node, "counter", "r2", json!("Get")).await, json!(5));
     node.shutdown().await;
 }
+
+/// A sender's messages run in the order it sent them whether each runs on the sender's own
+/// task (the local fast path, when the entity is idle) or waits in the mailbox (when another
+/// sender's message holds the entity): every `Get` asked after an `Add` sees that `Add`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path()).await;
+    node.create_tenant("acme", None).await.unwrap();
+    deploy(
+        &node,
+        "counter",
+        tessera_tests::COUNTER,
+        TypeOptions::default(),
+    )
+    .await;
+    let counter = EntityAddress::new("acme", "counter", "shared");
+    assert_eq!(
+        ask(&node, "counter", "shared", json!("Get")).await,
+        json!(0)
+    );
+    const ROUNDS: i64 = 1_500;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Another sender keeps the entity busy at random moments, so the first sender's messages
+    // find it now idle (they run on the sender's task), now held (they queue).
+    let other = {
+        let (node, counter, done) = (node.clone(), counter.clone(), done.clone());
+        tokio::spawn(async move {
+            let get = json_to_msgpack(&json!("Get"));
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                node.ask(counter.clone(), get.clone(), Duration::from_secs(10))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let add = json_to_msgpack(&json!({"Add": 1}));
+    let get = json_to_msgpack(&json!("Get"));
+    for round in 1..=ROUNDS {
+        loop {
+            match node.tell(counter.clone(), add.clone()).await {
+                Ok(()) => break,
+                Err(error) if error.to_string().contains("mailbox") => {
+                    tokio::task::yield_now().await
+                }
+                Err(error) => panic!("tell failed: {error}"),
+            }
+        }
+        let seen = node
+            .ask(counter.clone(), get.clone(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            msgpack_to_json(&seen).unwrap(),
+            json!(round),
+            "a Get overtook the sender's own Add"
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    other.await.unwrap();
+    node.shutdown().await;
+}
+
+/// A message run on its sender's task does not hold the sender for longer than it runs at
+/// once: a tell of a message that waits (here, a 5 s sleep in the guest) returns while the
+/// message goes on by itself, and the entity's next message still runs after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tell_does_not_wait_for_a_long_message_to_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path()).await;
+    node.create_tenant("acme", None).await.unwrap();
+    deploy(
+        &node,
+        "sleepy",
+        tessera_tests::SPIN_FOREVER,
+        TypeOptions::default(),
+    )
+    .await;
+    // Activate it, so the next message finds it idle and may run on this task.
+    assert_eq!(
+        ask(&node, "sleepy", "s", json!("Ping")).await,
+        json!("Pong")
+    );
+    let sleepy = EntityAddress::new("acme", "sleepy", "s");
+    let started = Instant::now();
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        node.tell(sleepy.clone(), json_to_msgpack(&json!({"Sleep": 5_000}))),
+    )
+    .await
+    .expect("the tell waited for the guest's sleep")
+    .unwrap();
+    // The ping queues behind the sleep: it is answered only once the sleep is over.
+    assert_eq!(
+        ask(&node, "sleepy", "s", json!("Ping")).await,
+        json!("Pong")
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "the ping overtook the sleep"
+    );
+    node.shutdown().await;
+}

@@ -91,17 +91,19 @@ impl CellState {
             .and_then(|binding| binding.passivate_idle)
     }
 
+    /// Whether the instance is up on the type's active version.
+    fn is_ready(&mut self) -> bool {
+        self.instance.is_some()
+            && self
+                .binding()
+                .is_ok_and(|binding| binding.version == self.running_version)
+    }
+
     /// Whether a message may run on its sender's task now: the instance is up on the type's
     /// active version (no activation or upgrade to do), the entity's calls have been short, and
     /// no passivation or shutdown is under way.
     pub(super) fn can_run_here(&mut self) -> bool {
-        self.instance.is_some()
-            && !self.runs_long
-            && !self.passivate_requested
-            && !self.core.is_closing()
-            && self
-                .binding()
-                .is_ok_and(|binding| binding.version == self.running_version)
+        !self.runs_long && !self.passivate_requested && !self.core.is_closing() && self.is_ready()
     }
 
     /// Gives the instance back to the pool (another entity needs the slot); the entity stays
@@ -291,7 +293,10 @@ impl CellState {
         chain: Vec<EntityAddress>,
         receipt: Option<Receipt>,
     ) -> Result<Vec<u8>, MessageError> {
-        self.ready().await?;
+        if !self.is_ready() {
+            // Boxed: activation's future is large, and most messages find the instance up.
+            Box::pin(self.ready()).await?;
+        }
         let binding = self.binding()?;
         let pass = self.enter_gate(&binding).await;
         if self.core.is_closing() {
