@@ -42,8 +42,8 @@ impl Bench {
         let (node, url, token) = runtime.block_on(async {
             let node = Node::open(config).await.expect("the node opens");
             let quotas = Quotas {
-                messages_per_second: u32::MAX,
-                messages_burst: u32::MAX,
+                messages_per_second: 1_000_000_000,
+                messages_burst: 1_000_000_000,
                 ..Quotas::default()
             };
             let (_, token) = node
