@@ -1,7 +1,8 @@
 //! Entity cells: one task per live entity, with a bounded mailbox, that activates the entity on
 //! its first message, hands it one message at a time, commits each message's writes before
 //! replying, upgrades it at a message boundary and passivates it (explicitly, when idle, or to
-//! respect the node's active-entity limit).
+//! respect the node's active-entity limit). A client's message for an idle live entity runs on
+//! the sender's own task instead ([`Entities::deliver_here`]), in order with the sender's others.
 //!
 //! [`Entities`] is the directory of a node's live cells and the only way in: the sharding layer
 //! above delivers to it with the shard it computed, and hands it, at construction, the
