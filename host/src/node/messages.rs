@@ -33,7 +33,8 @@ pub struct TypeStatus {
 
 impl Node {
     /// Sends a one-way message, after the tenant's rate quota admits it. Returns once the
-    /// message is in the entity's mailbox, buffered for its shard, or forwarded.
+    /// message is in the entity's mailbox, buffered for its shard, forwarded, or started on
+    /// this task (an idle local entity's message runs here as far as it can without waiting).
     pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
         self.admit(&to)?;
         Ok(self.region.tell(to, payload).await?)

@@ -354,7 +354,8 @@ impl RegionHandle {
     }
 
     /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its
-    /// shard, or forwarded; an error means it was not accepted (unregistered type, full
+    /// shard, forwarded, or — for an idle local entity — started on the caller's task (and
+    /// finished, if it did not have to wait for anything); an error means it was not accepted (unregistered type, full
     /// mailbox or buffer, failed shard, ...).
     ///
     /// See [`Region::start`] for a complete setup.
