@@ -202,6 +202,21 @@ pub fn resident_bytes() -> u64 {
     resident_pages * PAGE_BYTES
 }
 
+/// Tells `payload` to `to` through `node`, yielding and trying again while the entity's
+/// mailbox is full; panics on any other error.
+pub async fn tell_until_taken(node: &tessera_host::node::Node, to: &EntityAddress, payload: &[u8]) {
+    use tessera_host::node::NodeError;
+    loop {
+        match node.tell(to.clone(), payload.to_vec()).await {
+            Ok(()) => return,
+            Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
+                tokio::task::yield_now().await
+            }
+            Err(error) => panic!("tell failed: {error}"),
+        }
+    }
+}
+
 /// Tells `payload` `tells_per_entity` times to each of `targets` through `node` (yielding
 /// while a mailbox is full: that is backpressure), then asks each once, all asks in flight
 /// together — the round's completion barrier: an ask returns after every earlier tell from
@@ -212,18 +227,9 @@ pub async fn tell_round(
     payload: &[u8],
     tells_per_entity: usize,
 ) {
-    use tessera_host::node::NodeError;
     for _ in 0..tells_per_entity {
         for to in targets {
-            loop {
-                match node.tell(to.clone(), payload.to_vec()).await {
-                    Ok(()) => break,
-                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
-                        tokio::task::yield_now().await
-                    }
-                    Err(error) => panic!("tell failed: {error}"),
-                }
-            }
+            tell_until_taken(node, to, payload).await;
         }
     }
     let barrier = targets

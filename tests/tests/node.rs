@@ -230,15 +230,7 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
     let add = json_to_msgpack(&json!({"Add": 1}));
     let get = json_to_msgpack(&json!("Get"));
     for round in 1..=ROUNDS {
-        loop {
-            match node.tell(counter.clone(), add.clone()).await {
-                Ok(()) => break,
-                Err(error) if error.to_string().contains("mailbox") => {
-                    tokio::task::yield_now().await
-                }
-                Err(error) => panic!("tell failed: {error}"),
-            }
-        }
+        tessera_tests::tell_until_taken(&node, &counter, &add).await;
         let seen = node
             .ask(counter.clone(), get.clone(), Duration::from_secs(10))
             .await
