@@ -1,9 +1,12 @@
 //! HTTP API overhead: asks to one counter over loopback HTTP (ureq, keep-alive) beside the same
-//! ask made in-process with `Node::ask`. Criterion measures one sequential ask each way; a
-//! closing run measures sequential asks again with CPU accounting (the server's CPU per HTTP
-//! ask is the process's CPU minus the client thread's) and drives both with 32 concurrent
-//! clients, printing throughput, p50 and p99 latency and the HTTP / in-process ratios
-//! (recorded in `docs/performance.md`).
+//! ask made in-process with `Node::ask`, and beside two floors no HTTP ask can go under on this
+//! machine: a bare axum echo of the same body (same client, same runtime, no Tessera) and a
+//! blocking TCP round trip between two threads (no HTTP at all). Criterion measures one
+//! sequential ask each way; a closing run measures sequential asks again with CPU accounting
+//! (the server's CPU per HTTP ask is the process's CPU minus the client thread's) and drives
+//! the ask both ways with 32 concurrent clients, printing throughput, p50 and p99 latency and
+//! the ratios (recorded in `docs/performance.md`). The runtime is the one `tessera node` runs
+//! on: one worker per core.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -26,20 +29,22 @@ struct Bench {
     runtime: tokio::runtime::Runtime,
     node: Arc<Node>,
     url: String,
+    /// A bare HTTP echo on the same runtime: the floor any HTTP ask pays.
+    echo_url: String,
     token: String,
     _dir: tempfile::TempDir,
 }
 
 impl Bench {
     fn new() -> Bench {
+        // The runtime `tessera node` runs on: one worker per core.
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
             .enable_all()
             .build()
             .expect("benchmark runtime");
         let dir = tempfile::tempdir().expect("temporary directory");
         let config = tessera_tests::node_config(dir.path(), ADMIN, 100);
-        let (node, url, token) = runtime.block_on(async {
+        let (node, url, echo_url, token) = runtime.block_on(async {
             let node = Node::open(config).await.expect("the node opens");
             let quotas = Quotas {
                 messages_per_second: 1_000_000_000,
@@ -63,12 +68,23 @@ impl Bench {
                 listener,
                 std::future::pending(),
             ));
-            (node, url, token)
+            let echo = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("echo listener");
+            let echo_url = format!("http://{}", echo.local_addr().expect("address"));
+            let router = axum::Router::new().route(
+                "/echo",
+                axum::routing::post(|body: axum::body::Bytes| async move { body }),
+            );
+            tokio::spawn(async move { axum::serve(echo, router).await });
+
+            (node, url, echo_url, token)
         });
         Bench {
             runtime,
             node,
             url,
+            echo_url,
             token,
             _dir: dir,
         }
@@ -90,6 +106,17 @@ impl Bench {
             .expect("the ask is answered");
         assert_eq!(response.status().as_u16(), 200);
         response.body_mut().read_to_vec().expect("the reply");
+    }
+
+    fn http_echo(&self, agent: &ureq::Agent) {
+        let mut response = agent
+            .post(format!("{}/echo", self.echo_url))
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .send(MESSAGE)
+            .expect("the echo answers");
+        assert_eq!(response.status().as_u16(), 200);
+        response.body_mut().read_to_vec().expect("the echo");
     }
 
     async fn node_ask(node: &Node, id: &str) {
@@ -211,12 +238,43 @@ fn sequential_with_cpu(
     (asks as f64 / elapsed.as_secs_f64(), used / asks as u32)
 }
 
+/// Round trips per second of a 64-byte message between two threads over blocking loopback TCP
+/// (`TCP_NODELAY`): what the machine's network stack and scheduler cost before any HTTP.
+fn tcp_round_trips(trips: usize) -> f64 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
+    let address = listener.local_addr().expect("address");
+    let echo = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        stream.set_nodelay(true).expect("nodelay");
+        let mut buffer = [0u8; 64];
+        while stream.read_exact(&mut buffer).is_ok() {
+            stream.write_all(&buffer).expect("echo");
+        }
+    });
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut buffer = [7u8; 64];
+    let started = Instant::now();
+    for _ in 0..trips {
+        stream.write_all(&buffer).expect("send");
+        stream.read_exact(&mut buffer).expect("receive");
+    }
+    let rate = trips as f64 / started.elapsed().as_secs_f64();
+    drop(stream);
+    echo.join().expect("echo thread");
+    rate
+}
+
 fn http_ask(c: &mut Criterion) {
     let bench = Arc::new(Bench::new());
     let agent = Bench::agent();
     let mut group = c.benchmark_group("ask");
     group.bench_function("http_sequential", |b| {
         b.iter(|| bench.http_ask(&agent, "seq"))
+    });
+    group.bench_function("http_echo_sequential", |b| {
+        b.iter(|| bench.http_echo(&agent))
     });
     group.bench_function("in_process_sequential", |b| {
         b.iter(|| bench.runtime.block_on(Bench::node_ask(&bench.node, "seq")))
@@ -225,6 +283,9 @@ fn http_ask(c: &mut Criterion) {
 
     let (http_rate, server_cpu) =
         sequential_with_cpu(SEQUENTIAL_ASKS, || bench.http_ask(&agent, "seq"), true);
+    let (echo_rate, echo_cpu) =
+        sequential_with_cpu(SEQUENTIAL_ASKS, || bench.http_echo(&agent), true);
+    let tcp_rate = tcp_round_trips(SEQUENTIAL_ASKS);
     let (local_rate, local_cpu) = sequential_with_cpu(
         SEQUENTIAL_ASKS,
         || bench.runtime.block_on(Bench::node_ask(&bench.node, "seq")),
@@ -236,12 +297,21 @@ fn http_ask(c: &mut Criterion) {
         server_cpu.as_secs_f64() * 1e6
     );
     println!(
+        "bare http echo           {echo_rate:>10.0} asks/s   server CPU {:>6.1} µs per echo",
+        echo_cpu.as_secs_f64() * 1e6
+    );
+    println!(
         "in-process Node::ask     {local_rate:>10.0} asks/s   CPU        {:>6.1} µs per ask",
         local_cpu.as_secs_f64() * 1e6
     );
+    println!("tcp round trip (floor)   {tcp_rate:>10.0} trips/s");
     println!(
-        "http / in-process: throughput {:.2}x (target >= 0.35x)",
-        http_rate / local_rate
+        "http / in-process: throughput {:.2}x (target >= 0.35x); http / bare echo {:.2}x; \
+         the floors / in-process: bare echo {:.2}x, tcp {:.2}x",
+        http_rate / local_rate,
+        http_rate / echo_rate,
+        echo_rate / local_rate,
+        tcp_rate / local_rate
     );
 
     let http = concurrent_http(&bench);

@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -95,6 +95,8 @@ pub(super) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
+                        // Answers go out when written, not after the client's next ACK.
+                        let _ = stream.set_nodelay(true);
                         EdgeCounters::bump(&node.edge_counters().connections);
                         let connection = Connection {
                             node: node.clone(),
@@ -188,23 +190,45 @@ impl Connection {
             .max_buf_size(CONNECTION_BUFFER_BYTES_MAX)
             .header_read_timeout(None::<Duration>);
         let mut connection = pin!(builder.serve_connection(io, service));
+        // Every change of the activity happens inside a poll of `connection` (its reads, writes
+        // and requests), so the watchdog re-reads the deadline after each poll instead of being
+        // woken: a request costs no extra wake-up of this task, and the timer is reset only
+        // when the deadline moves.
+        let mut armed = activity.deadline(self.timeouts);
+        let mut expiry = pin!(tokio::time::sleep_until(
+            armed.unwrap_or_else(|| Instant::now() + self.timeouts.idle)
+        ));
+        let mut stop = pin!(self.stopping.changed());
         let mut shutting_down = false;
         loop {
-            let deadline = activity.deadline(self.timeouts);
-            let expiry = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
+            let event = std::future::poll_fn(|context| {
+                if let Poll::Ready(served) = connection.as_mut().poll(context) {
+                    return Poll::Ready(Event::Served(served));
                 }
-            };
-            tokio::select! {
-                served = connection.as_mut() => {
+                let deadline = activity.deadline(self.timeouts);
+                if deadline != armed {
+                    if let Some(deadline) = deadline {
+                        expiry.as_mut().reset(deadline);
+                    }
+                    armed = deadline;
+                }
+                if armed.is_some() && expiry.as_mut().poll(context).is_ready() {
+                    return Poll::Ready(Event::Expiry);
+                }
+                if !shutting_down && stop.as_mut().poll(context).is_ready() {
+                    return Poll::Ready(Event::Stopping);
+                }
+                Poll::Pending
+            })
+            .await;
+            match event {
+                Event::Served(served) => {
                     if let Err(error) = served {
                         tracing::debug!(%error, "connection ended with an error");
                     }
                     return;
                 }
-                () = expiry => match activity.expired(self.timeouts, Instant::now()) {
+                Event::Expiry => match activity.expired(self.timeouts, Instant::now()) {
                     Some(Expired::Header) => {
                         EdgeCounters::bump(&self.node.edge_counters().header_timeouts);
                         tracing::debug!("connection closed: no request head in time");
@@ -214,10 +238,10 @@ impl Connection {
                         tracing::debug!("connection closed: idle");
                         return;
                     }
-                    None => {}
+                    // Polled ready at a deadline that has moved since: arm the new one.
+                    None => armed = None,
                 },
-                () = activity.changed.notified() => {}
-                _ = self.stopping.changed(), if !shutting_down => {
+                Event::Stopping => {
                     shutting_down = true;
                     // Closes an idle connection now, a busy one after its answer.
                     connection.as_mut().graceful_shutdown();
@@ -225,6 +249,16 @@ impl Connection {
             }
         }
     }
+}
+
+/// What woke a connection's loop.
+enum Event {
+    /// hyper is done with the connection.
+    Served(hyper::Result<()>),
+    /// The armed deadline passed.
+    Expiry,
+    /// The node is shutting down (or its shutdown signal was dropped).
+    Stopping,
 }
 
 /// Which bound a connection passed.
@@ -250,8 +284,6 @@ enum Phase {
 #[derive(Debug)]
 struct Activity {
     phase: Mutex<Phase>,
-    /// Woken when a deadline may have moved earlier.
-    changed: Notify,
 }
 
 impl Activity {
@@ -260,7 +292,6 @@ impl Activity {
             phase: Mutex::new(Phase::Head {
                 since: Instant::now(),
             }),
-            changed: Notify::new(),
         }
     }
 
@@ -278,8 +309,6 @@ impl Activity {
             *phase = Phase::Head {
                 since: Instant::now(),
             };
-            drop(phase);
-            self.changed.notify_one();
         }
     }
 
@@ -315,8 +344,6 @@ impl Activity {
                 since: Instant::now(),
             },
         };
-        drop(phase);
-        self.changed.notify_one();
     }
 
     /// When the current phase runs out, if it can.
