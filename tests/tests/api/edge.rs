@@ -202,6 +202,29 @@ async fn a_keep_alive_connection_may_idle_longer_than_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_head_stalled_after_an_answer_is_cut_at_the_header_timeout_not_the_idle_one() {
+    let server = Server::start_with(|config| {
+        config.api.header_read_timeout_ms = 200;
+        config.api.idle_timeout_ms = 30_000;
+    })
+    .await;
+    let mut stream = connect(&server).await;
+    stream.write_all(HEALTH.as_bytes()).await.unwrap();
+    assert!(read_health(&mut stream).await.starts_with("HTTP/1.1 200"));
+    // Idle past the header bound (allowed: the idle bound applies between requests)...
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // ...then the first bytes of the next request end the idle spell: from here the header
+    // bound applies, and the connection is cut long before the 30 s idle bound (`HANG` is 5 s).
+    stream.write_all(b"GET /v1/hea").await.unwrap();
+    assert_eq!(read_until_closed(&mut stream).await, "");
+    eventually("the header timeout is counted", async || {
+        counters(&server).header_timeouts == 1
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn shutdown_completes_while_a_connection_is_idle() {
     // A drain far over the bound below: shutdown must close the idle connection, not wait.
     let server = Server::start_with(|config| config.api.drain_timeout_ms = 60_000).await;
