@@ -73,6 +73,10 @@ async fn read_within_limit(
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         let Some(frame) = frame else {
+            debug_assert!(
+                bytes.len() <= limit,
+                "a body is refused once past its limit"
+            );
             return Ok(Bytes::from(bytes));
         };
         let frame = frame.map_err(|error| {

@@ -147,7 +147,11 @@ impl Cell {
                 Next::Message(message) => {
                     self.shared.touch();
                     let passivate = self.handle(&mut state, message).await;
-                    self.shared.unfinished.fetch_sub(1, Ordering::AcqRel);
+                    let unfinished = self.shared.unfinished.fetch_sub(1, Ordering::AcqRel);
+                    debug_assert!(
+                        unfinished > 0,
+                        "a message the cell takes was counted when it was posted"
+                    );
                     passivate
                 }
                 // A message may have run on a sender's task since the timer fired.

@@ -353,6 +353,10 @@ impl Coordinator {
                 }
                 _ => match self.place(&key, &eligible, &new) {
                     Some(node) => {
+                        debug_assert!(
+                            eligible.contains(&node),
+                            "a shard is placed only on an eligible member"
+                        );
                         new.insert(key, (node, vec![requester]));
                     }
                     None => self.refuse(key, &requester),
