@@ -111,7 +111,7 @@ impl CellState {
     /// live and activates afresh on its next message.
     pub(super) async fn release_instance(&mut self) {
         if self.instance.is_some() {
-            self.drop_instance(true).await;
+            self.drop_instance().await;
             self.core
                 .stats
                 .instance_swaps
@@ -157,7 +157,7 @@ impl CellState {
             None => None,
         };
         if upgraded_from.is_some() {
-            self.drop_instance(true).await;
+            self.drop_instance().await;
         }
         let core = self.core.clone();
         let meta = core
@@ -321,7 +321,7 @@ impl CellState {
             }
             Err(error) => {
                 // The instance went down with the call: the cell holds none now.
-                self.discard_instance(&error).await;
+                self.discard_instance(&error);
                 return Err(error);
             }
         };
@@ -330,7 +330,7 @@ impl CellState {
             Ok(outcome) => outcome,
             Err(error) => {
                 if instance.is_poisoned() {
-                    self.discard_instance(&error).await;
+                    self.discard_instance(&error);
                 }
                 return Err(error);
             }
@@ -345,7 +345,7 @@ impl CellState {
             let writes = writes.get_or_insert_with(|| WriteSet::new(self.address.clone()));
             if let Err(error) = self.add_messaging(writes, effects, receipt) {
                 // The instance saw a message whose effects will not land: start afresh.
-                self.discard_instance(&error).await;
+                self.discard_instance(&error);
                 return Err(error);
             }
         }
@@ -359,7 +359,7 @@ impl CellState {
             if let Err(error) = committed {
                 // The instance saw writes that did not land: start afresh from durable state.
                 let error = MessageError::new(ErrorKind::Internal, error.to_string());
-                self.discard_instance(&error).await;
+                self.discard_instance(&error);
                 return Err(error);
             }
             self.version_to_record = None;
@@ -388,27 +388,38 @@ impl CellState {
         async move { CallPass::enter(gate, budget, &core).await }
     }
 
-    async fn discard_instance(&mut self, error: &MessageError) {
+    /// Drops the instance without calling the guest (it failed, or saw effects that did not
+    /// land). Not async, so a message's future does not carry a guest call's state for it.
+    fn discard_instance(&mut self, error: &MessageError) {
         self.core
             .stats
             .instance_discards
             .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(entity = %self.address, %error, "instance discarded");
-        self.drop_instance(false).await;
+        if let Some(instance) = self.take_instance() {
+            self.count_dropped_log_lines(&instance);
+        }
     }
 
-    async fn drop_instance(&mut self, deactivate: bool) {
+    /// Deactivates the instance (the guest's `deactivate`) and drops it.
+    async fn drop_instance(&mut self) {
+        if let Some(mut instance) = self.take_instance() {
+            instance.deactivate().await;
+            self.count_dropped_log_lines(&instance);
+        }
+    }
+
+    fn take_instance(&mut self) -> Option<EntityInstance> {
         self.holds_instance
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        if let Some(mut instance) = self.instance.take() {
-            if deactivate {
-                instance.deactivate().await;
-            }
-            self.core
-                .stats
-                .guest_log_lines_dropped
-                .fetch_add(instance.log_lines_dropped(), Ordering::Relaxed);
-        }
+        self.instance.take()
+    }
+
+    fn count_dropped_log_lines(&self, instance: &EntityInstance) {
+        self.core
+            .stats
+            .guest_log_lines_dropped
+            .fetch_add(instance.log_lines_dropped(), Ordering::Relaxed);
     }
 
     /// Deactivates the instance and removes the cell (generation `generation`) if no message
@@ -421,7 +432,7 @@ impl CellState {
         generation: u64,
         stopping: bool,
     ) -> bool {
-        self.drop_instance(true).await;
+        self.drop_instance().await;
         self.passivate_requested = false;
         {
             let mut cells = self.core.cells();
