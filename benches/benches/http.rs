@@ -98,25 +98,24 @@ impl Bench {
     }
 
     fn http_ask(&self, agent: &ureq::Agent, id: &str) {
-        let mut response = agent
-            .post(format!("{}/v1/entities/counter/{id}/ask", self.url))
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("content-type", "application/json")
-            .send(MESSAGE)
-            .expect("the ask is answered");
-        assert_eq!(response.status().as_u16(), 200);
-        response.body_mut().read_to_vec().expect("the reply");
+        self.post(agent, &format!("{}/v1/entities/counter/{id}/ask", self.url));
     }
 
+    /// The same request to the bare echo: same headers, same body.
     fn http_echo(&self, agent: &ureq::Agent) {
+        self.post(agent, &format!("{}/echo", self.echo_url));
+    }
+
+    /// POSTs `MESSAGE` as JSON with the tenant's token to `url` and reads the 200 answer.
+    fn post(&self, agent: &ureq::Agent, url: &str) {
         let mut response = agent
-            .post(format!("{}/echo", self.echo_url))
+            .post(url)
             .header("authorization", format!("Bearer {}", self.token))
             .header("content-type", "application/json")
             .send(MESSAGE)
-            .expect("the echo answers");
+            .expect("the request is answered");
         assert_eq!(response.status().as_u16(), 200);
-        response.body_mut().read_to_vec().expect("the echo");
+        response.body_mut().read_to_vec().expect("the answer");
     }
 
     async fn node_ask(node: &Node, id: &str) {

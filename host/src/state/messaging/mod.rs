@@ -29,6 +29,18 @@ pub(crate) const OUTBOX: TableDefinition<(&str, &str, &str, u64), OutboxValue> =
 /// A receipt's key: the receiver's `(tenant, type, id)`, then the sender's `(type, id)`.
 type ReceiptKey<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
 
+/// The receipt key of `receiver` for messages from `sender`.
+fn receipt_key<'a>(receiver: &'a EntityAddress, sender: &'a EntityAddress) -> ReceiptKey<'a> {
+    let (tenant, entity_type, id) = key3(receiver);
+    (
+        tenant,
+        entity_type,
+        id,
+        sender.entity_type.as_str(),
+        sender.id.as_str(),
+    )
+}
+
 /// Receipts: `(tenant, type, id, sender type, sender id) -> (highest seq committed, at ms)`.
 pub(crate) const RECEIPTS: TableDefinition<ReceiptKey, (u64, u64)> =
     TableDefinition::new("receipts");
@@ -310,13 +322,7 @@ fn record_receipt(
 ) -> Result<(), StoreError> {
     let (tenant, entity_type, id) = key3(entity);
     let mut receipts = transaction.open_table(RECEIPTS).map_err(io)?;
-    let key = (
-        tenant,
-        entity_type,
-        id,
-        sender.entity_type.as_str(),
-        sender.id.as_str(),
-    );
+    let key = receipt_key(entity, sender);
     let known = receipts.get(key).map_err(io)?.is_some();
     receipts.insert(key, (seq, now_ms())).map_err(io)?;
     if known {

@@ -3,7 +3,7 @@
 
 use super::{
     CLIENT_KEY_HORIZON_MS, CLIENT_KEYS, DueReminder, OUTBOX, OutboxEntry, RECEIPTS, REMINDERS,
-    REMINDERS_DUE, Receipt, Reminder, SEQUENCES, Sequences, io, key3, now_ms,
+    REMINDERS_DUE, Receipt, Reminder, SEQUENCES, Sequences, io, key3, now_ms, receipt_key,
 };
 use crate::contract::EntityAddress;
 use crate::state::error::StoreError;
@@ -35,13 +35,7 @@ pub(crate) fn is_duplicate(
     match receipt {
         Receipt::Entity { sender, seq } => {
             let table = transaction.open_table(RECEIPTS).map_err(io)?;
-            let key = (
-                tenant,
-                entity_type,
-                id,
-                sender.entity_type.as_str(),
-                sender.id.as_str(),
-            );
+            let key = receipt_key(receiver, sender);
             let highest = table.get(key).map_err(io)?.map(|guard| guard.value().0);
             Ok(highest.is_some_and(|highest| *seq <= highest))
         }
