@@ -257,9 +257,13 @@ impl Entities {
         let mut cells = self.core.cells();
         cells.uses += 1;
         let tick = cells.uses;
-        if !cells.live.contains_key(&to)
-            && let Err(error) = self.open_cell(&mut cells, &to, shard, tick)
-        {
+        // One lookup for a live cell, the common case; a second only after opening one.
+        if let Some(handle) = cells.live.get(&to) {
+            let posted = post(handle, shard, tick, message, runner);
+            drop(cells);
+            return posted.map_err(|refusal| self.refusal(&to, refusal));
+        }
+        if let Err(error) = self.open_cell(&mut cells, &to, shard, tick) {
             drop(cells);
             if error.kind != ErrorKind::EntityTypeNotRegistered {
                 self.core.counters(&to.type_key()).failed(error.kind);
@@ -269,25 +273,20 @@ impl Entities {
         let handle = cells
             .live
             .get(&to)
-            .expect("invariant: the cell was found or inserted above under the same lock");
-        debug_assert_eq!(
-            handle.shard, shard,
-            "an entity stays in the shard it started in"
-        );
-        handle.last_used.store(tick, Ordering::Relaxed);
-        let message = match message {
-            CellMessage::Deliver(envelope) if runner == Runner::Sender => {
-                match handle.mailbox.cell().run_here(envelope) {
-                    Ok(run) => return Ok(Some(run)),
-                    Err(envelope) => CellMessage::Deliver(envelope),
-                }
-            }
-            message => message,
-        };
-        match handle.mailbox.try_post(message) {
-            Ok(()) => Ok(None),
-            Err(mpsc::error::TrySendError::Full(message)) => {
-                drop(cells);
+            .expect("invariant: the cell was inserted above under the same lock");
+        let posted = post(handle, shard, tick, message, runner);
+        drop(cells);
+        posted.map_err(|refusal| self.refusal(&to, refusal))
+    }
+
+    /// Counts a message the cell of `to` did not take and says why.
+    fn refusal(
+        &self,
+        to: &EntityAddress,
+        refusal: mpsc::error::TrySendError<CellMessage>,
+    ) -> (MessageError, CellMessage) {
+        match refusal {
+            mpsc::error::TrySendError::Full(message) => {
                 self.core
                     .stats
                     .mailbox_rejections
@@ -295,12 +294,12 @@ impl Entities {
                 self.core
                     .counters(&to.type_key())
                     .failed(ErrorKind::MailboxFull);
-                Err((mailbox_full(&to), message))
+                (mailbox_full(to), message)
             }
-            Err(mpsc::error::TrySendError::Closed(message)) => Err((
+            mpsc::error::TrySendError::Closed(message) => (
                 MessageError::unavailable(format!("{to} is stopping")),
                 message,
-            )),
+            ),
         }
     }
 
@@ -433,6 +432,32 @@ pub(crate) async fn await_reply(reply: oneshot::Receiver<Reply>, timeout: Durati
 enum Runner {
     CellTask,
     Sender,
+}
+
+/// Gives `message` to the live cell `handle` (under the cells lock): runs it on the sender's
+/// task if `runner` says so and the cell can be claimed, else posts it to the mailbox.
+fn post(
+    handle: &CellHandle,
+    shard: ShardId,
+    tick: u64,
+    message: CellMessage,
+    runner: Runner,
+) -> Result<Option<BoxFuture<'static, ()>>, mpsc::error::TrySendError<CellMessage>> {
+    debug_assert_eq!(
+        handle.shard, shard,
+        "an entity stays in the shard it started in"
+    );
+    handle.last_used.store(tick, Ordering::Relaxed);
+    let message = match message {
+        CellMessage::Deliver(envelope) if runner == Runner::Sender => {
+            match handle.mailbox.cell().run_here(envelope) {
+                Ok(run) => return Ok(Some(run)),
+                Err(envelope) => CellMessage::Deliver(envelope),
+            }
+        }
+        message => message,
+    };
+    handle.mailbox.try_post(message).map(|()| None)
 }
 
 /// The refusal of a `Deliver`, with its envelope.

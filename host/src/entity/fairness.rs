@@ -291,32 +291,64 @@ impl TenantGate {
     }
 }
 
-/// One guest call's place at its tenant's gate: entered before the call, left while the guest
-/// waits on an ask (so a nested ask to the same tenant finds a slot) and entered again after.
+/// A cell's place at its tenant's gate, made once per cell (again only if the tenant's cap or
+/// CPU budget changes) and entered for each of its guest calls: entered before the call, left
+/// while the guest waits on an ask (so a nested ask to the same tenant finds a slot) and entered
+/// again after.
 pub(crate) struct CallPass {
     gate: Arc<TenantGate>,
     cpu_ms_per_second: u64,
     core: std::sync::Weak<super::core::Core>,
+    /// The pass of the call running now, if it holds one.
     pass: Arc<Mutex<Option<Pass>>>,
 }
 
+/// A call inside its tenant's gate; leaves it when dropped.
+pub(crate) struct Entered(Arc<CallPass>);
+
+impl Entered {
+    /// The pass, as the runtime's hook for the call.
+    pub(crate) fn call_gate(&self) -> Arc<dyn crate::runtime::CallGate> {
+        self.0.clone()
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        lock(&self.0.pass).take();
+    }
+}
+
 impl CallPass {
-    /// Enters `gate` for one call.
-    pub(crate) async fn enter(
+    /// A pass through `gate` under a CPU budget of `cpu_ms_per_second` (0 for none).
+    pub(crate) fn new(
         gate: Arc<TenantGate>,
         cpu_ms_per_second: u64,
         core: &Arc<super::core::Core>,
     ) -> Arc<CallPass> {
-        let pass = gate
-            .clone()
-            .enter(cpu_ms_per_second, &core.stats.throttled_calls)
-            .await;
         Arc::new(CallPass {
             gate,
             cpu_ms_per_second,
             core: Arc::downgrade(core),
-            pass: Arc::new(Mutex::new(Some(pass))),
+            pass: Arc::default(),
         })
+    }
+
+    /// Whether this pass is still for a cap of `cap` running calls and a budget of
+    /// `cpu_ms_per_second`.
+    pub(crate) fn fits(&self, cap: usize, cpu_ms_per_second: u64) -> bool {
+        self.gate.cap() == cap && self.cpu_ms_per_second == cpu_ms_per_second
+    }
+
+    /// Enters the gate for one call.
+    pub(crate) async fn enter(self: Arc<Self>, throttled: &AtomicU64) -> Entered {
+        let pass = self
+            .gate
+            .clone()
+            .enter(self.cpu_ms_per_second, throttled)
+            .await;
+        *lock(&self.pass) = Some(pass);
+        Entered(self)
     }
 }
 

@@ -7,7 +7,7 @@
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
 use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
-use crate::entity::fairness::{CallPass, TenantGate};
+use crate::entity::fairness::{CallPass, Entered};
 use crate::entity::types::TypeBinding;
 use crate::runtime::{Activation, EntityContext, EntityInstance, Weight};
 use crate::state::remember::{RememberOp, RememberedId};
@@ -46,8 +46,8 @@ pub(super) struct CellState {
     last_timer: u64,
     /// Set by a message or a failed activation: the cell passivates after it.
     pub(super) passivate_requested: bool,
-    /// This entity's tenant's gate to guest execution.
-    gate: Option<Arc<TenantGate>>,
+    /// This entity's place at its tenant's gate to guest execution.
+    pass: Option<Arc<CallPass>>,
     /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
     /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
@@ -76,7 +76,7 @@ impl CellState {
             next_seq: 0,
             last_timer: 0,
             passivate_requested: false,
-            gate: None,
+            pass: None,
             runs_long: false,
         }
     }
@@ -307,7 +307,7 @@ impl CellState {
             .instance
             .take()
             .expect("invariant: ready() left a running instance");
-        let gate: Arc<dyn crate::runtime::CallGate> = pass.clone();
+        let gate = pass.call_gate();
         let call = Box::pin(async move {
             let outcome = instance.handle_in_chain(&payload, chain, Some(gate)).await;
             (instance, outcome)
@@ -368,24 +368,25 @@ impl CellState {
         Ok(outcome.reply)
     }
 
-    /// Waits for this entity's tenant to be allowed one more running guest call. The tenant's
-    /// gate is looked up once per cell (again only if the tenant's cap changes).
+    /// Waits for this entity's tenant to be allowed one more running guest call. The cell's
+    /// pass is made once (again only if the tenant's cap or budget changes).
     fn enter_gate(
         &mut self,
         binding: &TypeBinding,
-    ) -> impl std::future::Future<Output = Arc<CallPass>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Entered> + Send + 'static {
         let cap = binding.limits.concurrent_guests_max.max(1);
-        let gate = match &self.gate {
-            Some(gate) if gate.cap() == cap => gate.clone(),
+        let budget = binding.limits.cpu_ms_per_second;
+        let pass = match &self.pass {
+            Some(pass) if pass.fits(cap, budget) => pass.clone(),
             _ => {
                 let gate = self.core.gates.gate(&self.address.tenant, cap);
-                self.gate = Some(gate.clone());
-                gate
+                let pass = CallPass::new(gate, budget, &self.core);
+                self.pass = Some(pass.clone());
+                pass
             }
         };
         let core = self.core.clone();
-        let budget = binding.limits.cpu_ms_per_second;
-        async move { CallPass::enter(gate, budget, &core).await }
+        async move { pass.enter(&core.stats.throttled_calls).await }
     }
 
     /// Drops the instance without calling the guest (it failed, or saw effects that did not
