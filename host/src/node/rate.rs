@@ -31,16 +31,17 @@ impl RateLimiter {
             .buckets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !buckets.contains_key(tenant) {
-            let full = Bucket {
-                tokens: f64::from(burst),
-                refilled: now,
-            };
-            buckets.insert(tenant.to_string(), full);
-        }
-        let bucket = buckets
-            .get_mut(tenant)
-            .expect("invariant: the bucket was found or inserted above under the same lock");
+        // One lookup for a known tenant, the common case; a second only after adding one.
+        let bucket = match buckets.get_mut(tenant) {
+            Some(bucket) => bucket,
+            None => {
+                let full = Bucket {
+                    tokens: f64::from(burst),
+                    refilled: now,
+                };
+                buckets.entry(tenant.to_string()).or_insert(full)
+            }
+        };
         let elapsed = now.duration_since(bucket.refilled).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * f64::from(per_second)).min(f64::from(burst));
         bucket.refilled = now;
