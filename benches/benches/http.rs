@@ -17,6 +17,10 @@ use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::Node;
 use tessera_tests::to_msgpack as json_to_msgpack;
 
+/// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ADMIN: &str = "admin-token-for-the-http-bench";
 /// Concurrent clients of the closing run.
 const CLIENTS: usize = 32;

@@ -21,6 +21,10 @@ use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::to_msgpack;
 
+/// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ENTITIES: usize = 1_000;
 const TELLS_PER_ENTITY: usize = 20;
 const ASK_SAMPLES: usize = 20_000;
