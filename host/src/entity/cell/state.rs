@@ -94,10 +94,11 @@ impl CellState {
 
     /// Whether the instance is up on the type's active version.
     fn is_ready(&mut self) -> bool {
+        let running = self.running_version;
         self.instance.is_some()
             && self
-                .binding()
-                .is_ok_and(|binding| binding.version == self.running_version)
+                .cached_binding()
+                .is_some_and(|binding| binding.version == running)
     }
 
     /// Whether a message may run on its sender's task now: the instance is up on the type's
@@ -119,17 +120,22 @@ impl CellState {
         }
     }
 
-    fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
+    /// The type's binding as of the type table's generation (looked up again only when the
+    /// table changed); `None` once the type is gone.
+    fn cached_binding(&mut self) -> Option<&Arc<TypeBinding>> {
         let types = &self.core.types;
         let generation = types.generation();
-        let binding = match &self.binding_cache {
-            Some((cached, binding)) if *cached == generation => binding.clone(),
-            _ => {
-                let binding = types.get(&self.address.type_key());
-                self.binding_cache = Some((generation, binding.clone()));
-                binding
-            }
-        };
+        if !matches!(&self.binding_cache, Some((cached, _)) if *cached == generation) {
+            let binding = types.get(&self.address.type_key());
+            self.binding_cache = Some((generation, binding));
+        }
+        self.binding_cache
+            .as_ref()
+            .and_then(|(_, binding)| binding.as_ref())
+    }
+
+    fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
+        let binding = self.cached_binding().cloned();
         binding.ok_or_else(|| {
             MessageError::new(
                 ErrorKind::EntityTypeNotRegistered,
