@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Instructions per message through the node vs raw typed calls, counted by valgrind's
+# callgrind (see benches/examples/region_instructions.rs): the same on every run, unlike
+# wall-clock time on a shared VM. Needs valgrind. Usage: benches/instructions.sh [ROUNDS]
+set -euo pipefail
+rounds="${1:-10}"
+cd "$(dirname "$0")/.."
+cargo build --release -p tessera-benches --example region_instructions
+binary="${CARGO_TARGET_DIR:-target}/release/examples/region_instructions"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+count() { # side rounds -> instructions executed
+    valgrind --tool=callgrind --smc-check=all-non-file --callgrind-out-file="$work/out" \
+        "$binary" "$1" "$2" >"$work/stdout" 2>"$work/stderr" \
+        || { cat "$work/stderr" >&2; exit 1; }
+    grep -o 'Collected : [0-9]*' "$work/stderr" | grep -o '[0-9]*$'
+}
+messages="$("$binary" node "$rounds" | grep -o '[0-9]*$')"
+node=$(( ($(count node "$rounds") - $(count node 0)) / messages ))
+raw=$(( ($(count raw "$rounds") - $(count raw 0)) / messages ))
+echo "instructions per message over $messages messages: node $node, raw $raw;" \
+    "raw / node = $(( 100 * raw / node ))%"
