@@ -15,7 +15,6 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::Node;
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
@@ -34,27 +33,9 @@ const PAIRED_ROUNDS: usize = 21;
 const THREADS: usize = 2;
 
 fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
-    rt.block_on(async {
-        let config = tessera_tests::node_config(
-            dir,
-            "bench-admin-token-0123456789",
-            (ENTITIES + 100) as u32,
-        );
-        let node = Node::open(config).await.expect("node opens");
-        let quotas = Quotas {
-            messages_per_second: 100_000_000,
-            messages_burst: 100_000_000,
-            ..Quotas::default()
-        };
-        node.create_tenant("bench", Some(quotas))
-            .await
-            .expect("tenant");
-        let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
-        node.deploy("bench", "counter", bytes, TypeOptions::default())
-            .await
-            .expect("deploy");
-        node
-    })
+    let config =
+        tessera_tests::node_config(dir, "bench-admin-token-0123456789", (ENTITIES + 100) as u32);
+    rt.block_on(tessera_tests::counter_bench_node(config))
 }
 
 fn address(index: usize) -> EntityAddress {

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::Node;
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::runtime::{Runtime, RuntimeConfig};
@@ -44,20 +43,7 @@ fn address(index: usize) -> EntityAddress {
 async fn open_node(dir: &std::path::Path) -> Arc<Node> {
     let mut config = tessera_tests::node_config(dir, "bench-admin-token-0123456789", 300);
     config.runtime = runtime_config();
-    let node = Node::open(config).await.expect("node opens");
-    let quotas = Quotas {
-        messages_per_second: 100_000_000,
-        messages_burst: 100_000_000,
-        ..Quotas::default()
-    };
-    node.create_tenant("bench", Some(quotas))
-        .await
-        .expect("tenant");
-    let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
-    node.deploy("bench", "counter", bytes, TypeOptions::default())
-        .await
-        .expect("deploy");
-    node
+    tessera_tests::counter_bench_node(config).await
 }
 
 async fn node_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {

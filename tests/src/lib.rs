@@ -189,6 +189,28 @@ pub fn node_config(data_dir: &Path, admin_token: &str, instances_max: u32) -> No
     }
 }
 
+/// Opens a node with `config`, with tenant `bench` (a message rate that never binds) and
+/// `counter` deployed to it: the node of the local-messaging benchmarks.
+pub async fn counter_bench_node(config: NodeConfig) -> Arc<tessera_host::node::Node> {
+    use tessera_host::metadata::{Quotas, TypeOptions};
+    let node = tessera_host::node::Node::open(config)
+        .await
+        .expect("node opens");
+    let quotas = Quotas {
+        messages_per_second: 100_000_000,
+        messages_burst: 100_000_000,
+        ..Quotas::default()
+    };
+    node.create_tenant("bench", Some(quotas))
+        .await
+        .expect("tenant");
+    let bytes = std::fs::read(COUNTER).expect("plugin built");
+    node.deploy("bench", "counter", bytes, TypeOptions::default())
+        .await
+        .expect("deploy");
+    node
+}
+
 /// The process's resident memory in bytes, from `/proc/self/statm` (Linux), for the memory
 /// benchmarks.
 pub fn resident_bytes() -> u64 {

@@ -185,13 +185,18 @@ async fn an_idle_keep_alive_connection_is_closed() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_keep_alive_connection_may_idle_longer_than_the_header_timeout() {
-    let server = Server::start_with(|config| {
+/// A server that allows 200 ms to read a request head and 30 s of idle between requests.
+async fn short_head_long_idle_server() -> Server {
+    Server::start_with(|config| {
         config.api.header_read_timeout_ms = 200;
         config.api.idle_timeout_ms = 30_000;
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_may_idle_longer_than_the_header_timeout() {
+    let server = short_head_long_idle_server().await;
     let mut stream = connect(&server).await;
     stream.write_all(HEALTH.as_bytes()).await.unwrap();
     read_health(&mut stream).await;
@@ -203,11 +208,7 @@ async fn a_keep_alive_connection_may_idle_longer_than_the_header_timeout() {
 
 #[tokio::test]
 async fn a_head_stalled_after_an_answer_is_cut_at_the_header_timeout_not_the_idle_one() {
-    let server = Server::start_with(|config| {
-        config.api.header_read_timeout_ms = 200;
-        config.api.idle_timeout_ms = 30_000;
-    })
-    .await;
+    let server = short_head_long_idle_server().await;
     let mut stream = connect(&server).await;
     stream.write_all(HEALTH.as_bytes()).await.unwrap();
     assert!(read_health(&mut stream).await.starts_with("HTTP/1.1 200"));
