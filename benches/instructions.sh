@@ -17,6 +17,8 @@ count() { # side rounds -> instructions executed
 }
 messages="$("$binary" node "$rounds" | grep -o '[0-9]*$')"
 node=$(( ($(count node "$rounds") - $(count node 0)) / messages ))
+by_ref=$(( ($(count ref "$rounds") - $(count ref 0)) / messages ))
 raw=$(( ($(count raw "$rounds") - $(count raw 0)) / messages ))
-echo "instructions per message over $messages messages: node $node, raw $raw;" \
-    "raw / node = $(( 100 * raw / node ))%"
+echo "instructions per message over $messages messages: node by address $node," \
+    "node through EntityRef $by_ref, raw $raw;" \
+    "raw / node = $(( 100 * raw / node ))%, raw / EntityRef = $(( 100 * raw / by_ref ))%"

@@ -3,8 +3,10 @@
 //!
 //! - tells to 1,000 `counter` entities (read-only `"Get"`) through `Node::tell` — tenant rate
 //!   quota, the region's shard-home table, the entity's mailbox — from one sender task per
-//!   worker thread, vs raw typed `handle` calls of 1,000 instances of the same component split
-//!   over the same worker threads (target: >= 70% of raw, and the absolute rate);
+//!   worker thread, and the same tells through one reusable `EntityRef` per entity (resolved
+//!   once: no lookups by address), vs raw typed `handle` calls of 1,000 instances of the same
+//!   component split over the same worker threads (target: >= 70% of raw, and the absolute
+//!   rate);
 //! - ask round trip p50 and p99 through the node.
 //!
 //! Both sides run on one two-thread Tokio runtime. The ratio printed at the end is the median
@@ -15,7 +17,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_host::contract::EntityAddress;
-use tessera_host::node::Node;
+use tessera_host::node::{EntityRef, Node};
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::to_msgpack;
@@ -61,6 +63,26 @@ fn node_round(rt: &tokio::runtime::Runtime, node: &Arc<Node>, get: &[u8]) {
             .collect();
         for sender in senders {
             sender.await.unwrap();
+        }
+    })
+}
+
+/// The same round through reusable handles: each sender task tells its own half of the
+/// counters, each through its handle.
+fn ref_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<EntityRef>>, get: &[u8]) {
+    rt.block_on(async {
+        let tasks: Vec<_> = std::mem::take(groups)
+            .into_iter()
+            .map(|mut refs| {
+                let get = get.to_vec();
+                tokio::spawn(async move {
+                    tessera_tests::tell_round_refs(&mut refs, &get, TELLS_PER_ENTITY).await;
+                    refs
+                })
+            })
+            .collect();
+        for task in tasks {
+            groups.push(task.await.unwrap());
         }
     })
 }
@@ -126,6 +148,22 @@ fn bench_local_messaging(c: &mut Criterion) {
             started.elapsed()
         })
     });
+    let mut ref_groups: Vec<Vec<EntityRef>> = (0..THREADS)
+        .map(|sender| {
+            (sender * per_sender..(sender + 1) * per_sender)
+                .map(|index| node.entity_ref(address(index)).unwrap())
+                .collect()
+        })
+        .collect();
+    group.bench_function("node_entity_ref_tell_get_1000_counters_2_threads", |b| {
+        b.iter_custom(|iterations| {
+            let started = Instant::now();
+            for _ in 0..iterations {
+                ref_round(&rt, &mut ref_groups, &get);
+            }
+            started.elapsed()
+        })
+    });
     let store = StateStore::open(&dir.path().join("raw.redb")).unwrap();
     let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
     let runtime = tessera_tests::shared_runtime();
@@ -153,21 +191,27 @@ fn bench_local_messaging(c: &mut Criterion) {
     });
     group.finish();
 
-    // The ratio from rounds taken in turns, node then raw, so that a change in the machine's
-    // speed during the run (other tenants of a shared host) falls on both sides alike.
-    let mut pairs: Vec<(Duration, Duration)> = (0..PAIRED_ROUNDS)
+    // The ratios from rounds taken in turns, node, handles, raw, so that a change in the
+    // machine's speed during the run (other tenants of a shared host) falls on every side alike.
+    let rounds: Vec<[Duration; 3]> = (0..PAIRED_ROUNDS)
         .map(|_| {
             let node_took = timed(|| node_round(&rt, &node, &get));
+            let ref_took = timed(|| ref_round(&rt, &mut ref_groups, &get));
             let raw_took = timed(|| raw_round(&rt, &mut groups, &get));
-            (node_took, raw_took)
+            [node_took, ref_took, raw_took]
         })
         .collect();
-    drop(groups);
-    pairs.sort_by(|a, b| {
-        let ratio = |(node, raw): &(Duration, Duration)| raw.as_secs_f64() / node.as_secs_f64();
-        ratio(a).total_cmp(&ratio(b))
-    });
-    let (node_took, raw_took) = pairs[pairs.len() / 2];
+    drop((groups, ref_groups));
+    // The round of the median ratio of side `side` (0: by address, 1: handles) to raw.
+    let median = |side: usize| {
+        let mut sorted = rounds.clone();
+        let ratio = |round: &[Duration; 3]| round[2].as_secs_f64() / round[side].as_secs_f64();
+        sorted.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+        let round = sorted[sorted.len() / 2];
+        (round[side], round[2])
+    };
+    let (node_took, raw_by_node) = median(0);
+    let (ref_took, raw_by_ref) = median(1);
     let rate = |took: Duration| messages as f64 / took.as_secs_f64();
 
     let mut latencies: Vec<Duration> = rt.block_on(async {
@@ -190,11 +234,18 @@ fn bench_local_messaging(c: &mut Criterion) {
         |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!("\nlocal messaging on {THREADS} threads (same run):");
     println!(
-        "  median of {PAIRED_ROUNDS} paired rounds: node tell {:.0} msg/s; raw typed handle {:.0} \
-         msg/s; node = {:.0}% of raw (target >= 70%)",
+        "  median of {PAIRED_ROUNDS} paired rounds: node tell by address {:.0} msg/s; raw typed \
+         handle {:.0} msg/s; node = {:.0}% of raw (target >= 70%)",
         rate(node_took),
-        rate(raw_took),
-        100.0 * raw_took.as_secs_f64() / node_took.as_secs_f64()
+        rate(raw_by_node),
+        100.0 * raw_by_node.as_secs_f64() / node_took.as_secs_f64()
+    );
+    println!(
+        "  median of {PAIRED_ROUNDS} paired rounds: node tell through EntityRef {:.0} msg/s; raw \
+         typed handle {:.0} msg/s; node = {:.0}% of raw (target >= 70%)",
+        rate(ref_took),
+        rate(raw_by_ref),
+        100.0 * raw_by_ref.as_secs_f64() / ref_took.as_secs_f64()
     );
     println!(
         "  node ask round trip over {ASK_SAMPLES} asks: p50 {:?}, p99 {:?}",

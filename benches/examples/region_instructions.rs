@@ -5,7 +5,8 @@
 //! the same from run to run, so a change to the hot path can be judged by a few hundred
 //! instructions. `benches/instructions.sh` runs it and prints the counts and their ratio.
 //!
-//! Usage: `region_instructions node|raw ROUNDS`. One worker thread, 100 entities, 16 MiB linear
+//! Usage: `region_instructions node|ref|raw ROUNDS` (`ref`: the same tells through one
+//! `EntityRef` per entity). One worker thread, 100 entities, 16 MiB linear
 //! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default). The
 //! per-message count is the difference between a run of `ROUNDS` rounds and a run of none
 //! (start-up), divided by the messages of `ROUNDS` rounds.
@@ -60,6 +61,24 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
     node.shutdown().await;
 }
 
+/// The node's rounds through one reusable handle per entity.
+async fn ref_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
+    let node = open_node(dir).await;
+    let mut refs: Vec<_> = (0..ENTITIES)
+        .map(|index| node.entity_ref(address(index)).expect("entity ref"))
+        .collect();
+    for target in refs.iter_mut() {
+        target
+            .ask(get.to_vec(), Duration::from_secs(10))
+            .await
+            .expect("activation");
+    }
+    for _ in 0..rounds {
+        tessera_tests::tell_round_refs(&mut refs, get, TELLS_PER_ENTITY).await;
+    }
+    node.shutdown().await;
+}
+
 async fn raw_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
     let runtime = Runtime::new(runtime_config()).expect("engine");
     let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
@@ -83,9 +102,11 @@ async fn raw_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (side, rounds) = match (args.next(), args.next().map(|r| r.parse::<usize>())) {
-        (Some(side), Some(Ok(rounds))) if side == "node" || side == "raw" => (side, rounds),
+        (Some(side), Some(Ok(rounds))) if ["node", "ref", "raw"].contains(&side.as_str()) => {
+            (side, rounds)
+        }
         _ => {
-            eprintln!("usage: region_instructions node|raw ROUNDS");
+            eprintln!("usage: region_instructions node|ref|raw ROUNDS");
             std::process::exit(2);
         }
     };
@@ -99,6 +120,7 @@ fn main() {
     rt.block_on(async {
         match side.as_str() {
             "node" => node_rounds(dir.path(), rounds, &get).await,
+            "ref" => ref_rounds(dir.path(), rounds, &get).await,
             _ => raw_rounds(dir.path(), rounds, &get).await,
         }
     });

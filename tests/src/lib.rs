@@ -261,3 +261,32 @@ pub async fn tell_round(
         answer.expect("barrier ask");
     }
 }
+
+/// [`tell_round`] through reusable handles ([`EntityRef`](tessera_host::node::EntityRef)), one
+/// per target: the same tells and the same closing asks.
+pub async fn tell_round_refs(
+    targets: &mut [tessera_host::node::EntityRef],
+    payload: &[u8],
+    tells_per_entity: usize,
+) {
+    use tessera_host::node::NodeError;
+    for _ in 0..tells_per_entity {
+        for target in targets.iter_mut() {
+            loop {
+                match target.tell(payload.to_vec()).await {
+                    Ok(()) => break,
+                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(error) => panic!("tell failed: {error}"),
+                }
+            }
+        }
+    }
+    let barrier = targets
+        .iter_mut()
+        .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30)));
+    for answer in futures::future::join_all(barrier).await {
+        answer.expect("barrier ask");
+    }
+}

@@ -102,7 +102,6 @@ pub(crate) struct CellHandle {
     pub(crate) mailbox: super::cell::Mailbox,
     pub(crate) generation: u64,
     pub(crate) shard: ShardId,
-    pub(crate) last_used: AtomicU64,
     pub(crate) evicting: bool,
     /// Whether the cell holds an instance now (set by the cell), so a cell that needs a pool
     /// slot can ask the least recently used holder to give its up.
@@ -117,9 +116,6 @@ pub(crate) struct Cells {
     pub(crate) tenants: foldhash::HashMap<String, usize>,
     pub(crate) evicting: usize,
     pub(crate) next_generation: u64,
-    /// The use clock: ticks once per message sent to a cell, so cells' last uses are ordered
-    /// without ties (a wall-clock reading would tie within a millisecond).
-    pub(crate) uses: u64,
 }
 
 impl Cells {
@@ -143,6 +139,8 @@ impl Cells {
             _ => return false,
         }
         if let Some(handle) = self.live.remove(entity) {
+            // Senders holding the cell directly ([`LiveCell`](super::LiveCell)) see it gone.
+            handle.mailbox.cell().mark_gone();
             if handle.evicting {
                 self.evicting -= 1;
             }
@@ -180,6 +178,9 @@ pub(crate) struct Core {
     pub(crate) config: EntityConfig,
     pub(crate) router: Arc<dyn Router>,
     pub(crate) cells: Mutex<Cells>,
+    /// The use clock: ticks once per message sent to a cell, so cells' last uses are ordered
+    /// without ties (a wall-clock reading would tie within a millisecond).
+    pub(crate) uses: AtomicU64,
     pub(crate) stats: EntitiesStats,
     pub(crate) counters: RwLock<HashMap<TypeKey, Arc<TypeCounters>>>,
     /// Senders whose outboxes are being delivered.
@@ -209,6 +210,7 @@ impl Core {
             config: parts.config,
             router,
             cells: Mutex::default(),
+            uses: AtomicU64::new(0),
             stats: EntitiesStats::default(),
             counters: RwLock::default(),
             delivery: Delivery::default(),
@@ -218,6 +220,11 @@ impl Core {
             gates: super::fairness::Gates::default(),
             closing: Arc::default(),
         }
+    }
+
+    /// The next tick of the use clock, for a message sent to a cell now.
+    pub(crate) fn next_use(&self) -> u64 {
+        self.uses.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Whether the node is shutting down (no new guest call starts).
@@ -259,7 +266,7 @@ impl Core {
             if !handle.holds_instance.load(Ordering::Relaxed) {
                 continue;
             }
-            let last_used = handle.last_used.load(Ordering::Relaxed);
+            let last_used = handle.mailbox.cell().last_used();
             if address == *except || last_used > tick {
                 holders.push_back((address, last_used));
                 continue;

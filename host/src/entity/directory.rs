@@ -6,6 +6,7 @@
 use super::cell::{Cell, Mailbox};
 use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
+use super::live_cell::LiveCell;
 use super::types::TypeTable;
 use crate::contract::{
     BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, MessageMeta, Reply, Router,
@@ -13,7 +14,7 @@ use crate::contract::{
 };
 use crate::state::EntityState;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -210,6 +211,17 @@ impl Entities {
             .count()
     }
 
+    /// A direct handle on the live cell of `entity`, if it has one: for a sender that keeps
+    /// sending to it ([`LiveCell::run_here`]).
+    pub fn live_cell(&self, entity: &EntityAddress) -> Option<LiveCell> {
+        let cells = self.core.cells();
+        let handle = cells.live.get(entity)?;
+        Some(LiveCell {
+            cell: handle.mailbox.cell().clone(),
+            core: self.core.clone(),
+        })
+    }
+
     /// Whether `entity` has a live cell.
     pub fn is_live(&self, entity: &EntityAddress) -> bool {
         self.core.cells().live.contains_key(entity)
@@ -254,9 +266,8 @@ impl Entities {
     ) -> Result<Option<BoxFuture<'static, ()>>, (MessageError, CellMessage)> {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
+        let tick = self.core.next_use();
         let mut cells = self.core.cells();
-        cells.uses += 1;
-        let tick = cells.uses;
         // One lookup for a live cell, the common case; a second only after opening one.
         if let Some(handle) = cells.live.get(&to) {
             let posted = post(handle, shard, tick, message, runner);
@@ -328,6 +339,7 @@ impl Entities {
             generation,
             binding.mailbox_capacity.max(1),
             holds_instance.clone(),
+            tick,
         );
         *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
         cells.live.insert(
@@ -336,7 +348,6 @@ impl Entities {
                 mailbox,
                 generation,
                 shard,
-                last_used: AtomicU64::new(tick),
                 evicting: false,
                 holds_instance,
             },
@@ -374,7 +385,7 @@ impl Entities {
                 .live
                 .iter()
                 .filter(|(_, handle)| !handle.evicting)
-                .min_by_key(|(_, handle)| handle.last_used.load(Ordering::Relaxed))
+                .min_by_key(|(_, handle)| handle.mailbox.cell().last_used())
                 .map(|(address, _)| address.clone());
             let Some(victim) = victim else {
                 return Err(MessageError::new(
@@ -447,7 +458,7 @@ fn post(
         handle.shard, shard,
         "an entity stays in the shard it started in"
     );
-    handle.last_used.store(tick, Ordering::Relaxed);
+    handle.mailbox.cell().used_at(tick);
     let message = match message {
         CellMessage::Deliver(envelope) if runner == Runner::Sender => {
             match handle.mailbox.cell().run_here(envelope) {

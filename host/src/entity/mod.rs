@@ -23,6 +23,7 @@ mod counters;
 mod delivery;
 mod directory;
 mod fairness;
+mod live_cell;
 mod reminders;
 mod types;
 
@@ -30,5 +31,6 @@ pub use self::core::{EntitiesStats, EntityConfig, EntityParts, TellDelivery};
 pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
 pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 pub use directory::{Entities, Refused};
+pub use live_cell::LiveCell;
 pub use reminders::REMINDERS_IN_FLIGHT_MAX;
 pub use types::{TypeBinding, TypeTable};

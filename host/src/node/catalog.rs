@@ -83,6 +83,8 @@ pub(crate) struct NodeCatalog {
     entities: Entities,
     members: MemberFollowers,
     tenants: RwLock<TenantIndex>,
+    /// Bumped on every change to `tenants`, so a holder of a tenant record sees it is stale.
+    tenants_generation: std::sync::atomic::AtomicU64,
     num_shards: u32,
     default_idle: Option<Duration>,
 }
@@ -107,6 +109,7 @@ impl NodeCatalog {
             entities,
             members,
             tenants: RwLock::default(),
+            tenants_generation: std::sync::atomic::AtomicU64::new(0),
             num_shards: config.sharding.num_shards,
             default_idle: config.sharding.passivation_idle_timeout,
         }
@@ -328,7 +331,18 @@ impl NodeCatalog {
     }
 
     fn tenants_mut(&self) -> std::sync::RwLockWriteGuard<'_, TenantIndex> {
-        self.tenants.write().unwrap_or_else(|p| p.into_inner())
+        let tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        // Bumped under the write lock, before any change: a reader that saw the old
+        // generation re-reads after the change.
+        self.tenants_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        tenants
+    }
+
+    /// The generation of the tenant records: it moves on every change to them.
+    pub(crate) fn tenants_generation(&self) -> u64 {
+        self.tenants_generation
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

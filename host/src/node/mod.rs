@@ -1,6 +1,7 @@
 //! A node: every layer built in one pass over one data directory ([`build`]), and the
 //! operations the API and CLI offer — tenants and tokens ([`tenants`]), deploys, rollbacks and
-//! deletes ([`deploy`]), messages to entities and inspection ([`messages`]), the cluster view
+//! deletes ([`deploy`]), messages to entities and inspection ([`messages`]), reusable handles on
+//! entities ([`entity_ref`]), the cluster view
 //! ([`cluster`]), metrics
 //! ([`metrics`]) and the HTTP edge's counters ([`edge`]). Catalog changes go through the
 //! metadata plane; its one observer ([`catalog`]) updates what the layers below run, so live
@@ -13,6 +14,7 @@ mod config;
 mod deploy;
 mod detector;
 mod edge;
+mod entity_ref;
 mod error;
 mod joining;
 mod lease;
@@ -30,6 +32,7 @@ pub use config::{
     API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
 };
 pub use edge::{EdgeCounters, EdgeSnapshot};
+pub use entity_ref::EntityRef;
 pub use error::NodeError;
 pub use joining::MemberAction;
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};

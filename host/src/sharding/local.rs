@@ -4,7 +4,7 @@
 //! never recomputes it.
 
 use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
-use crate::entity::{Entities, Refused};
+use crate::entity::{Entities, LiveCell, Refused};
 
 /// What a region needs from the entities living on its own node.
 ///
@@ -50,6 +50,12 @@ pub trait LocalEntities: Send + Sync + 'static {
     ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
         self.deliver(to, shard, envelope).map(|()| None)
     }
+    /// A direct handle on the live entity `to`, for a sender that keeps sending to it (an
+    /// [`EntityRoute`](crate::sharding::EntityRoute)); `None` if it is not live. By default,
+    /// never: every message goes through [`deliver_here`](Self::deliver_here).
+    fn live_cell(&self, _to: &EntityAddress) -> Option<Box<dyn LocalCell>> {
+        None
+    }
     /// Starts entity `to` without a message (remember-entities recovery). A no-op if live.
     fn start(&self, to: EntityAddress, shard: ShardId);
     /// Passivates one entity after the messages already in its mailbox.
@@ -59,6 +65,26 @@ pub trait LocalEntities: Send + Sync + 'static {
     fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture<'static, ()>;
     /// Live entities of `type_key` in `shard`.
     fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize;
+}
+
+/// A sender's direct handle on one live local entity ([`LocalEntities::live_cell`]).
+pub trait LocalCell: Send + Sync + 'static {
+    /// Whether the entity is still live; once false, get a new handle.
+    fn is_live(&self) -> bool;
+    /// The run of `envelope` on the caller's task, when the entity is idle and ready (as in
+    /// [`LocalEntities::deliver_here`]); the envelope back otherwise, to be delivered through
+    /// [`LocalEntities::deliver_here`], which queues it in order.
+    fn run_here(&self, envelope: Envelope) -> Result<BoxFuture<'static, ()>, Envelope>;
+}
+
+impl LocalCell for LiveCell {
+    fn is_live(&self) -> bool {
+        LiveCell::is_live(self)
+    }
+
+    fn run_here(&self, envelope: Envelope) -> Result<BoxFuture<'static, ()>, Envelope> {
+        LiveCell::run_here(self, envelope)
+    }
 }
 
 impl LocalEntities for Entities {
@@ -78,6 +104,10 @@ impl LocalEntities for Entities {
         envelope: Envelope,
     ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
         Entities::deliver_here(self, to, shard, envelope)
+    }
+
+    fn live_cell(&self, to: &EntityAddress) -> Option<Box<dyn LocalCell>> {
+        Entities::live_cell(self, to).map(|cell| Box::new(cell) as Box<dyn LocalCell>)
     }
 
     fn start(&self, to: EntityAddress, shard: ShardId) {

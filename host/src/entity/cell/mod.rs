@@ -37,6 +37,13 @@ pub(crate) struct CellShared {
     last_activity_ms: AtomicU64,
     /// Wakes the task when a message run by a sender asked for passivation.
     wake: Notify,
+    /// The use-clock tick of the last message sent to the cell, for least-recently-used
+    /// eviction and instance release.
+    last_used: AtomicU64,
+    /// Set (under the directory's lock, by the cell's task holding the state lock) when the
+    /// cell leaves the directory: a sender holding the cell directly must go through the
+    /// directory again.
+    gone: AtomicBool,
 }
 
 impl CellShared {
@@ -46,6 +53,26 @@ impl CellShared {
             u64::try_from(elapsed).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    /// The use-clock tick of the last message sent to the cell.
+    pub(crate) fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    /// Notes a message sent to the cell at use-clock tick `tick`.
+    pub(crate) fn used_at(&self, tick: u64) {
+        self.last_used.store(tick, Ordering::Relaxed);
+    }
+
+    /// Notes that the cell has left the directory.
+    pub(crate) fn mark_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+
+    /// Whether the cell has left the directory (it ends, or has ended).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 
     fn last_activity(&self) -> Instant {
@@ -67,8 +94,9 @@ impl CellShared {
         let Ok(mut state) = self.state.clone().try_lock_owned() else {
             return Err(envelope);
         };
-        // Read again under the lock: a message taken by the task since is counted until done.
-        if self.unfinished.load(Ordering::Acquire) != 0 || !state.can_run_here() {
+        // Read again under the lock: a message taken by the task since is counted until done,
+        // and a cell leaves the directory only under this lock, so one not gone now stays.
+        if self.unfinished.load(Ordering::Acquire) != 0 || self.is_gone() || !state.can_run_here() {
             return Err(envelope);
         }
         let shared = self.clone();
@@ -111,6 +139,7 @@ impl Cell {
         generation: u64,
         capacity: usize,
         holds_instance: Arc<AtomicBool>,
+        tick: u64,
     ) -> Mailbox {
         let (sender, receiver) = mpsc::channel(capacity);
         let state = CellState::new(core, address, shard, holds_instance);
@@ -120,6 +149,8 @@ impl Cell {
             born: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
             wake: Notify::new(),
+            last_used: AtomicU64::new(tick),
+            gone: AtomicBool::new(false),
         });
         let cell = Cell {
             shared: shared.clone(),

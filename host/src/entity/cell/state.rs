@@ -234,7 +234,7 @@ impl CellState {
         activated?;
         self.holds_instance
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        let tick = core.cells().uses;
+        let tick = core.uses.load(Ordering::Relaxed);
         core.took_instance(&self.address, tick);
         core.stats.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.activated(reason);

@@ -82,6 +82,9 @@ pub(crate) struct RegisteredType {
     pub(crate) key: TypeKey,
     pub(crate) extractor: Arc<dyn ShardExtractor>,
     remember: AtomicBool,
+    /// Set once this registration is replaced or removed: a route that resolved it must
+    /// resolve the type again.
+    retired: AtomicBool,
     slots: Box<[Mutex<Home>]>,
 }
 
@@ -94,12 +97,22 @@ impl RegisteredType {
             key,
             extractor: settings.extractor,
             remember: AtomicBool::new(settings.remember),
+            retired: AtomicBool::new(false),
             slots,
         }
     }
 
     pub(crate) fn remembers(&self) -> bool {
         self.remember.load(Ordering::Relaxed)
+    }
+
+    /// Whether this registration was replaced or removed since it was looked up.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
     }
 
     /// The slot of `shard`, locked; `None` for a shard outside the type's range.
@@ -149,7 +162,11 @@ impl Homes {
             return None;
         }
         let name = key.entity_type.clone();
-        tenant.insert(name, Arc::new(RegisteredType::new(key, settings)))
+        let replaced = tenant.insert(name, Arc::new(RegisteredType::new(key, settings)));
+        if let Some(replaced) = &replaced {
+            replaced.retire();
+        }
+        replaced
     }
 
     /// Every registered type.
@@ -166,6 +183,9 @@ impl Homes {
         let mut types = self.types.write().unwrap_or_else(|p| p.into_inner());
         let tenant = types.get_mut(&key.tenant)?;
         let removed = tenant.remove(&key.entity_type);
+        if let Some(removed) = &removed {
+            removed.retire();
+        }
         if tenant.is_empty() {
             types.remove(&key.tenant);
         }

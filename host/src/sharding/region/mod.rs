@@ -7,6 +7,7 @@
 //! Remembered entities of acquired shards are restarted by [`recovery`]; guest `tell`s and
 //! `ask`s enter through the region's [`Router`] ([`router`]).
 
+mod entity_route;
 mod forward;
 mod homes;
 mod recovery;
@@ -17,6 +18,7 @@ mod stats;
 mod task;
 mod transfer;
 
+pub use entity_route::EntityRoute;
 pub use homes::TypeSettings;
 
 use std::sync::Arc;

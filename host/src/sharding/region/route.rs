@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use super::Shared;
 use super::homes::{Home, RegisteredType};
 use crate::contract::{
-    Allocation, BoxFuture, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardKey, TypeKey,
+    Allocation, BoxFuture, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardId, ShardKey,
+    TypeKey,
 };
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
@@ -98,24 +99,7 @@ fn deliver_local(
     item: Buffered,
     waiting: Waiting,
 ) -> Result<Option<BoxFuture<'static, ()>>, MessageError> {
-    if !shared.lease.is_valid_now() {
-        let error = MessageError::shard_unavailable(format!(
-            "node {} holds no lease on its shards: it is cut off from the cluster's majority \
-             (or was declared down), so it may no longer be their only server",
-            shared.node
-        ));
-        refuse(shared, item, error.clone(), waiting);
-        return Err(error);
-    }
-    if ty.remembers()
-        && let Some(writer) = &shared.remember
-        && writer.has_failed_shards()
-        && let Some(reason) = writer.failure_of(&item.key())
-    {
-        let error = MessageError::unavailable(format!(
-            "shard {} is failed (remember-entities fail-closed) after a store error: {reason}",
-            item.key()
-        ));
+    if let Some(error) = local_refusal(shared, ty, item.shard) {
         refuse(shared, item, error.clone(), waiting);
         return Err(error);
     }
@@ -170,6 +154,35 @@ fn deliver_local(
         envelope.answer(Err(error.clone()));
         error
     })
+}
+
+/// Why this node may not deliver to its own entities of `ty` in `shard` now — it holds no
+/// lease, or the shard failed closed after a remember-store error —; `None` when it may.
+pub(crate) fn local_refusal(
+    shared: &Shared,
+    ty: &RegisteredType,
+    shard: ShardId,
+) -> Option<MessageError> {
+    if !shared.lease.is_valid_now() {
+        return Some(MessageError::shard_unavailable(format!(
+            "node {} holds no lease on its shards: it is cut off from the cluster's majority \
+             (or was declared down), so it may no longer be their only server",
+            shared.node
+        )));
+    }
+    if ty.remembers()
+        && let Some(writer) = &shared.remember
+        && writer.has_failed_shards()
+    {
+        let key = ShardKey::new(ty.key.clone(), shard);
+        if let Some(reason) = writer.failure_of(&key) {
+            return Some(MessageError::unavailable(format!(
+                "shard {key} is failed (remember-entities fail-closed) after a store error: \
+                 {reason}"
+            )));
+        }
+    }
+    None
 }
 
 /// Drives a message's run on the sender's task while it finishes in its first poll (most

@@ -18,7 +18,7 @@ use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 
 impl RegionHandle {
     /// The registered type of `address` and the shard it maps to.
-    fn resolve(
+    pub(super) fn resolve(
         &self,
         address: &EntityAddress,
     ) -> Result<(Arc<RegisteredType>, ShardId), MessageError> {
@@ -44,7 +44,7 @@ impl RegionHandle {
 
     /// Routes `item` from the sender: straight to a local mailbox or a waiting buffer under
     /// the shard's lock; through the region task only for a new allocation or a remote shard.
-    async fn dispatch(
+    pub(super) async fn dispatch(
         &self,
         ty: Arc<RegisteredType>,
         item: Buffered,

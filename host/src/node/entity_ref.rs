@@ -1,0 +1,124 @@
+//! [`EntityRef`]: a client's reusable handle on one entity (Akka's `EntityRef`). Everything a
+//! message by address looks up on every send — the tenant and its rate bucket, the type's
+//! registration and the entity's shard, and, once the entity is live here, its cell — is
+//! resolved once and looked up again only when it changed (the tenant's records or bucket, the
+//! type's registration, the cell). The guarantees are [`Node::tell`]'s and [`Node::ask`]'s:
+//! the same quota, routing, buffering and order.
+
+use super::rate::TenantBucket;
+use super::{Node, NodeError};
+use crate::contract::{EntityAddress, ErrorKind, MessageError};
+use crate::metadata::Tenant;
+use crate::sharding::EntityRoute;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A reusable handle on one entity, from [`Node::entity_ref`]. Sending takes `&mut self`: a
+/// handle is one sender's; make another for another sender.
+///
+/// ```no_run
+/// # async fn demo(node: std::sync::Arc<tessera_host::node::Node>) -> Result<(), tessera_host::node::NodeError> {
+/// use std::time::Duration;
+/// use tessera_host::contract::EntityAddress;
+/// let mut counter = node.entity_ref(EntityAddress::new("default", "counter", "c-1"))?;
+/// let add = rmp_serde::to_vec_named(&serde_json::json!({"Add": 5})).unwrap();
+/// counter.tell(add).await?;
+/// let get = rmp_serde::to_vec_named(&serde_json::json!("Get")).unwrap();
+/// let reply = counter.ask(get, Duration::from_secs(1)).await?;
+/// # Ok(()) }
+/// ```
+pub struct EntityRef {
+    node: Arc<Node>,
+    route: EntityRoute,
+    tenant: TenantQuota,
+}
+
+/// The tenant's rate quota as of a generation of the tenant records.
+struct TenantQuota {
+    generation: u64,
+    tenant: Arc<Tenant>,
+    bucket: Arc<TenantBucket>,
+}
+
+impl std::fmt::Debug for EntityRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntityRef")
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A reusable handle on the entity at `to`: an error if its tenant does not exist or its
+    /// type is not deployed.
+    pub fn entity_ref(self: &Arc<Self>, to: EntityAddress) -> Result<EntityRef, NodeError> {
+        let tenant = self.tenant_quota(&to.tenant)?;
+        let route = self.region.route_to(to)?;
+        Ok(EntityRef {
+            node: self.clone(),
+            route,
+            tenant,
+        })
+    }
+
+    fn tenant_quota(&self, name: &str) -> Result<TenantQuota, NodeError> {
+        // The generation first: a change after it moves it, so this record is looked up again.
+        let generation = self.catalog.tenants_generation();
+        let tenant = self
+            .catalog
+            .tenant(name)
+            .ok_or_else(|| NodeError::NotFound(format!("no tenant {name}")))?;
+        let bucket = self.rate.bucket(name, tenant.quotas.messages_burst);
+        Ok(TenantQuota {
+            generation,
+            tenant,
+            bucket,
+        })
+    }
+}
+
+impl EntityRef {
+    /// The entity this handle sends to.
+    pub fn address(&self) -> &EntityAddress {
+        self.route.address()
+    }
+
+    /// Sends a one-way message, as [`Node::tell`] does.
+    pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), NodeError> {
+        self.admit()?;
+        Ok(self.route.tell(payload).await?)
+    }
+
+    /// Sends a message and waits for its reply, as [`Node::ask`] does.
+    pub async fn ask(&mut self, payload: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, NodeError> {
+        self.admit()?;
+        Ok(self.route.ask(payload, Some(timeout)).await?)
+    }
+
+    /// Admits a message by the tenant's rate quota (looking the tenant up again if its records
+    /// or its bucket changed).
+    fn admit(&mut self) -> Result<(), NodeError> {
+        let quota = &self.tenant;
+        if quota.generation != self.node.catalog.tenants_generation() || quota.bucket.is_retired() {
+            self.tenant = self.node.tenant_quota(&self.route.address().tenant)?;
+        }
+        let quotas = &self.tenant.tenant.quotas;
+        if self
+            .tenant
+            .bucket
+            .try_take(quotas.messages_per_second, quotas.messages_burst)
+        {
+            return Ok(());
+        }
+        let to = self.route.address();
+        self.node
+            .count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
+        Err(NodeError::Message(MessageError::new(
+            ErrorKind::QuotaExceeded,
+            format!(
+                "tenant {} is over its message rate of {} per second",
+                to.tenant, quotas.messages_per_second
+            ),
+        )))
+    }
+}

@@ -1,0 +1,146 @@
+//! [`EntityRoute`]: a sender's resolved route to one entity, for a sender that keeps sending
+//! to the same entity (Akka's `EntityRef`). The type's registration and the entity's shard are
+//! resolved once, and once the entity is live here the route holds its cell, so a tell to an
+//! idle local entity costs one shard-slot lock and the cell's claim: no hashing of the address,
+//! no directory lookup, no copy of the address. Every seed semantic stays the shard slot's: a
+//! message for a shard being allocated or handed off is buffered, one for a remote shard is
+//! forwarded, and a busy entity's message is queued behind the others — all through the same
+//! path as [`RegionHandle::tell`]. A route whose type was re-registered or removed resolves it
+//! again; one whose cell left (passivated, stopped, evicted) looks it up again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::RegionHandle;
+use super::homes::{Home, RegisteredType};
+use super::route::{self, Waiting, local_refusal};
+use crate::contract::{EntityAddress, Envelope, MessageError, MessageMeta, Reply, ShardId};
+use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
+use crate::sharding::local::LocalCell;
+
+/// A resolved route to one entity ([`RegionHandle::route_to`]). Sending takes `&mut self`: a
+/// route is one sender's; clone the address into another route for another sender.
+pub struct EntityRoute {
+    region: RegionHandle,
+    address: EntityAddress,
+    ty: Arc<RegisteredType>,
+    shard: ShardId,
+    /// The entity's cell, once it is live on this node.
+    cell: Option<Box<dyn LocalCell>>,
+}
+
+impl std::fmt::Debug for EntityRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntityRoute")
+            .field("address", &self.address)
+            .field("shard", &self.shard)
+            .field("holds_cell", &self.cell.is_some())
+            .finish()
+    }
+}
+
+impl RegionHandle {
+    /// A route to `address`, resolved now: an error if its type is not registered here.
+    ///
+    /// See [`Region::start`](super::Region::start) for a complete setup.
+    pub fn route_to(&self, address: EntityAddress) -> Result<EntityRoute, MessageError> {
+        let (ty, shard) = self.resolve(&address)?;
+        Ok(EntityRoute {
+            region: self.clone(),
+            address,
+            ty,
+            shard,
+            cell: None,
+        })
+    }
+}
+
+impl EntityRoute {
+    /// The entity this route sends to.
+    pub fn address(&self) -> &EntityAddress {
+        &self.address
+    }
+
+    /// The shard the entity is in.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// Sends a one-way message, as [`RegionHandle::tell`] does (same errors, same order with
+    /// everything else this sender sends to the entity).
+    pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), MessageError> {
+        if self.ty.is_retired() {
+            self.resolve_again()?;
+        }
+        let payload = match self.run_on_cell(payload) {
+            Ok(run) => {
+                route::run_here(run).await;
+                return Ok(());
+            }
+            Err(payload) => payload,
+        };
+        let item = Buffered {
+            address: self.address.clone(),
+            shard: self.shard,
+            hops: 0,
+            body: BufferedBody::Message {
+                payload,
+                meta: MessageMeta::default(),
+                reply: ReplyRoute::None,
+            },
+        };
+        let sent = self
+            .region
+            .dispatch(self.ty.clone(), item, Waiting::SenderHere)
+            .await;
+        if sent.is_ok() && !self.cell.as_ref().is_some_and(|cell| cell.is_live()) {
+            // Delivered here or elsewhere: hold the cell if it is live here now.
+            self.cell = self.region.shared.local.live_cell(&self.address);
+        }
+        sent
+    }
+
+    /// Sends a message and waits for the reply, as [`RegionHandle::ask`] does.
+    pub async fn ask(&mut self, payload: Vec<u8>, timeout: Option<Duration>) -> Reply {
+        self.region
+            .ask(self.address.clone(), payload, timeout)
+            .await
+    }
+
+    /// Tries the fast path: under the shard's slot lock, with the shard at home here and the
+    /// held cell idle and ready, the message's run. Gives the payload back otherwise.
+    fn run_on_cell(
+        &mut self,
+        payload: Vec<u8>,
+    ) -> Result<crate::contract::BoxFuture<'static, ()>, Vec<u8>> {
+        let Some(cell) = &self.cell else {
+            return Err(payload);
+        };
+        let home = self
+            .ty
+            .slot(self.shard)
+            .expect("invariant: the route's shard was resolved in the type's range");
+        let shared = &self.region.shared;
+        if !matches!(*home, Home::Local { .. })
+            || local_refusal(shared, &self.ty, self.shard).is_some()
+        {
+            return Err(payload);
+        }
+        let run = cell.run_here(Envelope::tell(payload));
+        drop(home);
+        let gone = run.is_err() && !cell.is_live();
+        if gone {
+            self.cell = None;
+        }
+        run.map_err(|envelope| envelope.payload)
+    }
+
+    /// Looks the type up again after its registration changed.
+    fn resolve_again(&mut self) -> Result<(), MessageError> {
+        let (ty, shard) = self.region.resolve(&self.address)?;
+        self.ty = ty;
+        self.shard = shard;
+        self.cell = None;
+        Ok(())
+    }
+}
