@@ -240,12 +240,22 @@ async fn bounded<F: std::future::Future>(
 ) -> Option<F::Output> {
     let mut call = std::pin::pin!(call);
     // Most guest calls finish in their first poll (no async host call, no epoch yield): no
-    // timer is armed for those.
+    // timer is armed for those, and the timed wait is boxed, so a guest call's future (moved
+    // onto the heap once per message) does not carry its timers.
     let first =
         std::future::poll_fn(|context| std::task::Poll::Ready(call.as_mut().poll(context))).await;
     if let std::task::Poll::Ready(output) = first {
         return Some(output);
     }
+    Box::pin(timed_wait(wall, clock, call)).await
+}
+
+/// The rest of [`bounded`] for a call that did not finish in its first poll.
+async fn timed_wait<F: std::future::Future>(
+    wall: Duration,
+    clock: &AskClock,
+    mut call: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
     let started = tokio::time::Instant::now();
     loop {
         let deadline = started + wall + clock.waited();

@@ -9,7 +9,7 @@ use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
 use crate::entity::fairness::{CallPass, Entered};
 use crate::entity::types::TypeBinding;
-use crate::runtime::{Activation, EntityContext, EntityInstance, Weight};
+use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, HandleOutcome, Weight};
 use crate::state::remember::{RememberOp, RememberedId};
 use crate::state::{Receipt, WriteSet};
 use std::sync::Arc;
@@ -320,6 +320,37 @@ impl CellState {
         });
         let ran = self.core.runtime.run_call(call, !self.runs_long).await;
         drop(pass);
+        // What is left to wait for is the commit alone: only the write set, the effects and the
+        // reply are kept across it (so a message's future stays small).
+        let Settled {
+            reply,
+            effects,
+            writes,
+        } = self.settle(ran, receipt)?;
+        if let Some(writes) = writes {
+            let started = std::time::Instant::now();
+            let committed = self.core.state.commit(writes).await;
+            self.counters.committed(started.elapsed());
+            if let Err(error) = committed {
+                // The instance saw writes that did not land: start afresh from durable state.
+                let error = MessageError::new(ErrorKind::Internal, error.to_string());
+                self.discard_instance(&error);
+                return Err(error);
+            }
+            self.version_to_record = None;
+        }
+        self.carry_out(&effects);
+        Ok(reply)
+    }
+
+    /// Takes a finished guest call back: the instance returns to the cell (unless it went
+    /// down), and the message's writes are joined by its messaging (tells, timers, receipt) and
+    /// the version to record, ready to commit.
+    fn settle(
+        &mut self,
+        ran: Result<(GuestCall, Weight), MessageError>,
+        receipt: Option<Receipt>,
+    ) -> Result<Settled, MessageError> {
         let (instance, outcome) = match ran {
             Ok((ran, weight)) => {
                 self.runs_long = weight == Weight::Heavy;
@@ -341,37 +372,37 @@ impl CellState {
                 return Err(error);
             }
         };
-        let effects = &outcome.effects;
+        let HandleOutcome {
+            reply,
+            writes,
+            effects,
+        } = outcome;
         let messaging = receipt.is_some()
             || !effects.tells.is_empty()
             || !effects.schedules.is_empty()
             || !effects.cancels.is_empty();
-        let mut writes = outcome.writes;
+        let mut writes = writes;
         if messaging {
             let writes = writes.get_or_insert_with(|| WriteSet::new(self.address.clone()));
-            if let Err(error) = self.add_messaging(writes, effects, receipt) {
+            if let Err(error) = self.add_messaging(writes, &effects, receipt) {
                 // The instance saw a message whose effects will not land: start afresh.
                 self.discard_instance(&error);
                 return Err(error);
             }
         }
-        if let Some(mut writes) = writes.filter(|writes| !writes.is_empty()) {
-            if let Some(version) = self.version_to_record {
-                writes.set_version(version);
-            }
-            let started = std::time::Instant::now();
-            let committed = self.core.state.commit(writes).await;
-            self.counters.committed(started.elapsed());
-            if let Err(error) = committed {
-                // The instance saw writes that did not land: start afresh from durable state.
-                let error = MessageError::new(ErrorKind::Internal, error.to_string());
-                self.discard_instance(&error);
-                return Err(error);
-            }
-            self.version_to_record = None;
-        }
-        self.carry_out(&outcome.effects);
-        Ok(outcome.reply)
+        let writes = writes
+            .filter(|writes| !writes.is_empty())
+            .map(|mut writes| {
+                if let Some(version) = self.version_to_record {
+                    writes.set_version(version);
+                }
+                writes
+            });
+        Ok(Settled {
+            reply,
+            effects,
+            writes,
+        })
     }
 
     /// Waits for this entity's tenant to be allowed one more running guest call. The cell's
@@ -466,6 +497,17 @@ impl CellState {
             writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
     }
+}
+
+/// What a message's guest call gives back: the instance, and the call's outcome.
+type GuestCall = (EntityInstance, Result<HandleOutcome, MessageError>);
+
+/// A message whose guest call finished: its reply, its effects to carry out after the commit,
+/// and what to commit (`None`: nothing).
+struct Settled {
+    reply: Vec<u8>,
+    effects: Effects,
+    writes: Option<WriteSet>,
 }
 
 /// The answer to a message the node did not start because it is shutting down.
