@@ -1,5 +1,5 @@
 //! [`LiveCell`]: a sender's direct handle on one live cell, for a sender that keeps sending to
-//! the same entity (a sharding region's [`EntityRoute`](crate::sharding::EntityRoute)). It runs
+//! the same entity (the layer above holds one per route it resolved). It runs
 //! a message on the caller's task without looking the cell up in the directory — no hashing of
 //! the address, no directory lock — for as long as the cell lives; once the cell has left the
 //! directory (passivated, stopped, evicted) it says so, and the sender goes through
