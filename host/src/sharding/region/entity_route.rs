@@ -93,8 +93,11 @@ impl EntityRoute {
             .region
             .dispatch(self.ty.clone(), item, Waiting::SenderHere)
             .await;
-        if sent.is_ok() && !self.cell.as_ref().is_some_and(|cell| cell.is_live()) {
-            // Delivered here or elsewhere: hold the cell if it is live here now.
+        if sent.is_ok()
+            && !self.cell.as_ref().is_some_and(|cell| cell.is_live())
+            && self.is_at_home_here()
+        {
+            // Delivered to an entity of this node: hold its cell for the next tell.
             self.cell = self.region.shared.local.live_cell(&self.address);
         }
         sent
@@ -133,6 +136,13 @@ impl EntityRoute {
             self.cell = None;
         }
         run.map_err(|envelope| envelope.payload)
+    }
+
+    /// Whether the entity's shard lives on this node now.
+    fn is_at_home_here(&self) -> bool {
+        self.ty
+            .slot(self.shard)
+            .is_some_and(|home| matches!(*home, Home::Local { .. }))
     }
 
     /// Looks the type up again after its registration changed.

@@ -156,36 +156,39 @@ async fn order_per_sender_is_kept_under_concurrency() {
     for task in tasks {
         task.await.unwrap();
     }
-    let total = SENDERS * MESSAGES;
-    let all_delivered = async {
-        // Polls a condition (not a race-hiding sleep): every accepted tell must arrive.
-        loop {
-            let delivered: usize = cluster
-                .fakes
-                .iter()
-                .map(|f| f.with(|s| s.deliveries.len()))
-                .sum();
-            if delivered == total {
-                break;
+    delivered_in_order_per_sender(&cluster, SENDERS * MESSAGES).await;
+}
+
+/// Routes resolved once (`RegionHandle::route_to`) keep each sender's order and lose nothing
+/// while shards are first allocated (their tells buffered) and when the shard lives on another
+/// region (forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routes_keep_each_senders_order_through_allocation_and_forwarding() {
+    let cluster = cluster(3, test_config(), None).await;
+    const SENDERS: usize = 12;
+    const MESSAGES: usize = 40;
+    const ENTITIES: usize = 8;
+    let mut tasks = Vec::new();
+    for sender in 0..SENDERS {
+        let region = cluster.regions[sender % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut routes: Vec<_> = (0..ENTITIES)
+                .map(|entity| {
+                    let address = counter().entity(format!("routed-{entity}"));
+                    region.route_to(address).unwrap()
+                })
+                .collect();
+            for sequence in 0..MESSAGES {
+                let route = &mut routes[(sender + sequence) % ENTITIES];
+                let payload = serde_json::to_vec(&(sender, sequence)).unwrap();
+                route.tell(payload).await.unwrap();
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(WAIT_LIMIT, all_delivered)
-        .await
-        .expect("every tell delivered");
-    for fake in &cluster.fakes {
-        let mut last: HashMap<(String, usize), usize> = HashMap::new();
-        for (address, payload) in fake.with(|s| s.deliveries.clone()) {
-            let (sender, sequence): (usize, usize) = serde_json::from_slice(&payload).unwrap();
-            if let Some(previous) = last.insert((address.id.clone(), sender), sequence) {
-                assert!(
-                    previous < sequence,
-                    "{address}: sender {sender} {previous} then {sequence}"
-                );
-            }
-        }
+        }));
     }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    delivered_in_order_per_sender(&cluster, SENDERS * MESSAGES).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -317,4 +320,38 @@ async fn a_local_refusal_reaches_the_sender() {
     let told = region.tell(address, vec![2]).await.unwrap_err();
     assert_eq!(told.kind, ErrorKind::MailboxFull);
     assert_eq!(region.counters().refused.get("mailbox_full"), Some(&2));
+}
+
+/// Waits until `total` tells of `(sender, sequence)` payloads arrived across the cluster, and
+/// checks each sender's tells reached each entity in sequence.
+async fn delivered_in_order_per_sender(cluster: &TestCluster, total: usize) {
+    let all_delivered = async {
+        // Polls a condition (not a race-hiding sleep): every accepted tell must arrive.
+        loop {
+            let delivered: usize = cluster
+                .fakes
+                .iter()
+                .map(|f| f.with(|s| s.deliveries.len()))
+                .sum();
+            if delivered == total {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, all_delivered)
+        .await
+        .expect("every tell delivered");
+    for fake in &cluster.fakes {
+        let mut last: HashMap<(String, usize), usize> = HashMap::new();
+        for (address, payload) in fake.with(|s| s.deliveries.clone()) {
+            let (sender, sequence): (usize, usize) = serde_json::from_slice(&payload).unwrap();
+            if let Some(previous) = last.insert((address.id.clone(), sender), sequence) {
+                assert!(
+                    previous < sequence,
+                    "{address}: sender {sender} {previous} then {sequence}"
+                );
+            }
+        }
+    }
 }
