@@ -200,3 +200,44 @@ async fn a_handle_sees_its_tenants_quota_change_and_its_type_deleted_and_redeplo
     assert!(after.is_i64(), "the redeployed type answers: {after}");
     node.shutdown().await;
 }
+
+/// Messages that run on the sender's task count as activity for idle passivation: an entity
+/// told every 20 ms through a handle outlives many idle timeouts of 100 ms, and is passivated
+/// once the tells stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_run_through_a_handle_keep_their_entity_from_idle_passivation() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = counter_node(dir.path(), None).await;
+    let bytes = std::fs::read(tessera_tests::COUNTER).unwrap();
+    let options = TypeOptions {
+        remember: false,
+        passivate_idle_ms: Some(100),
+    };
+    node.deploy("acme", "idler", bytes, options).await.unwrap();
+    let address = EntityAddress::new("acme", "idler", "busy");
+    let mut target = node.entity_ref(address.clone()).unwrap();
+    let add = to_msgpack(&json!({"Add": 1}));
+    let activations = || node.entities().stats().activations.load(Ordering::Relaxed);
+    assert_eq!(get(&mut target).await, json!(0), "activated");
+    let first = activations();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(800) {
+        tell(&mut target, &add).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(node.entities().is_live(&address), "passivated while busy");
+    assert_eq!(
+        activations(),
+        first,
+        "passivated and started again while busy"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while node.entities().is_live(&address) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never passivated once idle"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    node.shutdown().await;
+}

@@ -41,7 +41,8 @@ pub struct ShardingConfig {
     pub coordinator_tick: Duration,
     /// Graceful spread moves per rebalance round; moves away from dead owners are not capped.
     pub rebalance_per_round: usize,
-    /// Idle time after which the entity layer passivates an entity; `None` keeps it alive.
+    /// Idle time after which the entity layer passivates an entity (checked every half of it,
+    /// so within one and a half of it); `None` keeps it alive.
     #[serde(rename = "passivation_idle_timeout_ms", with = "option_duration_ms")]
     pub passivation_idle_timeout: Option<Duration>,
     /// Pause between a handed-off shard's entities stopping and its buffer draining.

@@ -31,10 +31,9 @@ pub(crate) struct CellShared {
     /// Messages posted to the mailbox and not finished yet: waiting, or taken by the task and
     /// running. Only while it is zero may a sender run a message itself.
     unfinished: AtomicUsize,
-    /// When the cell started, the origin of `last_activity_ms`.
-    born: Instant,
-    /// When a message last started, in ms after `born`, for idle passivation.
-    last_activity_ms: AtomicU64,
+    /// Messages started so far (by the task or by senders), for idle passivation: the task's
+    /// idle check sees whether it moved, so a message reads no clock for it.
+    started: AtomicU64,
     /// Wakes the task when a message run by a sender asked for passivation.
     wake: Notify,
     /// The use-clock tick of the last message sent to the cell, for least-recently-used
@@ -47,12 +46,17 @@ pub(crate) struct CellShared {
 }
 
 impl CellShared {
+    /// Counts a message starting. Called with the state lock held (one message at a time), so
+    /// a load and a store suffice.
     fn touch(&self) {
-        let elapsed = self.born.elapsed().as_millis();
-        self.last_activity_ms.store(
-            u64::try_from(elapsed).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        let started = self.started.load(Ordering::Relaxed);
+        self.started
+            .store(started.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Messages started so far.
+    fn started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
     }
 
     /// The use-clock tick of the last message sent to the cell.
@@ -73,10 +77,6 @@ impl CellShared {
     /// Whether the cell has left the directory (it ends, or has ended).
     pub(crate) fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)
-    }
-
-    fn last_activity(&self) -> Instant {
-        self.born + Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed))
     }
 
     /// Claims the cell to run `envelope` on the caller's task: possible when no message is
@@ -127,6 +127,10 @@ pub(crate) struct Cell {
     idle: Option<Duration>,
     /// The idle timer, made once (see [`Cell::receive`]).
     idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// What the idle timer saw: the started-message count at its last check, and how many
+    /// checks in a row found it unchanged.
+    idle_seen: u64,
+    quiet_checks: u8,
     stop_waiters: Vec<oneshot::Sender<()>>,
 }
 
@@ -146,8 +150,7 @@ impl Cell {
         let shared = Arc::new(CellShared {
             state: Arc::new(Mutex::new(state)),
             unfinished: AtomicUsize::new(0),
-            born: Instant::now(),
-            last_activity_ms: AtomicU64::new(0),
+            started: AtomicU64::new(0),
             wake: Notify::new(),
             last_used: AtomicU64::new(tick),
             gone: AtomicBool::new(false),
@@ -158,6 +161,8 @@ impl Cell {
             generation,
             idle: None,
             idle_timer: None,
+            idle_seen: 0,
+            quiet_checks: 0,
             stop_waiters: Vec::new(),
         };
         tokio::spawn(cell.run());
@@ -185,10 +190,8 @@ impl Cell {
                     );
                     passivate
                 }
-                // A message may have run on a sender's task since the timer fired.
-                Next::Idle => self
-                    .idle
-                    .is_some_and(|idle| Instant::now() >= self.shared.last_activity() + idle),
+                // A message may have started on a sender's task since the timer fired.
+                Next::Idle => self.shared.started() == self.idle_seen,
                 Next::Woken => false,
                 Next::Closed => true,
             };
@@ -241,9 +244,11 @@ impl Cell {
         }
     }
 
-    /// The next message, or `Idle` once none came for the type's idle timeout. The idle timer
-    /// is one per cell, re-armed only when it fires early (there was activity since it was
-    /// set), not per message.
+    /// The next message, or `Idle` once none started for the type's idle timeout. The idle
+    /// timer is one per cell and fires every half timeout (as Akka checks idle entities), not
+    /// re-armed per message: two checks in a row that find no message started mean the entity
+    /// has been idle for at least the timeout, so it is passivated between one and one and a
+    /// half timeouts after its last message started — and a message reads no clock for it.
     async fn receive(&mut self) -> Next {
         match self.receiver.try_recv() {
             Ok(message) => return Next::Message(message),
@@ -257,9 +262,10 @@ impl Cell {
                 () = shared.wake.notified() => return Next::Woken,
             }
         };
+        let check_every = (idle / 2).max(Duration::from_millis(1));
         let timer = self
             .idle_timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(check_every)));
         loop {
             tokio::select! {
                 received = receiver.recv() => {
@@ -267,11 +273,18 @@ impl Cell {
                 }
                 () = shared.wake.notified() => return Next::Woken,
                 () = timer.as_mut() => {
-                    let due = shared.last_activity() + idle;
-                    if Instant::now() >= due {
+                    timer.as_mut().reset(Instant::now() + check_every);
+                    let started = shared.started();
+                    if started == self.idle_seen {
+                        self.quiet_checks = self.quiet_checks.saturating_add(1);
+                    } else {
+                        self.idle_seen = started;
+                        self.quiet_checks = 0;
+                    }
+                    if self.quiet_checks >= 2 {
+                        self.quiet_checks = 0;
                         return Next::Idle;
                     }
-                    timer.as_mut().reset(due);
                 }
             }
         }
