@@ -2,7 +2,8 @@
 //! its first message, hands it one message at a time, commits each message's writes before
 //! replying, upgrades it at a message boundary and passivates it (explicitly, when idle, or to
 //! respect the node's active-entity limit). A client's message for an idle live entity runs on
-//! the sender's own task instead ([`Entities::deliver_here`]), in order with the sender's others.
+//! the sender's own task instead ([`Entities::deliver_here`], or, for a sender holding the cell,
+//! [`LiveCell::run_here`]), in order with the sender's others.
 //!
 //! [`Entities`] is the directory of a node's live cells and the only way in: the sharding layer
 //! above delivers to it with the shard it computed, and hands it, at construction, the

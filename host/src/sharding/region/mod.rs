@@ -1,6 +1,8 @@
-//! The region: one per node. Senders route through a [`RegionHandle`] ([`send`]): a message
-//! for a shard this node owns goes straight from the sender to the entity (the shard-home table
-//! in [`homes`]; an idle entity's message may run on the sender's task); the region task
+//! The region: one per node. Senders route through a [`RegionHandle`] ([`send`]), or through
+//! an [`EntityRoute`] resolved once for a sender that keeps sending to one entity
+//! ([`entity_route`]): a message for a shard this node owns goes straight from the sender to the
+//! entity (the shard-home table in [`homes`]; an idle entity's message may run on the sender's
+//! task); the region task
 //! ([`task`]) is involved only on a miss — allocating a shard through the coordinator
 //! (buffering, bounded, meanwhile), forwarding to the shard's owner on another node, answering
 //! asks forwarded from there, and handing shards off when the coordinator moves them.
