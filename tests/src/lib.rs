@@ -262,6 +262,21 @@ pub async fn tell_round(
     }
 }
 
+/// [`tell_until_taken`] through a reusable handle
+/// ([`EntityRef`](tessera_host::node::EntityRef)).
+pub async fn tell_ref_until_taken(target: &mut tessera_host::node::EntityRef, payload: &[u8]) {
+    use tessera_host::node::NodeError;
+    loop {
+        match target.tell(payload.to_vec()).await {
+            Ok(()) => return,
+            Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
+                tokio::task::yield_now().await
+            }
+            Err(error) => panic!("tell failed: {error}"),
+        }
+    }
+}
+
 /// [`tell_round`] through reusable handles ([`EntityRef`](tessera_host::node::EntityRef)), one
 /// per target: the same tells and the same closing asks.
 pub async fn tell_round_refs(
@@ -269,18 +284,9 @@ pub async fn tell_round_refs(
     payload: &[u8],
     tells_per_entity: usize,
 ) {
-    use tessera_host::node::NodeError;
     for _ in 0..tells_per_entity {
         for target in targets.iter_mut() {
-            loop {
-                match target.tell(payload.to_vec()).await {
-                    Ok(()) => break,
-                    Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
-                        tokio::task::yield_now().await
-                    }
-                    Err(error) => panic!("tell failed: {error}"),
-                }
-            }
+            tell_ref_until_taken(target, payload).await;
         }
     }
     let barrier = targets

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tessera_host::contract::{EntityAddress, ErrorKind};
 use tessera_host::metadata::{Quotas, TypeOptions};
 use tessera_host::node::{EntityRef, Node, NodeError};
-use tessera_tests::{from_msgpack, to_msgpack};
+use tessera_tests::{from_msgpack, tell_ref_until_taken, to_msgpack};
 
 const ADMIN_TOKEN: &str = "entity-ref-test-admin-token-0123";
 
@@ -28,19 +28,6 @@ async fn counter_node(dir: &std::path::Path, quotas: Option<Quotas>) -> Arc<Node
 
 fn counter(id: &str) -> EntityAddress {
     EntityAddress::new("acme", "counter", id)
-}
-
-/// Tells through `target`, yielding while the entity's mailbox is full (backpressure).
-async fn tell(target: &mut EntityRef, payload: &[u8]) {
-    loop {
-        match target.tell(payload.to_vec()).await {
-            Ok(()) => return,
-            Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
-                tokio::task::yield_now().await
-            }
-            Err(error) => panic!("tell failed: {error}"),
-        }
-    }
 }
 
 async fn get(target: &mut EntityRef) -> serde_json::Value {
@@ -74,7 +61,7 @@ async fn a_handle_keeps_its_senders_order_across_the_fast_path_the_mailbox_and_p
     const ROUNDS: i64 = 1_000;
     let add = to_msgpack(&json!({"Add": 1}));
     for round in 1..=ROUNDS {
-        tell(&mut target, &add).await;
+        tell_ref_until_taken(&mut target, &add).await;
         if round % 50 == 0 {
             node.passivate(&counter("shared")).await.unwrap();
         }
@@ -130,7 +117,7 @@ async fn handles_lose_no_tell_while_their_entities_are_passivated_at_random() {
                 let add = to_msgpack(&json!({"Add": 1}));
                 for _ in 0..TELLS {
                     for target in targets.iter_mut() {
-                        tell(target, &add).await;
+                        tell_ref_until_taken(target, &add).await;
                     }
                 }
             })
@@ -222,7 +209,7 @@ async fn messages_run_through_a_handle_keep_their_entity_from_idle_passivation()
     let first = activations();
     let started = std::time::Instant::now();
     while started.elapsed() < Duration::from_millis(800) {
-        tell(&mut target, &add).await;
+        tell_ref_until_taken(&mut target, &add).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(node.entities().is_live(&address), "passivated while busy");
