@@ -228,3 +228,54 @@ async fn messages_run_through_a_handle_keep_their_entity_from_idle_passivation()
     }
     node.shutdown().await;
 }
+
+/// An ask through a handle keeps its timeout when its message does not finish at once (here
+/// a guest blocked in a sleep, run on the asker's task and then on a task of its own): the
+/// asker gets `timeout` when it runs out, and the handle's next ask waits its turn behind the
+/// sleeper and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_through_a_handle_times_out_and_the_next_one_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::open(tessera_tests::node_config(dir.path(), ADMIN_TOKEN, 300))
+        .await
+        .unwrap();
+    node.create_tenant("acme", None).await.unwrap();
+    let bytes = std::fs::read(tessera_tests::SPIN_FOREVER).unwrap();
+    node.deploy("acme", "spinner", bytes, TypeOptions::default())
+        .await
+        .unwrap();
+    let mut target = node
+        .entity_ref(EntityAddress::new("acme", "spinner", "s"))
+        .unwrap();
+    let ping = to_msgpack(&json!("Ping"));
+    let pong = target
+        .ask(ping.clone(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(from_msgpack(&pong).unwrap(), json!("Pong"));
+
+    // The entity is idle and live here: this ask starts on the caller's task.
+    let started = std::time::Instant::now();
+    let slow = target
+        .ask(
+            to_msgpack(&json!({"Sleep": 400})),
+            Duration::from_millis(50),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&slow, NodeError::Message(error) if error.kind == ErrorKind::Timeout),
+        "{slow}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "the asker waited for the sleeper instead of its own timeout"
+    );
+    let pong = target.ask(ping, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(from_msgpack(&pong).unwrap(), json!("Pong"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "the next ask overtook the sleeping message"
+    );
+    node.shutdown().await;
+}

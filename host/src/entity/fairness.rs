@@ -38,7 +38,8 @@ pub(crate) struct TenantGate {
     messages: Mutex<(f64, tokio::time::Instant)>,
     /// Tenants with a call running or waiting, shared by every gate of the node.
     busy_tenants: Arc<AtomicU64>,
-    /// Until when (µs since `epoch`) caps hold, shared by every gate of the node.
+    /// Until when (µs since `epoch`) caps hold, shared by every gate of the node; 0 for no
+    /// grace running.
     contended_until_us: Arc<AtomicU64>,
 }
 
@@ -175,8 +176,27 @@ impl TenantGate {
 
     /// Whether another tenant has had calls at the same time lately (the caps hold).
     fn contended(&self) -> bool {
-        self.busy_tenants.load(Ordering::Relaxed) > 1
-            || self.now_us() < self.contended_until_us.load(Ordering::Relaxed)
+        self.busy_tenants.load(Ordering::Relaxed) > 1 || self.in_grace()
+    }
+
+    /// Whether caps still hold after the last overlap of two tenants. An expired grace is
+    /// cleared (to 0, "none"), so a node whose tenants stopped overlapping reads no clock for
+    /// it; clearing only that very value, so a newer overlap's grace is never lost.
+    fn in_grace(&self) -> bool {
+        let until = self.contended_until_us.load(Ordering::Relaxed);
+        if until == 0 {
+            return false;
+        }
+        if self.now_us() < until {
+            return true;
+        }
+        let _ = self.contended_until_us.compare_exchange(
+            until,
+            0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        false
     }
 
     /// One more call of this tenant is running or waiting.
@@ -262,13 +282,12 @@ impl TenantGate {
         // cap is not applied — idle cores are not kept from anyone, and a lone tenant pays no
         // semaphore. Once two tenants overlap, caps hold for `CONTENTION_GRACE_US` after the
         // last overlap, so a calm tenant's gaps between calls do not lift the noisy one's cap.
-        let now = self.now_us();
         let overlapping = self.busy_tenants.load(Ordering::Relaxed) > 1;
         if overlapping {
             self.contended_until_us
-                .fetch_max(now + CONTENTION_GRACE_US, Ordering::Relaxed);
+                .fetch_max(self.now_us() + CONTENTION_GRACE_US, Ordering::Relaxed);
         }
-        let alone = !overlapping && now >= self.contended_until_us.load(Ordering::Relaxed);
+        let alone = !overlapping && !self.in_grace();
         let permit = if alone {
             None
         } else {
@@ -484,6 +503,32 @@ mod tests {
         );
         assert_eq!(gate.used_us.load(Ordering::Relaxed), 0, "a new window");
         assert_eq!(throttled.load(Ordering::Relaxed), 1);
+    }
+
+    /// After two tenants overlap, caps hold for the grace even for a tenant alone again; once
+    /// it has passed they lift, and the expired grace is cleared (so later calls read no
+    /// clock for it).
+    #[tokio::test(start_paused = true)]
+    async fn caps_hold_for_the_grace_after_an_overlap_and_then_lift() {
+        let gates = Gates::default();
+        let throttled = AtomicU64::new(0);
+        let (noisy, calm) = (gates.gate("noisy", 1), gates.gate("calm", 1));
+        let alone = noisy.clone().enter(0, &throttled).await;
+        assert!(alone.permit.is_none(), "a lone tenant was capped");
+        let overlapping = calm.clone().enter(0, &throttled).await;
+        assert!(overlapping.permit.is_some(), "an overlap did not cap");
+        drop((alone, overlapping));
+        let in_grace = noisy.clone().enter(0, &throttled).await;
+        assert!(in_grace.permit.is_some(), "caps lifted before the grace ended");
+        drop(in_grace);
+        tokio::time::advance(Duration::from_micros(CONTENTION_GRACE_US)).await;
+        let after = noisy.clone().enter(0, &throttled).await;
+        assert!(after.permit.is_none(), "caps held past the grace");
+        assert_eq!(
+            gates.contended_until_us.load(Ordering::Relaxed),
+            0,
+            "the expired grace was not cleared"
+        );
     }
 
     /// Polls `future` once: `Some` if it finished.

@@ -17,16 +17,19 @@ pub(crate) use mailbox::Mailbox;
 use super::core::{CellMessage, Core};
 use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId};
 use crate::state::remember::RememberOp;
+use futures_util::lock::Mutex;
 use state::CellState;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 /// What a cell's task and the senders that run its messages share.
 pub(crate) struct CellShared {
-    /// The entity's working state; whoever runs a message holds it.
+    /// The entity's working state; whoever runs a message holds it. An async mutex whose
+    /// unlock is one atomic while nobody waits (only the cell's task ever waits for it; a
+    /// sender only tries it), where Tokio's takes its waiter list's lock on every unlock.
     state: Arc<Mutex<CellState>>,
     /// Messages posted to the mailbox and not finished yet: waiting, or taken by the task and
     /// running. Only while it is zero may a sender run a message itself.
@@ -91,7 +94,7 @@ impl CellShared {
         if self.unfinished.load(Ordering::Acquire) != 0 {
             return Err(envelope);
         }
-        let Ok(mut state) = self.state.clone().try_lock_owned() else {
+        let Some(mut state) = self.state.try_lock_owned() else {
             return Err(envelope);
         };
         // Read again under the lock: a message taken by the task since is counted until done,

@@ -1,7 +1,7 @@
 //! [`EntityRoute`]: a sender's resolved route to one entity, for a sender that keeps sending
 //! to the same entity (Akka's `EntityRef`). The type's registration and the entity's shard are
-//! resolved once, and once the entity is live here the route holds its cell, so a tell to an
-//! idle local entity costs one shard-slot lock and the cell's claim: no hashing of the address,
+//! resolved once, and once the entity is live here the route holds its cell, so a tell or an
+//! ask to an idle local entity costs one shard-slot lock and the cell's claim: no hashing of the address,
 //! no directory lookup, no copy of the address. Every seed semantic stays the shard slot's: a
 //! message for a shard being allocated or handed off is buffered, one for a remote shard is
 //! forwarded, and a busy entity's message is queued behind the others — all through the same
@@ -14,9 +14,13 @@ use std::time::Duration;
 use super::RegionHandle;
 use super::homes::{Home, RegisteredType};
 use super::route::{self, Waiting, local_refusal};
-use crate::contract::{EntityAddress, Envelope, MessageError, MessageMeta, Reply, ShardId};
+use crate::contract::{
+    EntityAddress, Envelope, ErrorKind, MessageError, MessageMeta, Reply, ShardId,
+};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::sharding::local::LocalCell;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// A resolved route to one entity ([`RegionHandle::route_to`]). Sending takes `&mut self`: a
 /// route is one sender's; clone the address into another route for another sender.
@@ -72,12 +76,12 @@ impl EntityRoute {
         if self.ty.is_retired() {
             self.resolve_again()?;
         }
-        let payload = match self.run_on_cell(payload) {
+        let payload = match self.run_on_cell(Envelope::tell(payload)) {
             Ok(run) => {
                 route::run_here(run).await;
                 return Ok(());
             }
-            Err(payload) => payload,
+            Err(envelope) => envelope.payload,
         };
         let item = Buffered {
             address: self.address.clone(),
@@ -93,31 +97,72 @@ impl EntityRoute {
             .region
             .dispatch(self.ty.clone(), item, Waiting::SenderHere)
             .await;
-        if sent.is_ok()
-            && !self.cell.as_ref().is_some_and(|cell| cell.is_live())
-            && self.is_at_home_here()
-        {
-            // Delivered to an entity of this node: hold its cell for the next tell.
-            self.cell = self.region.shared.local.live_cell(&self.address);
+        if sent.is_ok() {
+            self.hold_cell();
         }
         sent
     }
 
-    /// Sends a message and waits for the reply, as [`RegionHandle::ask`] does.
+    /// Sends a message and waits for the reply, as [`RegionHandle::ask`] does (same errors,
+    /// same order with everything else this sender sends to the entity). To an idle entity
+    /// live here it runs on the caller's task, as a tell does.
     pub async fn ask(&mut self, payload: Vec<u8>, timeout: Option<Duration>) -> Reply {
-        self.region
-            .ask(self.address.clone(), payload, timeout)
-            .await
+        if self.ty.is_retired() {
+            self.resolve_again()?;
+        }
+        let timeout = timeout.unwrap_or(self.region.shared.config.request_timeout);
+        let deadline = Instant::now() + timeout;
+        let (port, receiver) = oneshot::channel();
+        let envelope = Envelope {
+            payload,
+            meta: MessageMeta {
+                deadline: Some(deadline.into_std()),
+                ..MessageMeta::default()
+            },
+            reply: Some(port),
+        };
+        let payload = match self.run_on_cell(envelope) {
+            Ok(run) => {
+                route::run_here(run).await;
+                return match tokio::time::timeout_at(deadline, receiver).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(_)) => Err(MessageError::unavailable(
+                        "the message was dropped without a reply",
+                    )),
+                    Err(_) => Err(MessageError::new(
+                        ErrorKind::Timeout,
+                        format!("no reply within {} ms", timeout.as_millis()),
+                    )),
+                };
+            }
+            Err(envelope) => envelope.payload,
+        };
+        let reply = self
+            .region
+            .ask(self.address.clone(), payload, Some(timeout))
+            .await;
+        if reply.is_ok() {
+            self.hold_cell();
+        }
+        reply
+    }
+
+    /// After a message went the long way and was taken: hold the entity's cell for the next
+    /// message, if it is live on this node now.
+    fn hold_cell(&mut self) {
+        if !self.cell.as_ref().is_some_and(|cell| cell.is_live()) && self.is_at_home_here() {
+            self.cell = self.region.shared.local.live_cell(&self.address);
+        }
     }
 
     /// Tries the fast path: under the shard's slot lock, with the shard at home here and the
-    /// held cell idle and ready, the message's run. Gives the payload back otherwise.
+    /// held cell idle and ready, the message's run. Gives the envelope back otherwise.
     fn run_on_cell(
         &mut self,
-        payload: Vec<u8>,
-    ) -> Result<crate::contract::BoxFuture<'static, ()>, Vec<u8>> {
+        envelope: Envelope,
+    ) -> Result<crate::contract::BoxFuture<'static, ()>, Envelope> {
         let Some(cell) = &self.cell else {
-            return Err(payload);
+            return Err(envelope);
         };
         let home = self
             .ty
@@ -127,15 +172,15 @@ impl EntityRoute {
         if !matches!(*home, Home::Local { .. })
             || local_refusal(shared, &self.ty, self.shard).is_some()
         {
-            return Err(payload);
+            return Err(envelope);
         }
-        let run = cell.run_here(Envelope::tell(payload));
+        let run = cell.run_here(envelope);
         drop(home);
         let gone = run.is_err() && !cell.is_live();
         if gone {
             self.cell = None;
         }
-        run.map_err(|envelope| envelope.payload)
+        run
     }
 
     /// Whether the entity's shard lives on this node now.
