@@ -519,7 +519,10 @@ mod tests {
         assert!(overlapping.permit.is_some(), "an overlap did not cap");
         drop((alone, overlapping));
         let in_grace = noisy.clone().enter(0, &throttled).await;
-        assert!(in_grace.permit.is_some(), "caps lifted before the grace ended");
+        assert!(
+            in_grace.permit.is_some(),
+            "caps lifted before the grace ended"
+        );
         drop(in_grace);
         tokio::time::advance(Duration::from_micros(CONTENTION_GRACE_US)).await;
         let after = noisy.clone().enter(0, &throttled).await;

@@ -130,22 +130,32 @@ impl EntityInstance {
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
     /// replying; on `Err` nothing of the message is kept.
     pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
-        self.handle_in_chain(payload, Vec::new(), None).await
+        self.begin_message(Vec::new(), None);
+        self.handle_begun(payload).await
     }
 
-    /// [`handle`](Self::handle) for a message that `chain`'s asks wait on (outermost first):
-    /// the guest's own asks to any of them fail at once with `deadlock`. `gate`, if given, is
-    /// paused while the guest waits on an ask.
-    pub async fn handle_in_chain(
+    /// Begins a message that `chain`'s asks wait on (outermost first): the guest's own asks to
+    /// any of them will fail at once with `deadlock`. `gate`, if given, is paused while the
+    /// guest waits on an ask. Then [`handle_begun`](Self::handle_begun) runs it: two steps, so
+    /// the call's future (boxed once per message) carries neither the chain nor the gate.
+    pub fn begin_message(
         &mut self,
-        payload: &[u8],
         chain: Vec<EntityAddress>,
         gate: Option<Arc<dyn super::gate::CallGate>>,
-    ) -> Result<HandleOutcome, MessageError> {
+    ) {
         self.begin_call(true);
         let message = &mut self.store.data_mut().message;
         message.chain = chain;
         message.gate = gate;
+    }
+
+    /// Runs the guest's `handle` on `payload`, for the message
+    /// [`begin_message`](Self::begin_message) began, as [`handle`](Self::handle) does.
+    pub async fn handle_begun(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
+        debug_assert!(
+            self.store.data().message.in_message,
+            "handle_begun runs a message begin_message began"
+        );
         let (wall, clock) = self.watchdog();
         let call = self
             .bindings

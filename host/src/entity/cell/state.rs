@@ -313,9 +313,9 @@ impl CellState {
             .instance
             .take()
             .expect("invariant: ready() left a running instance");
-        let gate = pass.call_gate();
+        instance.begin_message(chain, Some(pass.call_gate()));
         let call = Box::pin(async move {
-            let outcome = instance.handle_in_chain(&payload, chain, Some(gate)).await;
+            let outcome = instance.handle_begun(&payload).await;
             (instance, outcome)
         });
         let ran = self.core.runtime.run_call(call, !self.runs_long).await;
