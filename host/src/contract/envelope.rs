@@ -112,9 +112,15 @@ impl Envelope {
 
     /// Answers the sender, if it asked and still listens. A tell's outcome is dropped here.
     pub fn answer(self, reply: Reply) {
-        if let Some(port) = self.reply {
-            // The asker may have timed out and gone; nothing to do then.
-            let _ = port.send(reply);
-        }
+        answer(self.reply, reply);
+    }
+}
+
+/// Answers through `port` (an envelope's reply port, taken out of it), if the sender asked and
+/// still listens. A tell's outcome is dropped here.
+pub fn answer(port: Option<ReplyPort>, reply: Reply) {
+    if let Some(port) = port {
+        // The asker may have timed out and gone; nothing to do then.
+        let _ = port.send(reply);
     }
 }

@@ -91,6 +91,55 @@ pub(crate) struct MessageScope {
     pub(crate) state_bytes_delta: i64,
 }
 
+impl MessageScope {
+    /// Begins a call: the last call's scope is cleared in place (the scope is a few hundred
+    /// bytes, and a call per message should not move it).
+    pub(crate) fn begin(&mut self, in_message: bool) {
+        let MessageScope {
+            in_message: scope_in_message,
+            writes,
+            effects,
+            asks,
+            chain,
+            gate,
+            deadlocked,
+            ticks_used,
+            state_bytes_delta,
+        } = self;
+        *scope_in_message = in_message;
+        *writes = None;
+        *effects = Effects::default();
+        *asks = 0;
+        chain.clear();
+        *gate = None;
+        *deadlocked = false;
+        *ticks_used = 0;
+        *state_bytes_delta = 0;
+    }
+
+    /// Ends a message: what its outcome needs is taken out, and the scope no longer allows
+    /// writes or messages.
+    pub(crate) fn finish(&mut self) -> FinishedScope {
+        self.in_message = false;
+        self.gate = None;
+        self.chain.clear();
+        FinishedScope {
+            writes: self.writes.take(),
+            effects: std::mem::take(&mut self.effects),
+            deadlocked: self.deadlocked,
+            state_bytes_delta: self.state_bytes_delta,
+        }
+    }
+}
+
+/// What a finished message's scope hands to its outcome ([`MessageScope::finish`]).
+pub(crate) struct FinishedScope {
+    pub(crate) writes: Option<WriteSet>,
+    pub(crate) effects: Effects,
+    pub(crate) deadlocked: bool,
+    pub(crate) state_bytes_delta: i64,
+}
+
 /// The data of one entity's `Store`.
 pub(crate) struct HostState {
     pub(crate) wasi: WasiCtx,

@@ -3,7 +3,7 @@
 
 use super::bindings::{Activation, Entity, GuestError};
 use super::engine::InstanceSlots;
-use super::host::{AskClock, HostState, HostTrap, MessageScope};
+use super::host::{AskClock, HostState, HostTrap};
 use super::plugin::Plugin;
 use crate::contract::{EntityAddress, ErrorKind, MessageError};
 use crate::state::WriteSet;
@@ -82,10 +82,7 @@ impl EntityInstance {
 
     fn begin_call(&mut self, in_message: bool) {
         let data = self.store.data_mut();
-        data.message = MessageScope {
-            in_message,
-            ..MessageScope::default()
-        };
+        data.message.begin(in_message);
         data.limiter.memory_limit_hit = false;
         data.log_budget.reset(self.log_lines_per_message);
         self.store.set_epoch_deadline(1);
@@ -164,7 +161,7 @@ impl EntityInstance {
         let Some(result) = bounded(wall, &clock, call).await else {
             return Err(self.past_wall_bound(wall));
         };
-        let scope = std::mem::take(&mut self.store.data_mut().message);
+        let scope = self.store.data_mut().message.finish();
         let reply = match result {
             Ok(Ok(reply)) => reply,
             Ok(Err(error)) if scope.deadlocked => {

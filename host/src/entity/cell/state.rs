@@ -4,6 +4,7 @@
 //! A message that already committed (a duplicate delivery) is acknowledged without running; an
 //! ask whose deadline passed is not run. Also the end of the entity: passivation.
 
+use crate::contract::envelope::answer;
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
 use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
@@ -246,59 +247,78 @@ impl CellState {
         Ok(())
     }
 
-    pub(super) async fn process(&mut self, mut envelope: Envelope) {
-        if self.core.is_closing() {
-            envelope.answer(Err(shutting_down()));
-            return;
+    /// Processes one message. What decides whether it runs at all (the node closing, the
+    /// ask's deadline passed, a duplicate of an effectively-once message) is checked now; the
+    /// returned future runs it. So that future (boxed once per message a sender runs) carries
+    /// the payload, chain, receipt and reply port, not the envelope they came in.
+    // Inlined into its caller's future, so the returned future is built in place there rather
+    // than copied into it.
+    #[inline(always)]
+    pub(super) fn process(
+        &mut self,
+        envelope: Envelope,
+    ) -> impl std::future::Future<Output = ()> + '_ {
+        let Envelope {
+            payload,
+            meta,
+            reply,
+        } = envelope;
+        let refused = self.refusal(meta.deadline, meta.origin.as_deref());
+        let (chain, receipt) = (meta.chain, meta.origin);
+        async move {
+            if let Some(refused) = refused {
+                answer(reply, refused);
+                return;
+            }
+            self.counters.messages.add(1);
+            let outcome = self.handle(payload, chain, receipt).await;
+            if let Err(error) = &outcome {
+                self.counters.failed(error.kind);
+            }
+            answer(reply, outcome);
         }
-        if envelope
-            .meta
-            .deadline
-            .is_some_and(|deadline| std::time::Instant::now() >= deadline)
-        {
+    }
+
+    /// The answer to a message that must not run: the node is closing, the asker's deadline
+    /// passed before it started (it is not executed), or it is a duplicate of an
+    /// effectively-once message already applied (answered empty, not run again).
+    fn refusal(
+        &self,
+        deadline: Option<std::time::Instant>,
+        receipt: Option<&Receipt>,
+    ) -> Option<Result<Vec<u8>, MessageError>> {
+        if self.core.is_closing() {
+            return Some(Err(shutting_down()));
+        }
+        if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
             self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
-            envelope.answer(Err(MessageError::new(
+            return Some(Err(MessageError::new(
                 ErrorKind::Timeout,
                 "the ask's deadline passed before the entity started it; it was not executed",
             )));
-            return;
         }
-        let receipt = envelope.meta.origin.take().map(|origin| *origin);
-        if let Some(receipt) = &receipt {
-            match self.core.state.is_duplicate(&self.address, receipt) {
-                Ok(true) => {
-                    self.core
-                        .stats
-                        .duplicates_dropped
-                        .fetch_add(1, Ordering::Relaxed);
-                    envelope.answer(Ok(Vec::new()));
-                    return;
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    envelope.answer(Err(MessageError::new(
-                        ErrorKind::Internal,
-                        error.to_string(),
-                    )));
-                    return;
-                }
+        let receipt = receipt?;
+        match self.core.state.is_duplicate(&self.address, receipt) {
+            Ok(true) => {
+                self.core
+                    .stats
+                    .duplicates_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(Ok(Vec::new()))
             }
+            Ok(false) => None,
+            Err(error) => Some(Err(MessageError::new(
+                ErrorKind::Internal,
+                error.to_string(),
+            ))),
         }
-        self.counters.messages.add(1);
-        let chain = std::mem::take(&mut envelope.meta.chain);
-        let payload = std::mem::take(&mut envelope.payload);
-        let outcome = self.handle(payload, chain, receipt).await;
-        if let Err(error) = &outcome {
-            self.counters.failed(error.kind);
-        }
-        envelope.answer(outcome);
     }
 
     async fn handle(
         &mut self,
         payload: Vec<u8>,
         chain: Vec<EntityAddress>,
-        receipt: Option<Receipt>,
+        receipt: Option<Box<Receipt>>,
     ) -> Result<Vec<u8>, MessageError> {
         if !self.is_ready() {
             // Boxed: activation's future is large, and most messages find the instance up.
@@ -349,7 +369,7 @@ impl CellState {
     fn settle(
         &mut self,
         ran: Result<(GuestCall, Weight), MessageError>,
-        receipt: Option<Receipt>,
+        receipt: Option<Box<Receipt>>,
     ) -> Result<Settled, MessageError> {
         let (instance, outcome) = match ran {
             Ok((ran, weight)) => {
@@ -384,7 +404,9 @@ impl CellState {
         let mut writes = writes;
         if messaging {
             let writes = writes.get_or_insert_with(|| WriteSet::new(self.address.clone()));
-            if let Err(error) = self.add_messaging(writes, &effects, receipt) {
+            if let Err(error) =
+                self.add_messaging(writes, &effects, receipt.map(|receipt| *receipt))
+            {
                 // The instance saw a message whose effects will not land: start afresh.
                 self.discard_instance(&error);
                 return Err(error);
