@@ -74,8 +74,9 @@ pub struct Effects {
 pub(crate) struct MessageScope {
     /// True while `handle` runs: the only time state writes and messages are allowed.
     pub(crate) in_message: bool,
-    /// The message's writes, created on its first `put` or `delete`.
-    pub(crate) writes: Option<WriteSet>,
+    /// The message's writes, created on its first `put` or `delete` (boxed: most messages
+    /// write nothing, and a message's outcome is moved several times on its way back).
+    pub(crate) writes: Option<Box<WriteSet>>,
     pub(crate) effects: Effects,
     pub(crate) asks: u32,
     /// The entities whose asks wait on this message, outermost first (this entity not
@@ -134,7 +135,7 @@ impl MessageScope {
 
 /// What a finished message's scope hands to its outcome ([`MessageScope::finish`]).
 pub(crate) struct FinishedScope {
-    pub(crate) writes: Option<WriteSet>,
+    pub(crate) writes: Option<Box<WriteSet>>,
     pub(crate) effects: Effects,
     pub(crate) deadlocked: bool,
     pub(crate) state_bytes_delta: i64,
@@ -249,7 +250,7 @@ impl HostState {
         Ok(self
             .message
             .writes
-            .get_or_insert_with(|| WriteSet::new(address.clone())))
+            .get_or_insert_with(|| Box::new(WriteSet::new(address.clone()))))
     }
 
     /// Size (key plus value) `key` occupies now, as this message sees it.

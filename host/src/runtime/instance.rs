@@ -19,8 +19,9 @@ pub use super::host::{Effects, ScheduledMessage};
 pub struct HandleOutcome {
     /// The reply bytes (MessagePack).
     pub reply: Vec<u8>,
-    /// The message's state changes; `None` when it wrote nothing.
-    pub writes: Option<WriteSet>,
+    /// The message's state changes; `None` when it wrote nothing (boxed: an outcome is moved
+    /// several times on its way back from the guest call, and most messages write nothing).
+    pub writes: Option<Box<WriteSet>>,
     /// Tells, timers and passivation requested by the message.
     pub effects: Effects,
 }
@@ -114,11 +115,15 @@ impl EntityInstance {
     pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
         self.begin_call(false);
         let (wall, clock) = self.watchdog();
-        let call = self
-            .bindings
-            .tessera_entity_handler()
-            .call_activate(&mut self.store, reason);
-        match bounded(wall, &clock, call).await {
+        let ran = {
+            let call = std::pin::pin!(
+                self.bindings
+                    .tessera_entity_handler()
+                    .call_activate(&mut self.store, reason)
+            );
+            bounded(wall, &clock, call).await
+        };
+        match ran {
             Some(result) => result.map_err(|trap| self.poison(trap)),
             None => Err(self.past_wall_bound(wall)),
         }
@@ -154,11 +159,15 @@ impl EntityInstance {
             "handle_begun runs a message begin_message began"
         );
         let (wall, clock) = self.watchdog();
-        let call = self
-            .bindings
-            .tessera_entity_handler()
-            .call_handle(&mut self.store, payload);
-        let Some(result) = bounded(wall, &clock, call).await else {
+        let ran = {
+            let call = std::pin::pin!(
+                self.bindings
+                    .tessera_entity_handler()
+                    .call_handle(&mut self.store, payload)
+            );
+            bounded(wall, &clock, call).await
+        };
+        let Some(result) = ran else {
             return Err(self.past_wall_bound(wall));
         };
         let scope = self.store.data_mut().message.finish();
@@ -203,11 +212,15 @@ impl EntityInstance {
         }
         self.begin_call(false);
         let (wall, clock) = self.watchdog();
-        let call = self
-            .bindings
-            .tessera_entity_handler()
-            .call_deactivate(&mut self.store);
-        let Some(result) = bounded(wall, &clock, call).await else {
+        let ran = {
+            let call = std::pin::pin!(
+                self.bindings
+                    .tessera_entity_handler()
+                    .call_deactivate(&mut self.store)
+            );
+            bounded(wall, &clock, call).await
+        };
+        let Some(result) = ran else {
             let error = self.past_wall_bound(wall);
             tracing::warn!(entity = %self.store.data().address, %error, "deactivate cut off");
             return;
@@ -239,13 +252,14 @@ impl EntityInstance {
 }
 
 /// Runs `call` until it finishes or has run `wall` of wall-clock time outside its asks; `None`
-/// when cut off (the call is dropped mid-way, so its instance must be discarded).
+/// when cut off (the caller then drops the call mid-way, so its instance must be discarded).
+/// The call is pinned where the caller made it: a guest call's future is most of a message's
+/// future, and is not copied into this one.
 async fn bounded<F: std::future::Future>(
     wall: Duration,
     clock: &AskClock,
-    call: F,
+    mut call: std::pin::Pin<&mut F>,
 ) -> Option<F::Output> {
-    let mut call = std::pin::pin!(call);
     // Most guest calls finish in their first poll (no async host call, no epoch yield): no
     // timer is armed for those, and the timed wait is boxed, so a guest call's future (moved
     // onto the heap once per message) does not carry its timers.

@@ -8,7 +8,7 @@ use crate::contract::envelope::answer;
 use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
 use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
-use crate::entity::fairness::{CallPass, Entered};
+use crate::entity::fairness::CallPass;
 use crate::entity::types::TypeBinding;
 use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, HandleOutcome, Weight};
 use crate::state::remember::{RememberOp, RememberedId};
@@ -222,7 +222,10 @@ impl CellState {
                 Err(error) => return Err(error),
             }
         };
-        let pass = self.enter_gate(&binding).await;
+        let pass = self
+            .gate_pass(&binding)
+            .enter(&self.core.stats.throttled_calls)
+            .await;
         if core.is_closing() {
             return Err(shutting_down());
         }
@@ -325,7 +328,10 @@ impl CellState {
             Box::pin(self.ready()).await?;
         }
         let binding = self.binding()?;
-        let pass = self.enter_gate(&binding).await;
+        let pass = self
+            .gate_pass(&binding)
+            .enter(&self.core.stats.throttled_calls)
+            .await;
         if self.core.is_closing() {
             return Err(shutting_down());
         }
@@ -349,7 +355,7 @@ impl CellState {
         } = self.settle(ran, receipt)?;
         if let Some(writes) = writes {
             let started = std::time::Instant::now();
-            let committed = self.core.state.commit(writes).await;
+            let committed = self.core.state.commit(*writes).await;
             self.counters.committed(started.elapsed());
             if let Err(error) = committed {
                 // The instance saw writes that did not land: start afresh from durable state.
@@ -403,7 +409,8 @@ impl CellState {
             || !effects.cancels.is_empty();
         let mut writes = writes;
         if messaging {
-            let writes = writes.get_or_insert_with(|| WriteSet::new(self.address.clone()));
+            let writes =
+                writes.get_or_insert_with(|| Box::new(WriteSet::new(self.address.clone())));
             if let Err(error) =
                 self.add_messaging(writes, &effects, receipt.map(|receipt| *receipt))
             {
@@ -427,15 +434,12 @@ impl CellState {
         })
     }
 
-    /// Waits for this entity's tenant to be allowed one more running guest call. The cell's
-    /// pass is made once (again only if the tenant's cap or budget changes).
-    fn enter_gate(
-        &mut self,
-        binding: &TypeBinding,
-    ) -> impl std::future::Future<Output = Entered> + Send + 'static {
+    /// This entity's pass through its tenant's gate, made once (again only if the tenant's
+    /// cap or budget changes); entering it waits until the tenant may run one more guest call.
+    fn gate_pass(&mut self, binding: &TypeBinding) -> Arc<CallPass> {
         let cap = binding.limits.concurrent_guests_max.max(1);
         let budget = binding.limits.cpu_ms_per_second;
-        let pass = match &self.pass {
+        match &self.pass {
             Some(pass) if pass.fits(cap, budget) => pass.clone(),
             _ => {
                 let gate = self.core.gates.gate(&self.address.tenant, cap);
@@ -443,9 +447,7 @@ impl CellState {
                 self.pass = Some(pass.clone());
                 pass
             }
-        };
-        let core = self.core.clone();
-        async move { pass.enter(&core.stats.throttled_calls).await }
+        }
     }
 
     /// Drops the instance without calling the guest (it failed, or saw effects that did not
@@ -529,7 +531,7 @@ type GuestCall = (EntityInstance, Result<HandleOutcome, MessageError>);
 struct Settled {
     reply: Vec<u8>,
     effects: Effects,
-    writes: Option<WriteSet>,
+    writes: Option<Box<WriteSet>>,
 }
 
 /// The answer to a message the node did not start because it is shutting down.
