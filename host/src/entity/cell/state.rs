@@ -5,7 +5,7 @@
 //! ask whose deadline passed is not run. Also the end of the entity: passivation.
 
 use crate::contract::envelope::answer;
-use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, ShardId};
+use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, Reply, ShardId};
 use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
 use crate::entity::fairness::CallPass;
@@ -289,7 +289,7 @@ impl CellState {
         &self,
         deadline: Option<std::time::Instant>,
         receipt: Option<&Receipt>,
-    ) -> Option<Result<Vec<u8>, MessageError>> {
+    ) -> Option<Reply> {
         if self.core.is_closing() {
             return Some(Err(shutting_down()));
         }

@@ -1,12 +1,13 @@
 //! [`EntityRoute`]: a sender's resolved route to one entity, for a sender that keeps sending
 //! to the same entity (Akka's `EntityRef`). The type's registration and the entity's shard are
 //! resolved once, and once the entity is live here the route holds its cell, so a tell or an
-//! ask to an idle local entity costs one shard-slot lock and the cell's claim: no hashing of the address,
-//! no directory lookup, no copy of the address. Every seed semantic stays the shard slot's: a
-//! message for a shard being allocated or handed off is buffered, one for a remote shard is
-//! forwarded, and a busy entity's message is queued behind the others — all through the same
-//! path as [`RegionHandle::tell`]. A route whose type was re-registered or removed resolves it
-//! again; one whose cell left (passivated, stopped, evicted) looks it up again.
+//! ask to an idle local entity costs one shard-slot lock and the cell's claim: no hashing of
+//! the address, no directory lookup, no copy of the address. Every seed semantic stays the
+//! shard slot's: a message for a shard being allocated or handed off is buffered, one for a
+//! remote shard is forwarded, and a busy entity's message is queued behind the others — all
+//! through the same path as [`RegionHandle::tell`]. A route whose type was re-registered or
+//! removed resolves it again; one whose cell left (passivated, stopped, evicted) looks it up
+//! again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,8 @@ use std::time::Duration;
 use super::RegionHandle;
 use super::homes::{Home, RegisteredType};
 use super::route::{self, Waiting, local_refusal};
-use crate::contract::{
-    EntityAddress, Envelope, ErrorKind, MessageError, MessageMeta, Reply, ShardId,
-};
+use super::send;
+use crate::contract::{EntityAddress, Envelope, MessageError, MessageMeta, Reply, ShardId};
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::sharding::local::LocalCell;
 use tokio::sync::oneshot;
@@ -124,16 +124,7 @@ impl EntityRoute {
         let payload = match self.run_on_cell(envelope) {
             Ok(run) => {
                 route::run_here(run).await;
-                return match tokio::time::timeout_at(deadline, receiver).await {
-                    Ok(Ok(reply)) => reply,
-                    Ok(Err(_)) => Err(MessageError::unavailable(
-                        "the message was dropped without a reply",
-                    )),
-                    Err(_) => Err(MessageError::new(
-                        ErrorKind::Timeout,
-                        format!("no reply within {} ms", timeout.as_millis()),
-                    )),
-                };
+                return send::await_reply(receiver, deadline, timeout).await;
             }
             Err(envelope) => envelope.payload,
         };

@@ -192,23 +192,11 @@ impl RegionHandle {
             hops: 0,
             body,
         };
-        let timed_out = || {
-            MessageError::new(
-                ErrorKind::Timeout,
-                format!("no reply within {} ms", timeout.as_millis()),
-            )
-        };
         match tokio::time::timeout_at(deadline, self.dispatch(ty, item, waiting)).await {
             Ok(result) => result?,
-            Err(_) => return Err(timed_out()),
+            Err(_) => return Err(timed_out(timeout)),
         }
-        match tokio::time::timeout_at(deadline, receiver).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(MessageError::unavailable(
-                "the message was dropped without a reply",
-            )),
-            Err(_) => Err(timed_out()),
-        }
+        await_reply(receiver, deadline, timeout).await
     }
 
     /// Asks the entity's owner to passivate it after the messages already sent to it.
@@ -222,4 +210,27 @@ impl RegionHandle {
         };
         self.dispatch(ty, item, Waiting::Sender).await
     }
+}
+
+/// Waits for an ask's reply on `receiver` until `deadline` (`timeout` after it was sent).
+pub(super) async fn await_reply(
+    receiver: oneshot::Receiver<Reply>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Reply {
+    match tokio::time::timeout_at(deadline, receiver).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(_)) => Err(MessageError::unavailable(
+            "the message was dropped without a reply",
+        )),
+        Err(_) => Err(timed_out(timeout)),
+    }
+}
+
+/// An ask's error when no reply came within `timeout`.
+fn timed_out(timeout: Duration) -> MessageError {
+    MessageError::new(
+        ErrorKind::Timeout,
+        format!("no reply within {} ms", timeout.as_millis()),
+    )
 }
