@@ -5,8 +5,9 @@
 use super::bindings::Entity;
 use super::engine::Runtime;
 use super::guest_log::LogBudget;
-use super::host::{HostState, MessageScope};
+use super::host::HostState;
 use super::limits::{InstanceLimits, MemoryLimiter};
+use super::message_scope::MessageScope;
 use super::plugin::Plugin;
 use crate::contract::{EntityAddress, NoRoutes};
 use crate::state::EntityState;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::Store;
 
-pub use super::host::{Effects, ScheduledMessage};
+pub use super::message_scope::{Effects, ScheduledMessage};
 
 /// What a message that succeeded produced: the reply, the writes to commit and the effects to
 /// carry out after the commit.

@@ -24,6 +24,7 @@ mod guest_pool;
 mod host;
 mod instance;
 mod limits;
+mod message_scope;
 mod plugin;
 
 pub use bindings::Activation;

@@ -1,23 +1,23 @@
-//! What running one message of a live entity takes: activating or upgrading at a message
-//! boundary, the guest call through the tenant's gate, and committing the message's writes
-//! together with its tells, reminders and the receipt of the message itself before replying.
-//! A message that already committed (a duplicate delivery) is acknowledged without running; an
-//! ask whose deadline passed is not run. Also the end of the entity: passivation.
+//! A live entity's working state (`CellState`): its instance and what a message needs of it —
+//! activating or upgrading at a message boundary, its pass through the tenant's gate, giving
+//! the instance back to the pool — and the end of the entity: passivation. One message's way
+//! through it (whether it runs at all, the guest call, the commit of its writes with its tells,
+//! reminders and receipt before the reply) is `message`; its effects beyond its writes are
+//! `effects`.
 
-use crate::contract::envelope::answer;
-use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, Reply, ShardId};
+use crate::contract::{EntityAddress, ErrorKind, MessageError, ShardId};
 use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
 use crate::entity::fairness::CallPass;
 use crate::entity::types::TypeBinding;
-use crate::runtime::{Activation, Effects, EntityContext, EntityInstance, HandleOutcome, Weight};
+use crate::runtime::{Activation, EntityContext, EntityInstance};
 use crate::state::remember::{RememberOp, RememberedId};
-use crate::state::{Receipt, WriteSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
 mod effects;
+mod message;
 
 /// The longest a cell waits for a slot of a full instance pool before its message fails with
 /// `unavailable` (retryable).
@@ -94,7 +94,7 @@ impl CellState {
     }
 
     /// Whether the instance is up on the type's active version.
-    fn is_ready(&mut self) -> bool {
+    pub(super) fn is_ready(&mut self) -> bool {
         let running = self.running_version;
         self.instance.is_some()
             && self
@@ -135,7 +135,7 @@ impl CellState {
             .and_then(|(_, binding)| binding.as_ref())
     }
 
-    fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
+    pub(super) fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
         let binding = self.cached_binding().cloned();
         binding.ok_or_else(|| {
             MessageError::new(
@@ -250,193 +250,9 @@ impl CellState {
         Ok(())
     }
 
-    /// Processes one message. What decides whether it runs at all (the node closing, the
-    /// ask's deadline passed, a duplicate of an effectively-once message) is checked now; the
-    /// returned future runs it. So that future (boxed once per message a sender runs) carries
-    /// the payload, chain, receipt and reply port, not the envelope they came in.
-    // Inlined into its caller's future, so the returned future is built in place there rather
-    // than copied into it.
-    #[inline(always)]
-    pub(super) fn process(
-        &mut self,
-        envelope: Envelope,
-    ) -> impl std::future::Future<Output = ()> + '_ {
-        let Envelope {
-            payload,
-            meta,
-            reply,
-        } = envelope;
-        let refused = self.refusal(meta.deadline, meta.origin.as_deref());
-        let (chain, receipt) = (meta.chain, meta.origin);
-        async move {
-            if let Some(refused) = refused {
-                answer(reply, refused);
-                return;
-            }
-            self.counters.messages.add(1);
-            let outcome = self.handle(payload, chain, receipt).await;
-            if let Err(error) = &outcome {
-                self.counters.failed(error.kind);
-            }
-            answer(reply, outcome);
-        }
-    }
-
-    /// The answer to a message that must not run: the node is closing, the asker's deadline
-    /// passed before it started (it is not executed), or it is a duplicate of an
-    /// effectively-once message already applied (answered empty, not run again).
-    fn refusal(
-        &self,
-        deadline: Option<std::time::Instant>,
-        receipt: Option<&Receipt>,
-    ) -> Option<Reply> {
-        if self.core.is_closing() {
-            return Some(Err(shutting_down()));
-        }
-        if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
-            self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
-            return Some(Err(MessageError::new(
-                ErrorKind::Timeout,
-                "the ask's deadline passed before the entity started it; it was not executed",
-            )));
-        }
-        let receipt = receipt?;
-        match self.core.state.is_duplicate(&self.address, receipt) {
-            Ok(true) => {
-                self.core
-                    .stats
-                    .duplicates_dropped
-                    .fetch_add(1, Ordering::Relaxed);
-                Some(Ok(Vec::new()))
-            }
-            Ok(false) => None,
-            Err(error) => Some(Err(MessageError::new(
-                ErrorKind::Internal,
-                error.to_string(),
-            ))),
-        }
-    }
-
-    async fn handle(
-        &mut self,
-        payload: Vec<u8>,
-        chain: Vec<EntityAddress>,
-        receipt: Option<Box<Receipt>>,
-    ) -> Result<Vec<u8>, MessageError> {
-        if !self.is_ready() {
-            // Boxed: activation's future is large, and most messages find the instance up.
-            Box::pin(self.ready()).await?;
-        }
-        let binding = self.binding()?;
-        let pass = self
-            .gate_pass(&binding)
-            .enter(&self.core.stats.throttled_calls)
-            .await;
-        if self.core.is_closing() {
-            return Err(shutting_down());
-        }
-        let mut instance = self
-            .instance
-            .take()
-            .expect("invariant: ready() left a running instance");
-        instance.begin_message(chain, Some(pass.call_gate()));
-        let call = Box::pin(async move {
-            let outcome = instance.handle_begun(&payload).await;
-            (instance, outcome)
-        });
-        let ran = self.core.runtime.run_call(call, !self.runs_long).await;
-        drop(pass);
-        // What is left to wait for is the commit alone: only the write set, the effects and the
-        // reply are kept across it (so a message's future stays small).
-        let Settled {
-            reply,
-            effects,
-            writes,
-        } = self.settle(ran, receipt)?;
-        if let Some(writes) = writes {
-            let started = std::time::Instant::now();
-            let committed = self.core.state.commit(*writes).await;
-            self.counters.committed(started.elapsed());
-            if let Err(error) = committed {
-                // The instance saw writes that did not land: start afresh from durable state.
-                let error = MessageError::new(ErrorKind::Internal, error.to_string());
-                self.discard_instance(&error);
-                return Err(error);
-            }
-            self.version_to_record = None;
-        }
-        self.carry_out(&effects);
-        Ok(reply)
-    }
-
-    /// Takes a finished guest call back: the instance returns to the cell (unless it went
-    /// down), and the message's writes are joined by its messaging (tells, timers, receipt) and
-    /// the version to record, ready to commit.
-    fn settle(
-        &mut self,
-        ran: Result<(GuestCall, Weight), MessageError>,
-        receipt: Option<Box<Receipt>>,
-    ) -> Result<Settled, MessageError> {
-        let (instance, outcome) = match ran {
-            Ok((ran, weight)) => {
-                self.runs_long = weight == Weight::Heavy;
-                ran
-            }
-            Err(error) => {
-                // The instance went down with the call: the cell holds none now.
-                self.discard_instance(&error);
-                return Err(error);
-            }
-        };
-        let instance = self.instance.insert(instance);
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                if instance.is_poisoned() {
-                    self.discard_instance(&error);
-                }
-                return Err(error);
-            }
-        };
-        let HandleOutcome {
-            reply,
-            writes,
-            effects,
-        } = outcome;
-        let messaging = receipt.is_some()
-            || !effects.tells.is_empty()
-            || !effects.schedules.is_empty()
-            || !effects.cancels.is_empty();
-        let mut writes = writes;
-        if messaging {
-            let writes =
-                writes.get_or_insert_with(|| Box::new(WriteSet::new(self.address.clone())));
-            if let Err(error) =
-                self.add_messaging(writes, &effects, receipt.map(|receipt| *receipt))
-            {
-                // The instance saw a message whose effects will not land: start afresh.
-                self.discard_instance(&error);
-                return Err(error);
-            }
-        }
-        let writes = writes
-            .filter(|writes| !writes.is_empty())
-            .map(|mut writes| {
-                if let Some(version) = self.version_to_record {
-                    writes.set_version(version);
-                }
-                writes
-            });
-        Ok(Settled {
-            reply,
-            effects,
-            writes,
-        })
-    }
-
     /// This entity's pass through its tenant's gate, made once (again only if the tenant's
     /// cap or budget changes); entering it waits until the tenant may run one more guest call.
-    fn gate_pass(&mut self, binding: &TypeBinding) -> Arc<CallPass> {
+    pub(super) fn gate_pass(&mut self, binding: &TypeBinding) -> Arc<CallPass> {
         let cap = binding.limits.concurrent_guests_max.max(1);
         let budget = binding.limits.cpu_ms_per_second;
         match &self.pass {
@@ -452,7 +268,7 @@ impl CellState {
 
     /// Drops the instance without calling the guest (it failed, or saw effects that did not
     /// land). Not async, so a message's future does not carry a guest call's state for it.
-    fn discard_instance(&mut self, error: &MessageError) {
+    pub(super) fn discard_instance(&mut self, error: &MessageError) {
         self.core
             .stats
             .instance_discards
@@ -523,18 +339,7 @@ impl CellState {
     }
 }
 
-/// What a message's guest call gives back: the instance, and the call's outcome.
-type GuestCall = (EntityInstance, Result<HandleOutcome, MessageError>);
-
-/// A message whose guest call finished: its reply, its effects to carry out after the commit,
-/// and what to commit (`None`: nothing).
-struct Settled {
-    reply: Vec<u8>,
-    effects: Effects,
-    writes: Option<Box<WriteSet>>,
-}
-
 /// The answer to a message the node did not start because it is shutting down.
-fn shutting_down() -> MessageError {
+pub(super) fn shutting_down() -> MessageError {
     MessageError::unavailable("the node is shutting down; the message was not run")
 }
