@@ -61,18 +61,20 @@ impl GuestPool {
         if start_here {
             // The first poll is not timed: a guest yields at the first epoch tick it runs
             // into, so a call that finishes in its first poll (most do) ran less than a tick.
-            let first =
-                std::future::poll_fn(|context| Poll::Ready(call.as_mut().poll(context))).await;
-            if let Poll::Ready(output) = first {
-                return Ok((output, Weight::Light));
-            }
-            let here =
-                std::future::poll_fn(|context| match poll_timed(&mut call, context, &mut busy) {
+            let mut first = true;
+            let here = std::future::poll_fn(|context| {
+                let polled = if std::mem::take(&mut first) {
+                    call.as_mut().poll(context)
+                } else {
+                    poll_timed(&mut call, context, &mut busy)
+                };
+                match polled {
                     Poll::Ready(output) => Poll::Ready(Some(output)),
                     Poll::Pending if busy >= heavy_after => Poll::Ready(None),
                     Poll::Pending => Poll::Pending,
-                })
-                .await;
+                }
+            })
+            .await;
             if let Some(output) = here {
                 return Ok((output, Weight::of(busy, heavy_after)));
             }
@@ -209,6 +211,36 @@ mod tests {
         assert_eq!(started_on, caller);
         assert_ne!(finished_on, caller, "the rest ran on the pool");
         assert_eq!(weight, Weight::Heavy);
+    }
+
+    /// A call that yields (as a guest does at an epoch tick) goes back to the executor: it is
+    /// not polled again until woken, so other tasks of the worker run in between.
+    #[tokio::test]
+    async fn a_call_that_yields_is_not_polled_again_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let pool = GuestPool::new(1, TICK).expect("pool");
+        let polls = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        let call: BoxFuture<'static, ()> = Box::pin(std::future::poll_fn(move |context| {
+            if counted.fetch_add(1, Ordering::Relaxed) == 0 {
+                context.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        }));
+        let mut run = Box::pin(pool.run(call, true));
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(run.as_mut().poll(&mut context).is_pending());
+        assert_eq!(
+            polls.load(Ordering::Relaxed),
+            1,
+            "the call was polled again without being woken"
+        );
+        assert!(matches!(
+            run.as_mut().poll(&mut context),
+            Poll::Ready(Ok(((), Weight::Light)))
+        ));
     }
 
     #[tokio::test]
