@@ -14,16 +14,27 @@ use tessera_tests::{from_msgpack, tell_ref_until_taken, to_msgpack};
 
 const ADMIN_TOKEN: &str = "entity-ref-test-admin-token-0123";
 
-async fn counter_node(dir: &std::path::Path, quotas: Option<Quotas>) -> Arc<Node> {
+/// A node with tenant `acme` (under `quotas`) and the plugin at `plugin` deployed as
+/// `entity_type`.
+async fn node_with(
+    dir: &std::path::Path,
+    quotas: Option<Quotas>,
+    entity_type: &str,
+    plugin: &str,
+) -> Arc<Node> {
     let node = Node::open(tessera_tests::node_config(dir, ADMIN_TOKEN, 300))
         .await
         .unwrap();
     node.create_tenant("acme", quotas).await.unwrap();
-    let bytes = std::fs::read(tessera_tests::COUNTER).unwrap();
-    node.deploy("acme", "counter", bytes, TypeOptions::default())
+    let bytes = std::fs::read(plugin).unwrap();
+    node.deploy("acme", entity_type, bytes, TypeOptions::default())
         .await
         .unwrap();
     node
+}
+
+async fn counter_node(dir: &std::path::Path, quotas: Option<Quotas>) -> Arc<Node> {
+    node_with(dir, quotas, "counter", tessera_tests::COUNTER).await
 }
 
 fn counter(id: &str) -> EntityAddress {
@@ -236,14 +247,7 @@ async fn messages_run_through_a_handle_keep_their_entity_from_idle_passivation()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_through_a_handle_times_out_and_the_next_one_is_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::open(tessera_tests::node_config(dir.path(), ADMIN_TOKEN, 300))
-        .await
-        .unwrap();
-    node.create_tenant("acme", None).await.unwrap();
-    let bytes = std::fs::read(tessera_tests::SPIN_FOREVER).unwrap();
-    node.deploy("acme", "spinner", bytes, TypeOptions::default())
-        .await
-        .unwrap();
+    let node = node_with(dir.path(), None, "spinner", tessera_tests::SPIN_FOREVER).await;
     let mut target = node
         .entity_ref(EntityAddress::new("acme", "spinner", "s"))
         .unwrap();
