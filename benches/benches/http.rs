@@ -19,7 +19,7 @@ use tessera_tests::to_msgpack as json_to_msgpack;
 
 /// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 
 const ADMIN: &str = "admin-token-for-the-http-bench";
 /// Concurrent clients of the closing run.

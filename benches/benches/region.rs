@@ -24,7 +24,7 @@ use tessera_tests::to_msgpack;
 
 /// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 
 const ENTITIES: usize = 1_000;
 const TELLS_PER_ENTITY: usize = 20;

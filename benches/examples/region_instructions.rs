@@ -21,7 +21,7 @@ use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 
 /// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 
 const ENTITIES: usize = 100;
 const TELLS_PER_ENTITY: usize = 20;

@@ -7,9 +7,11 @@
 //! state durable in redb; [`metadata`] is the catalog of tenants, types and shard allocations,
 //! changed by replayable commands. [`contract`] is the vocabulary they share, [`codec`] the
 //! lossless JSON/MessagePack transcoding of the edge, [`consensus`] the replication core
-//! the cluster uses, and [`cluster`] the mutually authenticated transport between nodes.
+//! the cluster uses, and [`cluster`] the mutually authenticated transport between nodes;
+//! [`allocator`] is the memory allocator the binary runs with.
 //! `docs/architecture.md` draws the layers and walks one message through.
 
+pub mod allocator;
 pub mod api;
 pub mod cli;
 pub mod cluster;

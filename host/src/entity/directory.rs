@@ -3,7 +3,7 @@
 //! node's live-entity limits, evicting the least recently used cell past the latter), puts
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
-use super::cell::{Cell, Mailbox};
+use super::cell::{Cell, ClaimedRun, Mailbox};
 use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::live_cell::LiveCell;
@@ -101,15 +101,15 @@ impl Entities {
     }
 
     /// [`deliver`](Self::deliver), or, when the entity is live, idle and has nothing waiting,
-    /// the message's run for the caller to drive on its own task (the local fast path: no hop
-    /// through the cell's task). The run holds the entity until the message is done, so it must
-    /// be driven to completion: poll it, and spawn it if it does not finish at once.
+    /// the message claimed for the caller to run on its own task (the local fast path: no hop
+    /// through the cell's task). The claim holds the entity until the message is done, so it
+    /// must be run ([`ClaimedRun::run`]).
     pub fn deliver_here(
         &self,
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+    ) -> Result<Option<ClaimedRun>, Refused> {
         self.send(to, shard, CellMessage::Deliver(envelope), Runner::Sender)
             .map_err(refused)
     }
@@ -263,7 +263,7 @@ impl Entities {
         shard: ShardId,
         message: CellMessage,
         runner: Runner,
-    ) -> Result<Option<BoxFuture<'static, ()>>, (MessageError, CellMessage)> {
+    ) -> Result<Option<ClaimedRun>, (MessageError, CellMessage)> {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
         let tick = self.core.next_use();
@@ -453,7 +453,7 @@ fn post(
     tick: u64,
     message: CellMessage,
     runner: Runner,
-) -> Result<Option<BoxFuture<'static, ()>>, mpsc::error::TrySendError<CellMessage>> {
+) -> Result<Option<ClaimedRun>, mpsc::error::TrySendError<CellMessage>> {
     debug_assert_eq!(
         handle.shard, shard,
         "an entity stays in the shard it started in"
@@ -461,7 +461,7 @@ fn post(
     handle.mailbox.cell().used_at(tick);
     let message = match message {
         CellMessage::Deliver(envelope) if runner == Runner::Sender => {
-            match handle.mailbox.cell().run_here(envelope) {
+            match handle.mailbox.cell().claim(envelope) {
                 Ok(run) => return Ok(Some(run)),
                 Err(envelope) => CellMessage::Deliver(envelope),
             }

@@ -251,6 +251,46 @@ impl TenantGate {
     ) -> Pass {
         self.arrive();
         let mut waited = false;
+        loop {
+            let permit = match self.admit(cpu_ms_per_second) {
+                Admission::Now(permit) => permit,
+                Admission::BudgetSpent { wait } => {
+                    if !waited {
+                        // Counted when the wait begins, so the count shows calls held now.
+                        waited = true;
+                        throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                Admission::AtCap => {
+                    if !waited {
+                        throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Closed only at shutdown (`open_all`): the call goes on unthrottled.
+                    self.running.clone().acquire_owned().await.ok()
+                }
+            };
+            return self.pass(permit, cpu_ms_per_second);
+        }
+    }
+
+    /// [`enter`](Self::enter) if the tenant may run one more guest call now; `None`, with
+    /// nothing changed or counted, if it would have to wait.
+    pub(crate) fn try_enter(self: Arc<Self>, cpu_ms_per_second: u64) -> Option<Pass> {
+        self.arrive();
+        match self.admit(cpu_ms_per_second) {
+            Admission::Now(permit) => Some(self.pass(permit, cpu_ms_per_second)),
+            Admission::BudgetSpent { .. } | Admission::AtCap => {
+                self.leave();
+                None
+            }
+        }
+    }
+
+    /// Whether a call that has arrived may run now: within the CPU budget, and under the cap
+    /// or alone.
+    fn admit(&self, cpu_ms_per_second: u64) -> Admission {
         if cpu_ms_per_second > 0 {
             let budget_us = cpu_ms_per_second.saturating_mul(1_000);
             loop {
@@ -267,15 +307,12 @@ impl TenantGate {
                     }
                     continue;
                 }
-                if self.used_us.load(Ordering::Relaxed) < budget_us {
-                    break;
+                if self.used_us.load(Ordering::Relaxed) >= budget_us {
+                    return Admission::BudgetSpent {
+                        wait: Duration::from_micros(start + WINDOW_US - now),
+                    };
                 }
-                if !waited {
-                    // Counted when the wait begins, so the count shows calls held now.
-                    waited = true;
-                    throttled.fetch_add(1, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_micros(start + WINDOW_US - now)).await;
+                break;
             }
         }
         // Work-conserving: while no other tenant has had a call running or waiting lately, the
@@ -287,27 +324,32 @@ impl TenantGate {
             self.contended_until_us
                 .fetch_max(self.now_us() + CONTENTION_GRACE_US, Ordering::Relaxed);
         }
-        let alone = !overlapping && !self.in_grace();
-        let permit = if alone {
-            None
-        } else {
-            match self.running.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    if !waited {
-                        throttled.fetch_add(1, Ordering::Relaxed);
-                    }
-                    // Closed only at shutdown (`open_all`): the call goes on unthrottled.
-                    self.running.clone().acquire_owned().await.ok()
-                }
-            }
-        };
+        if !overlapping && !self.in_grace() {
+            return Admission::Now(None);
+        }
+        match self.running.clone().try_acquire_owned() {
+            Ok(permit) => Admission::Now(Some(permit)),
+            Err(_) => Admission::AtCap,
+        }
+    }
+
+    fn pass(self: Arc<Self>, permit: Option<OwnedSemaphorePermit>, cpu_ms_per_second: u64) -> Pass {
         Pass {
             gate: self,
             permit,
             started: (cpu_ms_per_second > 0).then(Instant::now),
         }
     }
+}
+
+/// What the gate says to a call that has arrived.
+enum Admission {
+    /// It runs now, holding a slot of the cap (`None`: the tenant is alone, no cap applies).
+    Now(Option<OwnedSemaphorePermit>),
+    /// The tenant's CPU budget for this window is spent: wait `wait` for the next one.
+    BudgetSpent { wait: Duration },
+    /// The tenant is at its cap while others are busy: wait for a slot.
+    AtCap,
 }
 
 /// A cell's place at its tenant's gate, made once per cell (again only if the tenant's cap or
@@ -368,6 +410,14 @@ impl CallPass {
             .await;
         *lock(&self.pass) = Some(pass);
         Entered(self)
+    }
+
+    /// Enters the gate for one call if that needs no wait; `None` otherwise, with nothing
+    /// changed or counted (then [`enter`](Self::enter)).
+    pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Entered> {
+        let pass = self.gate.clone().try_enter(self.cpu_ms_per_second)?;
+        *lock(&self.pass) = Some(pass);
+        Some(Entered(self.clone()))
     }
 }
 
@@ -485,6 +535,35 @@ mod tests {
             "the slot was not handed on"
         );
         assert_eq!(throttled.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_would_wait_is_not_let_in_and_leaves_no_trace() {
+        let gates = Gates::default();
+        let throttled = AtomicU64::new(0);
+        let (noisy, calm) = (gates.gate("noisy", 1), gates.gate("calm", 1));
+        let alone = noisy.clone().try_enter(0);
+        assert!(alone.is_some(), "a lone tenant was kept waiting");
+        drop(alone);
+        let _calm_pass = calm.enter(0, &throttled).await;
+        let held = noisy.clone().try_enter(0);
+        assert!(held.is_some(), "a free slot was refused");
+        assert!(
+            noisy.clone().try_enter(0).is_none(),
+            "the cap let a second call in"
+        );
+        assert_eq!(
+            noisy.in_flight.load(Ordering::Relaxed),
+            1,
+            "a refused call still counts as in flight"
+        );
+        assert_eq!(
+            throttled.load(Ordering::Relaxed),
+            0,
+            "a refusal counted as a wait"
+        );
+        drop(held);
+        assert!(noisy.try_enter(0).is_some(), "the freed slot was refused");
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,9 +5,10 @@
 //! directory (passivated, stopped, evicted) it says so, and the sender goes through
 //! [`Entities`](super::Entities) again.
 
+use super::ClaimedRun;
 use super::cell::CellShared;
 use super::core::Core;
-use crate::contract::{BoxFuture, Envelope};
+use crate::contract::Envelope;
 use std::sync::Arc;
 
 /// A direct handle on one live cell ([`Entities::live_cell`](super::Entities::live_cell)).
@@ -24,17 +25,17 @@ impl LiveCell {
         !self.cell.is_gone()
     }
 
-    /// The run of `envelope` on the caller's task, when the cell is live, idle (nothing waiting
-    /// or running) and ready (its instance up on the active version) — the local fast path of
-    /// [`Entities::deliver_here`](super::Entities::deliver_here), without the directory. The
-    /// run holds the entity until the message is done: drive it to completion (poll it, and
-    /// spawn it if it does not finish at once). Gives the envelope back otherwise: deliver it
-    /// through the directory, which queues it in order.
-    pub fn run_here(&self, envelope: Envelope) -> Result<BoxFuture<'static, ()>, Envelope> {
+    /// `envelope` claimed to run on the caller's task, when the cell is live, idle (nothing
+    /// waiting or running) and ready (its instance up on the active version) — the local fast
+    /// path of [`Entities::deliver_here`](super::Entities::deliver_here), without the
+    /// directory. The claim holds the entity until the message is done: run it
+    /// ([`ClaimedRun::run`]). Gives the envelope back otherwise: deliver it through the
+    /// directory, which queues it in order.
+    pub fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
         if self.cell.is_gone() {
             return Err(envelope);
         }
-        let run = self.cell.run_here(envelope)?;
+        let run = self.cell.claim(envelope)?;
         self.cell.used_at(self.core.next_use());
         Ok(run)
     }

@@ -29,6 +29,7 @@ mod reminders;
 mod types;
 
 pub use self::core::{EntitiesStats, EntityConfig, EntityParts, TellDelivery};
+pub use cell::ClaimedRun;
 pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
 pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 pub use directory::{Entities, Refused};

@@ -133,6 +133,16 @@ impl Runtime {
         self.guest_pool.run(call, start_here).await
     }
 
+    /// [`run_call`](Self::run_call) with `start_here`, for a call whose first poll the caller
+    /// made itself (that poll is not timed: a call finishing in it ran less than an epoch
+    /// tick); its later polls are timed here, and a heavy call moves to the guest pool.
+    pub async fn run_polled_call<T: Send + 'static>(
+        &self,
+        call: BoxFuture<'static, T>,
+    ) -> Result<(T, Weight), MessageError> {
+        self.guest_pool.run_polled(call).await
+    }
+
     /// The process's engine.
     pub fn engine(&self) -> &Engine {
         &self.engine

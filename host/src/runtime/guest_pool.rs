@@ -56,32 +56,64 @@ impl GuestPool {
         mut call: BoxFuture<'static, T>,
         start_here: bool,
     ) -> Result<(T, Weight), MessageError> {
-        let heavy_after = self.heavy_after;
         let mut busy = Duration::ZERO;
-        if start_here {
-            // The first poll is not timed: a guest yields at the first epoch tick it runs
-            // into, so a call that finishes in its first poll (most do) ran less than a tick.
-            let mut first = true;
-            let here = std::future::poll_fn(|context| {
-                let polled = if std::mem::take(&mut first) {
-                    call.as_mut().poll(context)
-                } else {
-                    poll_timed(&mut call, context, &mut busy)
-                };
-                match polled {
-                    Poll::Ready(output) => Poll::Ready(Some(output)),
-                    Poll::Pending if busy >= heavy_after => Poll::Ready(None),
-                    Poll::Pending => Poll::Pending,
-                }
-            })
-            .await;
-            if let Some(output) = here {
-                return Ok((output, Weight::of(busy, heavy_after)));
-            }
+        // The first poll is not timed: a guest yields at the first epoch tick it runs into, so
+        // a call that finishes in its first poll (most do) ran less than a tick.
+        if start_here && let Some(output) = self.poll_here(&mut call, &mut busy, true).await {
+            return Ok((output, Weight::of(busy, self.heavy_after)));
         }
+        self.finish_on_pool(call, busy).await
+    }
+
+    /// [`run`](Self::run) with `start_here`, for a call whose first poll its caller made (on
+    /// this task or another; the entity layer makes it on a message's sender's task): its
+    /// later polls are timed here until it finishes or turns heavy.
+    pub(crate) async fn run_polled<T: Send + 'static>(
+        &self,
+        mut call: BoxFuture<'static, T>,
+    ) -> Result<(T, Weight), MessageError> {
+        let mut busy = Duration::ZERO;
+        if let Some(output) = self.poll_here(&mut call, &mut busy, false).await {
+            return Ok((output, Weight::of(busy, self.heavy_after)));
+        }
+        self.finish_on_pool(call, busy).await
+    }
+
+    /// Polls `call` on the caller's thread, each poll when woken, until it finishes (`Some`)
+    /// or its timed polls add up to the heavy threshold (`None`: it has not finished). With
+    /// `untimed_first`, the first poll is not timed.
+    async fn poll_here<T>(
+        &self,
+        call: &mut BoxFuture<'static, T>,
+        busy: &mut Duration,
+        mut untimed_first: bool,
+    ) -> Option<T> {
+        std::future::poll_fn(|context| {
+            let polled = if std::mem::take(&mut untimed_first) {
+                call.as_mut().poll(context)
+            } else {
+                poll_timed(call, context, busy)
+            };
+            match polled {
+                Poll::Ready(output) => Poll::Ready(Some(output)),
+                Poll::Pending if *busy >= self.heavy_after => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Finishes `call` on the pool (on the caller, if the pool is gone), adding its polls
+    /// there to the `busy` time it took so far.
+    async fn finish_on_pool<T: Send + 'static>(
+        &self,
+        mut call: BoxFuture<'static, T>,
+        mut busy: Duration,
+    ) -> Result<(T, Weight), MessageError> {
         let Some(runtime) = &self.runtime else {
             return Ok((call.await, Weight::Heavy));
         };
+        let heavy_after = self.heavy_after;
         let on_pool = async move {
             let output =
                 std::future::poll_fn(|context| poll_timed(&mut call, context, &mut busy)).await;

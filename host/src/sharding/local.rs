@@ -4,7 +4,7 @@
 //! never recomputes it.
 
 use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
-use crate::entity::{Entities, LiveCell, Refused};
+use crate::entity::{ClaimedRun, Entities, LiveCell, Refused};
 
 /// What a region needs from the entities living on its own node.
 ///
@@ -39,15 +39,15 @@ pub trait LocalEntities: Send + Sync + 'static {
     fn deliver(&self, to: EntityAddress, shard: ShardId, envelope: Envelope)
     -> Result<(), Refused>;
     /// [`deliver`](Self::deliver) for a sender that can run the message on its own task: the
-    /// entity layer may hand back the message's run instead of queueing it (the local fast
-    /// path), which the region drives to completion after its locks are released. By default,
+    /// entity layer may hand back the message claimed for the sender instead of queueing it
+    /// (the local fast path), which the region runs after its locks are released. By default,
     /// always queued.
     fn deliver_here(
         &self,
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+    ) -> Result<Option<ClaimedRun>, Refused> {
         self.deliver(to, shard, envelope).map(|()| None)
     }
     /// A direct handle on the live entity `to`, for a sender that keeps sending to it (an
@@ -71,10 +71,10 @@ pub trait LocalEntities: Send + Sync + 'static {
 pub trait LocalCell: Send + Sync + 'static {
     /// Whether the entity is still live; once false, get a new handle.
     fn is_live(&self) -> bool;
-    /// The run of `envelope` on the caller's task, when the entity is idle and ready (as in
-    /// [`LocalEntities::deliver_here`]); the envelope back otherwise, to be delivered through
-    /// [`LocalEntities::deliver_here`], which queues it in order.
-    fn run_here(&self, envelope: Envelope) -> Result<BoxFuture<'static, ()>, Envelope>;
+    /// `envelope` claimed to run on the caller's task, when the entity is idle and ready (as
+    /// in [`LocalEntities::deliver_here`]); the envelope back otherwise, to be delivered
+    /// through [`LocalEntities::deliver_here`], which queues it in order.
+    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope>;
 }
 
 impl LocalCell for LiveCell {
@@ -82,7 +82,7 @@ impl LocalCell for LiveCell {
         LiveCell::is_live(self)
     }
 
-    fn run_here(&self, envelope: Envelope) -> Result<BoxFuture<'static, ()>, Envelope> {
+    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
         LiveCell::run_here(self, envelope)
     }
 }
@@ -102,7 +102,7 @@ impl LocalEntities for Entities {
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<BoxFuture<'static, ()>>, Refused> {
+    ) -> Result<Option<ClaimedRun>, Refused> {
         Entities::deliver_here(self, to, shard, envelope)
     }
 

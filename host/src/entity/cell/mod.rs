@@ -5,7 +5,7 @@
 //! A message may also run on its sender's task, without the hop through the cell's task: when
 //! nothing is waiting in the mailbox (so no earlier message of that sender can be overtaken) and
 //! the state lock is free, the sender claims the lock and runs the message itself
-//! ([`CellShared::run_here`]). Whoever holds the lock runs one message at a time, so the entity
+//! ([`CellShared::claim`], [`ClaimedRun`]), as far as it goes without waiting. Whoever holds the lock runs one message at a time, so the entity
 //! still sees its messages one by one; the task takes the lock for each message it runs and for
 //! passivation, so a passivation never overlaps a message.
 
@@ -15,9 +15,9 @@ mod state;
 pub(crate) use mailbox::Mailbox;
 
 use super::core::{CellMessage, Core};
-use crate::contract::{BoxFuture, EntityAddress, Envelope, ShardId};
+use crate::contract::{EntityAddress, Envelope, ShardId};
 use crate::state::remember::RememberOp;
-use futures_util::lock::Mutex;
+use futures_util::lock::{Mutex, OwnedMutexGuard};
 use state::CellState;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -84,13 +84,10 @@ impl CellShared {
 
     /// Claims the cell to run `envelope` on the caller's task: possible when no message is
     /// waiting or running, the entity's instance is up on the active version, and its calls
-    /// have been short. The returned future holds the cell until the message is done; it must
-    /// be run to completion (poll it, and spawn it if it does not finish). Gives the envelope
-    /// back when the cell cannot be claimed: post it to the mailbox instead.
-    pub(crate) fn run_here(
-        self: &Arc<Self>,
-        envelope: Envelope,
-    ) -> Result<BoxFuture<'static, ()>, Envelope> {
+    /// have been short. The claim holds the cell until the message is done; it must be run
+    /// ([`ClaimedRun::run`]). Gives the envelope back when the cell cannot be claimed: post it
+    /// to the mailbox instead.
+    pub(crate) fn claim(self: &Arc<Self>, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
         if self.unfinished.load(Ordering::Acquire) != 0 {
             return Err(envelope);
         }
@@ -102,14 +99,61 @@ impl CellShared {
         if self.unfinished.load(Ordering::Acquire) != 0 || self.is_gone() || !state.can_run_here() {
             return Err(envelope);
         }
-        let shared = self.clone();
-        Ok(Box::pin(async move {
-            shared.touch();
-            state.process(envelope).await;
-            if state.passivate_requested {
-                shared.wake.notify_one();
-            }
-        }))
+        Ok(ClaimedRun {
+            shared: self.clone(),
+            state,
+            envelope,
+        })
+    }
+
+    /// After a message run by a sender: wake the task if it asked for passivation.
+    fn ran_here(&self, state: &CellState) {
+        if state.passivate_requested {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// A message claimed to run on its sender's task, holding its cell
+/// ([`Entities::deliver_here`](super::Entities::deliver_here),
+/// [`LiveCell::run_here`](super::LiveCell::run_here)). It must be run: dropping it unrun drops
+/// the message (an ask's asker sees the entity gone).
+pub struct ClaimedRun {
+    shared: Arc<CellShared>,
+    state: OwnedMutexGuard<CellState>,
+    envelope: Envelope,
+}
+
+impl ClaimedRun {
+    /// Runs the message on the caller's task as far as it goes without waiting — most
+    /// messages finish there (a short guest call with nothing to commit), with no future made
+    /// for them. What has to wait (its tenant's gate, a guest call that yields, a commit) goes
+    /// on as a task of its own, so the sender never waits for the entity and a message is
+    /// never dropped half-way.
+    pub async fn run(self) {
+        let ClaimedRun {
+            shared,
+            mut state,
+            envelope,
+        } = self;
+        shared.touch();
+        let mut envelope = Some(envelope);
+        let waiting = std::future::poll_fn(|context| {
+            std::task::Poll::Ready(
+                envelope
+                    .take()
+                    .and_then(|envelope| state.start_here(envelope, context)),
+            )
+        })
+        .await;
+        let Some(waiting) = waiting else {
+            shared.ran_here(&state);
+            return;
+        };
+        tokio::spawn(async move {
+            state.resume(waiting).await;
+            shared.ran_here(&state);
+        });
     }
 }
 

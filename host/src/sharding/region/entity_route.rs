@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use super::RegionHandle;
 use super::homes::{Home, RegisteredType};
-use super::route::{self, Waiting, local_refusal};
+use super::route::{Waiting, local_refusal};
 use super::send;
 use crate::contract::{EntityAddress, Envelope, MessageError, MessageMeta, Reply, ShardId};
+use crate::entity::ClaimedRun;
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::sharding::local::LocalCell;
 use tokio::sync::oneshot;
@@ -78,7 +79,7 @@ impl EntityRoute {
         }
         let payload = match self.run_on_cell(Envelope::tell(payload)) {
             Ok(run) => {
-                route::run_here(run).await;
+                run.run().await;
                 return Ok(());
             }
             Err(envelope) => envelope.payload,
@@ -123,7 +124,7 @@ impl EntityRoute {
         };
         let payload = match self.run_on_cell(envelope) {
             Ok(run) => {
-                route::run_here(run).await;
+                run.run().await;
                 return send::await_reply(receiver, deadline, timeout).await;
             }
             Err(envelope) => envelope.payload,
@@ -148,10 +149,7 @@ impl EntityRoute {
 
     /// Tries the fast path: under the shard's slot lock, with the shard at home here and the
     /// held cell idle and ready, the message's run. Gives the envelope back otherwise.
-    fn run_on_cell(
-        &mut self,
-        envelope: Envelope,
-    ) -> Result<crate::contract::BoxFuture<'static, ()>, Envelope> {
+    fn run_on_cell(&mut self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
         let Some(cell) = &self.cell else {
             return Err(envelope);
         };

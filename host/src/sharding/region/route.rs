@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use super::Shared;
 use super::homes::{Home, RegisteredType};
 use crate::contract::{
-    Allocation, BoxFuture, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardId, ShardKey,
-    TypeKey,
+    Allocation, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardId, ShardKey, TypeKey,
 };
+use crate::entity::ClaimedRun;
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
 
@@ -21,9 +21,9 @@ use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
 pub(crate) enum Routed {
     /// Delivered to a local mailbox, or held in the slot's buffer.
     Done,
-    /// For a [`Waiting::SenderHere`]: the local entity was idle and the message's run is the
-    /// sender's to drive, once the slot lock is released ([`run_here`]).
-    RunHere(BoxFuture<'static, ()>),
+    /// For a [`Waiting::SenderHere`]: the local entity was idle and the message is claimed
+    /// for the sender to run, once the slot lock is released ([`ClaimedRun::run`]).
+    RunHere(ClaimedRun),
     /// The slot was unknown; it now waits for an allocation with the envelope held, and the
     /// region task must ask the coordinator.
     Allocate(ShardKey),
@@ -98,7 +98,7 @@ fn deliver_local(
     ty: &RegisteredType,
     item: Buffered,
     waiting: Waiting,
-) -> Result<Option<BoxFuture<'static, ()>>, MessageError> {
+) -> Result<Option<ClaimedRun>, MessageError> {
     if let Some(error) = local_refusal(shared, ty, item.shard) {
         refuse(shared, item, error.clone(), waiting);
         return Err(error);
@@ -183,20 +183,6 @@ pub(crate) fn local_refusal(
         }
     }
     None
-}
-
-/// Drives a message's run on the sender's task while it finishes in its first poll (most
-/// do: a short guest call with nothing to commit); one that has to wait (a commit, its
-/// tenant's gate, the guest pool) goes on as a task of its own, so the sender never waits
-/// for the entity and a run is never dropped half-way.
-pub(crate) async fn run_here(mut run: BoxFuture<'static, ()>) {
-    let finished = std::future::poll_fn(|context| {
-        std::task::Poll::Ready(run.as_mut().poll(context).is_ready())
-    })
-    .await;
-    if !finished {
-        tokio::spawn(run);
-    }
 }
 
 /// A reply port whose answer travels back to the asking region as a message.

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::homes::{self, RegisteredType};
-use super::route::{self, Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
+use super::route::{Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
 use super::{RegionHandle, Request};
 use crate::contract::{
     EntityAddress, ErrorKind, MessageError, MessageMeta, Reply, ShardId, ShardKey,
@@ -59,7 +59,7 @@ impl RegionHandle {
         match routed {
             Routed::Done => Ok(()),
             Routed::RunHere(run) => {
-                route::run_here(run).await;
+                run.run().await;
                 Ok(())
             }
             Routed::Allocate(key) => self.request_allocation(&ty, key),

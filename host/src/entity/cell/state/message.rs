@@ -2,45 +2,168 @@
 //! the ask's deadline passed, a duplicate of an effectively-once message), then the guest call
 //! through the tenant's gate, and the commit of its writes together with its messaging before
 //! the reply.
+//!
+//! A message goes through steps, so that its sender can run it as far as it goes without
+//! waiting and hand only the rest to a task ([`CellState::start_here`]): it is
+//! [`Waiting::Start`] until it has passed its tenant's gate, [`Waiting::Call`] while its guest
+//! call runs and [`Waiting::Commit`] while its writes commit; [`CellState::resume`] takes it
+//! from any of them to its reply.
 
 use super::{CellState, shutting_down};
 use crate::contract::envelope::answer;
-use crate::contract::{EntityAddress, Envelope, ErrorKind, MessageError, Reply};
+use crate::contract::{
+    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, ReplyPort,
+};
+use crate::entity::fairness::Entered;
 use crate::runtime::{Effects, EntityInstance, HandleOutcome, Weight};
 use crate::state::{Receipt, WriteSet};
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+/// Where a message stopped when it had to wait (for activation or its tenant's gate, for its
+/// guest call, for its commit); [`CellState::resume`] goes on from there.
+pub(in crate::entity::cell) enum Waiting {
+    /// Nothing of it has run: the instance must be made ready and the gate passed first.
+    Start(Message),
+    /// Its guest call is under way.
+    Call(CallUnderWay),
+    /// Its guest call finished; its writes commit before its reply.
+    Commit(Committing),
+}
+
+/// A message that is to run: what it carries past the checks of [`CellState::admit`].
+pub(in crate::entity::cell) struct Message {
+    payload: Vec<u8>,
+    chain: Vec<EntityAddress>,
+    receipt: Option<Box<Receipt>>,
+    reply: Option<ReplyPort>,
+}
+
+/// A message's guest call, begun and inside its tenant's gate.
+pub(in crate::entity::cell) struct CallUnderWay {
+    call: BoxFuture<'static, GuestCall>,
+    pass: Entered,
+    receipt: Option<Box<Receipt>>,
+    reply: Option<ReplyPort>,
+    /// Whether its first (untimed) poll was made: the runtime times the polls after it.
+    first_poll_done: bool,
+}
+
+/// A message whose guest call finished, with writes to commit before its reply.
+pub(in crate::entity::cell) struct Committing {
+    reply: Vec<u8>,
+    effects: Effects,
+    writes: Box<WriteSet>,
+    port: Option<ReplyPort>,
+}
 
 impl CellState {
-    /// Processes one message. What decides whether it runs at all (the node closing, the
-    /// ask's deadline passed, a duplicate of an effectively-once message) is checked now; the
-    /// returned future runs it. So that future (boxed once per message a sender runs) carries
-    /// the payload, chain, receipt and reply port, not the envelope they came in.
-    // Inlined into its caller's future, so the returned future is built in place there rather
-    // than copied into it.
-    #[inline(always)]
-    pub(in crate::entity::cell) fn process(
+    /// Processes one message to its reply (the cell's task: it may wait at every step).
+    pub(in crate::entity::cell) async fn process(&mut self, envelope: Envelope) {
+        if let Some(message) = self.admit(envelope) {
+            self.resume(Waiting::Start(message)).await;
+        }
+    }
+
+    /// Runs one message on its sender's task as far as it goes without waiting, polling its
+    /// guest call once with the sender's `context`: most messages finish (a short guest call
+    /// and nothing to commit) and `None` is returned. Otherwise what is left, for
+    /// [`resume`](Self::resume) to take on a task of its own — so a message's future is made
+    /// (and boxed) only when it has to wait. Called only on a ready instance
+    /// ([`can_run_here`](Self::can_run_here)).
+    pub(in crate::entity::cell) fn start_here(
         &mut self,
         envelope: Envelope,
-    ) -> impl std::future::Future<Output = ()> + '_ {
+        context: &mut Context<'_>,
+    ) -> Option<Waiting> {
+        let message = self.admit(envelope)?;
+        debug_assert!(
+            self.is_ready(),
+            "a message runs on its sender's task only on a ready instance"
+        );
+        let pass = match self.binding() {
+            Ok(binding) => self.gate_pass(&binding),
+            Err(error) => {
+                self.finish(message.reply, Err(error));
+                return None;
+            }
+        };
+        let Some(entered) = pass.try_enter() else {
+            return Some(Waiting::Start(message));
+        };
+        let mut call = self.begin_call(message, entered)?;
+        match call.call.as_mut().poll(context) {
+            Poll::Pending => {
+                call.first_poll_done = true;
+                Some(Waiting::Call(call))
+            }
+            Poll::Ready(output) => {
+                let CallUnderWay {
+                    pass,
+                    receipt,
+                    reply,
+                    ..
+                } = call;
+                drop(pass);
+                self.after_call(Ok((output, Weight::Light)), receipt, reply)
+            }
+        }
+    }
+
+    /// Takes a message from where it had to wait to its reply.
+    pub(in crate::entity::cell) async fn resume(&mut self, mut waiting: Waiting) {
+        loop {
+            waiting = match waiting {
+                Waiting::Start(message) => match self.enter(message).await {
+                    Some(call) => Waiting::Call(call),
+                    None => return,
+                },
+                Waiting::Call(call) => {
+                    let CallUnderWay {
+                        call,
+                        pass,
+                        receipt,
+                        reply,
+                        first_poll_done,
+                    } = call;
+                    let runtime = &self.core.runtime;
+                    let ran = if first_poll_done {
+                        runtime.run_polled_call(call).await
+                    } else {
+                        runtime.run_call(call, !self.runs_long).await
+                    };
+                    drop(pass);
+                    match self.after_call(ran, receipt, reply) {
+                        Some(waiting) => waiting,
+                        None => return,
+                    }
+                }
+                Waiting::Commit(committing) => {
+                    self.commit(committing).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The checks before a message runs: `None` when it must not (it has been answered).
+    fn admit(&mut self, envelope: Envelope) -> Option<Message> {
         let Envelope {
             payload,
             meta,
             reply,
         } = envelope;
-        let refused = self.refusal(meta.deadline, meta.origin.as_deref());
-        let (chain, receipt) = (meta.chain, meta.origin);
-        async move {
-            if let Some(refused) = refused {
-                answer(reply, refused);
-                return;
-            }
-            self.counters.messages.add(1);
-            let outcome = self.handle(payload, chain, receipt).await;
-            if let Err(error) = &outcome {
-                self.counters.failed(error.kind);
-            }
-            answer(reply, outcome);
+        if let Some(refused) = self.refusal(meta.deadline, meta.origin.as_deref()) {
+            answer(reply, refused);
+            return None;
         }
+        self.counters.messages.add(1);
+        Some(Message {
+            payload,
+            chain: meta.chain,
+            receipt: meta.origin,
+            reply,
+        })
     }
 
     /// The answer to a message that must not run: the node is closing, the asker's deadline
@@ -78,56 +201,123 @@ impl CellState {
         }
     }
 
-    async fn handle(
-        &mut self,
-        payload: Vec<u8>,
-        chain: Vec<EntityAddress>,
-        receipt: Option<Box<Receipt>>,
-    ) -> Result<Vec<u8>, MessageError> {
+    /// Makes the instance ready (activating or upgrading it) and waits at the tenant's gate,
+    /// then begins the guest call; `None` if the message failed on the way (answered).
+    async fn enter(&mut self, message: Message) -> Option<CallUnderWay> {
         if !self.is_ready() {
             // Boxed: activation's future is large, and most messages find the instance up.
-            Box::pin(self.ready()).await?;
+            if let Err(error) = Box::pin(self.ready()).await {
+                self.finish(message.reply, Err(error));
+                return None;
+            }
         }
-        let binding = self.binding()?;
-        let pass = self
-            .gate_pass(&binding)
-            .enter(&self.core.stats.throttled_calls)
-            .await;
+        let pass = match self.binding() {
+            Ok(binding) => self.gate_pass(&binding),
+            Err(error) => {
+                self.finish(message.reply, Err(error));
+                return None;
+            }
+        };
+        let entered = pass.enter(&self.core.stats.throttled_calls).await;
+        self.begin_call(message, entered)
+    }
+
+    /// Begins the guest call of `message`, inside its tenant's gate (`entered`); `None` if the
+    /// node is closing (answered).
+    fn begin_call(&mut self, message: Message, entered: Entered) -> Option<CallUnderWay> {
+        let Message {
+            payload,
+            chain,
+            receipt,
+            reply,
+        } = message;
         if self.core.is_closing() {
-            return Err(shutting_down());
+            self.finish(reply, Err(shutting_down()));
+            return None;
         }
         let mut instance = self
             .instance
             .take()
-            .expect("invariant: ready() left a running instance");
-        instance.begin_message(chain, Some(pass.call_gate()));
+            .expect("invariant: a message begins its call on a ready instance");
+        instance.begin_message(chain, Some(entered.call_gate()));
         let call = Box::pin(async move {
             let outcome = instance.handle_begun(&payload).await;
             (instance, outcome)
         });
-        let ran = self.core.runtime.run_call(call, !self.runs_long).await;
-        drop(pass);
-        // What is left to wait for is the commit alone: only the write set, the effects and the
-        // reply are kept across it (so a message's future stays small).
-        let Settled {
+        Some(CallUnderWay {
+            call,
+            pass: entered,
+            receipt,
+            reply,
+            first_poll_done: false,
+        })
+    }
+
+    /// After the guest call: the reply at once when there is nothing to commit (`None`),
+    /// else the commit to wait for.
+    fn after_call(
+        &mut self,
+        ran: Result<(GuestCall, Weight), MessageError>,
+        receipt: Option<Box<Receipt>>,
+        port: Option<ReplyPort>,
+    ) -> Option<Waiting> {
+        match self.settle(ran, receipt) {
+            Err(error) => {
+                self.finish(port, Err(error));
+                None
+            }
+            Ok(Settled {
+                reply,
+                effects,
+                writes: Some(writes),
+            }) => Some(Waiting::Commit(Committing {
+                reply,
+                effects,
+                writes,
+                port,
+            })),
+            Ok(Settled {
+                reply,
+                effects,
+                writes: None,
+            }) => {
+                self.carry_out(&effects);
+                self.finish(port, Ok(reply));
+                None
+            }
+        }
+    }
+
+    /// Commits a message's writes with its messaging, then carries its effects out and
+    /// replies.
+    async fn commit(&mut self, committing: Committing) {
+        let Committing {
             reply,
             effects,
             writes,
-        } = self.settle(ran, receipt)?;
-        if let Some(writes) = writes {
-            let started = std::time::Instant::now();
-            let committed = self.core.state.commit(*writes).await;
-            self.counters.committed(started.elapsed());
-            if let Err(error) = committed {
-                // The instance saw writes that did not land: start afresh from durable state.
-                let error = MessageError::new(ErrorKind::Internal, error.to_string());
-                self.discard_instance(&error);
-                return Err(error);
-            }
-            self.version_to_record = None;
+            port,
+        } = committing;
+        let started = std::time::Instant::now();
+        let committed = self.core.state.commit(*writes).await;
+        self.counters.committed(started.elapsed());
+        if let Err(error) = committed {
+            // The instance saw writes that did not land: start afresh from durable state.
+            let error = MessageError::new(ErrorKind::Internal, error.to_string());
+            self.discard_instance(&error);
+            self.finish(port, Err(error));
+            return;
         }
+        self.version_to_record = None;
         self.carry_out(&effects);
-        Ok(reply)
+        self.finish(port, Ok(reply));
+    }
+
+    /// Answers a message that ran (or failed on the way), counting a failure.
+    fn finish(&self, port: Option<ReplyPort>, outcome: Reply) {
+        if let Err(error) = &outcome {
+            self.counters.failed(error.kind);
+        }
+        answer(port, outcome);
     }
 
     /// Takes a finished guest call back: the instance returns to the cell (unless it went
