@@ -10,7 +10,10 @@
 //! heavy; the first poll is not measured at all — a guest yields at the first epoch tick it
 //! runs into, so a call that finishes in its first poll ran for less than a tick, and one that
 //! does not is judged by the polls after it (a CPU-heavy call moves after its second tick, not
-//! its first), which spares almost every call two clock reads. So however many guests burn CPU, the node's I/O workers keep answering sockets and
+//! its first), which spares almost every call two clock reads. A caller may make that first poll
+//! itself and hand the call over afterwards ([`GuestPool::run_polled`]): the entity layer
+//! does, on a message's sender's task, so a message that finishes there needs no future.
+//! So however many guests burn CPU, the node's I/O workers keep answering sockets and
 //! running short calls: a tenant's heavy calls queue on the pool (where the tenant gate decides
 //! who runs), never in front of another tenant's requests. The pool's threads are in the OS's
 //! idle scheduling class where it has one (Linux `SCHED_IDLE`), so a woken I/O worker takes a
