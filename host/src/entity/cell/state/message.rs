@@ -69,18 +69,18 @@ impl CellState {
     /// guest call once with the sender's `context`: most messages finish (a short guest call
     /// and nothing to commit) and `None` is returned. Otherwise what is left, for
     /// [`resume`](Self::resume) to take on a task of its own — so a message's future is made
-    /// (and boxed) only when it has to wait. Called only on a ready instance
-    /// ([`can_run_here`](Self::can_run_here)).
+    /// (and boxed) only when it has to wait (an activation or upgrade among them).
     pub(in crate::entity::cell) fn start_here(
         &mut self,
         envelope: Envelope,
         context: &mut Context<'_>,
     ) -> Option<Waiting> {
         let message = self.admit(envelope)?;
-        debug_assert!(
-            self.is_ready(),
-            "a message runs on its sender's task only on a ready instance"
-        );
+        // Ready when claimed, but a deploy may have moved the type's version since: the
+        // upgrade at this message boundary has to wait.
+        if !self.is_ready() {
+            return Some(Waiting::Start(message));
+        }
         let pass = match self.binding() {
             Ok(binding) => self.gate_pass(&binding),
             Err(error) => {
