@@ -199,7 +199,14 @@ async fn remembered_entities_come_back_after_a_restart() {
 async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbox() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path()).await;
-    node.create_tenant("acme", None).await.unwrap();
+    // The other sender asks as fast as it can: a message rate that never binds, so the test
+    // is about order, not the quota.
+    let quotas = tessera_host::metadata::Quotas {
+        messages_per_second: 100_000_000,
+        messages_burst: 100_000_000,
+        ..tessera_host::metadata::Quotas::default()
+    };
+    node.create_tenant("acme", Some(quotas)).await.unwrap();
     deploy(
         &node,
         "counter",
