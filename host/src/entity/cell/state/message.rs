@@ -83,10 +83,7 @@ impl CellState {
         }
         let pass = match self.binding() {
             Ok(binding) => self.gate_pass(&binding),
-            Err(error) => {
-                self.finish(message.reply, Err(error));
-                return None;
-            }
+            Err(error) => return self.fail(message, error),
         };
         let Some(entered) = pass.try_enter() else {
             return Some(Waiting::Start(message));
@@ -207,16 +204,12 @@ impl CellState {
         if !self.is_ready() {
             // Boxed: activation's future is large, and most messages find the instance up.
             if let Err(error) = Box::pin(self.ready()).await {
-                self.finish(message.reply, Err(error));
-                return None;
+                return self.fail(message, error);
             }
         }
         let pass = match self.binding() {
             Ok(binding) => self.gate_pass(&binding),
-            Err(error) => {
-                self.finish(message.reply, Err(error));
-                return None;
-            }
+            Err(error) => return self.fail(message, error),
         };
         let entered = pass.enter(&self.core.stats.throttled_calls).await;
         self.begin_call(message, entered)
@@ -310,6 +303,12 @@ impl CellState {
         self.version_to_record = None;
         self.carry_out(&effects);
         self.finish(port, Ok(reply));
+    }
+
+    /// Answers `message` with `error` before its call began; nothing is left to run.
+    fn fail<T>(&self, message: Message, error: MessageError) -> Option<T> {
+        self.finish(message.reply, Err(error));
+        None
     }
 
     /// Answers a message that ran (or failed on the way), counting a failure.
