@@ -138,6 +138,16 @@ impl NodeCatalog {
         self.tenants_read().by_name.get(name).cloned()
     }
 
+    /// `name`'s message-rate quota (per second, burst), read without taking its record.
+    pub(crate) fn message_rate(&self, name: &str) -> Option<(u32, u32)> {
+        self.tenants_read().by_name.get(name).map(|tenant| {
+            (
+                tenant.quotas.messages_per_second,
+                tenant.quotas.messages_burst,
+            )
+        })
+    }
+
     pub(crate) fn tenant_by_token_hash(&self, token_sha256: &str) -> Option<Arc<Tenant>> {
         self.tenants_read().by_token.get(token_sha256).cloned()
     }

@@ -68,7 +68,7 @@ impl Node {
             .catalog
             .tenant(name)
             .ok_or_else(|| NodeError::NotFound(format!("no tenant {name}")))?;
-        let bucket = self.rate.bucket(name, tenant.quotas.messages_burst);
+        let bucket = self.rate.bucket(name);
         Ok(TenantQuota {
             generation,
             tenant,

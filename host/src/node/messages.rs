@@ -158,22 +158,17 @@ impl Node {
 
     /// Admits a client message by the tenant's rate quota.
     fn admit(&self, to: &EntityAddress) -> Result<(), NodeError> {
-        let tenant = self
+        let (per_second, burst) = self
             .catalog
-            .tenant(&to.tenant)
+            .message_rate(&to.tenant)
             .ok_or_else(|| NodeError::NotFound(format!("no tenant {}", to.tenant)))?;
-        let quotas = &tenant.quotas;
-        if !self.rate.try_take(
-            &to.tenant,
-            quotas.messages_per_second,
-            quotas.messages_burst,
-        ) {
+        if !self.rate.try_take(&to.tenant, per_second, burst) {
             self.count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
             return Err(NodeError::Message(MessageError::new(
                 ErrorKind::QuotaExceeded,
                 format!(
-                    "tenant {} is over its message rate of {} per second",
-                    to.tenant, quotas.messages_per_second
+                    "tenant {} is over its message rate of {per_second} per second",
+                    to.tenant
                 ),
             )));
         }

@@ -1,29 +1,33 @@
 //! Per-tenant token buckets for the message-rate quota.
+//!
+//! A bucket is kept as one number, the time its next token is due (the generic cell rate
+//! algorithm, equivalent to a token bucket of `burst` tokens refilled at `per_second`), so a
+//! message takes its token with one compare-and-swap, with no lock and no floating point. Time
+//! is read from the kernel's coarse monotonic clock (Linux `CLOCK_MONOTONIC_COARSE`, a few
+//! nanoseconds per read where the precise clock takes tens on a VM): its resolution of a few
+//! milliseconds can let at most that long's refill (`per_second` × resolution) through early,
+//! on top of the burst.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// One tenant's token bucket. An [`EntityRef`](super::EntityRef) holds it, so its tells take a
 /// token without looking the tenant up.
 pub(crate) struct TenantBucket {
-    state: Mutex<BucketState>,
+    /// When the bucket's next token is due, in nanoseconds of [`coarse_now_ns`]: a bucket
+    /// whose due time is now or past is full; each token taken moves it one refill interval
+    /// on, and a token is refused while it is more than `burst - 1` intervals ahead.
+    next_due_ns: AtomicU64,
     /// Set when the tenant's bucket is reset (its quotas changed): holders look it up again.
     retired: AtomicBool,
 }
 
-struct BucketState {
-    tokens: f64,
-    refilled: Instant,
-}
-
 impl TenantBucket {
-    fn full(burst: u32, now: Instant) -> Self {
+    fn full() -> Self {
         TenantBucket {
-            state: Mutex::new(BucketState {
-                tokens: f64::from(burst),
-                refilled: now,
-            }),
+            next_due_ns: AtomicU64::new(0),
             retired: AtomicBool::new(false),
         }
     }
@@ -31,19 +35,28 @@ impl TenantBucket {
     /// Takes one token (the bucket refilled at `per_second`, holding at most `burst`); false
     /// when it is empty.
     pub(crate) fn try_take(&self, per_second: u32, burst: u32) -> bool {
-        self.take_at(Instant::now(), per_second, burst)
+        self.take_at(coarse_now_ns(), per_second, burst)
     }
 
-    fn take_at(&self, now: Instant, per_second: u32, burst: u32) -> bool {
-        let mut bucket = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * f64::from(per_second)).min(f64::from(burst));
-        bucket.refilled = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            true
-        } else {
-            false
+    /// [`try_take`](Self::try_take) at `now_ns`.
+    fn take_at(&self, now_ns: u64, per_second: u32, burst: u32) -> bool {
+        let interval = NANOS_PER_SECOND / u64::from(per_second.max(1));
+        let ahead_max = interval.saturating_mul(u64::from(burst.max(1)) - 1);
+        let mut due = self.next_due_ns.load(Ordering::Relaxed);
+        loop {
+            let from = due.max(now_ns);
+            if from - now_ns > ahead_max {
+                return false;
+            }
+            match self.next_due_ns.compare_exchange_weak(
+                due,
+                from.saturating_add(interval),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(moved) => due = moved,
+            }
         }
     }
 
@@ -51,6 +64,33 @@ impl TenantBucket {
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
+}
+
+/// Nanoseconds on the kernel's coarse monotonic clock (resolution: the kernel's tick, a few
+/// milliseconds).
+#[cfg(target_os = "linux")]
+fn coarse_now_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec; the clock id is one Linux always has.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    debug_assert_eq!(
+        read, 0,
+        "CLOCK_MONOTONIC_COARSE is always readable on Linux"
+    );
+    (now.tv_sec as u64)
+        .saturating_mul(NANOS_PER_SECOND)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Nanoseconds since the first read, elsewhere (no coarse clock to read).
+#[cfg(not(target_os = "linux"))]
+fn coarse_now_ns() -> u64 {
+    static START: std::sync::LazyLock<std::time::Instant> =
+        std::sync::LazyLock::new(std::time::Instant::now);
+    START.elapsed().as_nanos() as u64
 }
 
 /// Token buckets keyed by tenant.
@@ -64,31 +104,31 @@ impl TenantBucket {
 /// ```
 #[derive(Default)]
 pub struct RateLimiter {
-    buckets: Mutex<foldhash::HashMap<String, Arc<TenantBucket>>>,
+    /// Read on every client message, written when a tenant first sends or its quotas change:
+    /// senders on several threads look buckets up side by side.
+    buckets: RwLock<foldhash::HashMap<String, Arc<TenantBucket>>>,
 }
 
 impl RateLimiter {
     /// Takes one token from `tenant`'s bucket (refilled at `per_second`, holding at most
     /// `burst`); false when it is empty.
     pub fn try_take(&self, tenant: &str, per_second: u32, burst: u32) -> bool {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        // One lookup for a known tenant, the common case; a second only after adding one.
-        match buckets.get(tenant) {
-            Some(bucket) => bucket.take_at(now, per_second, burst),
-            None => buckets
-                .entry(tenant.to_string())
-                .or_insert_with(|| Arc::new(TenantBucket::full(burst, now)))
-                .take_at(now, per_second, burst),
+        let now = coarse_now_ns();
+        {
+            let buckets = self.buckets.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(bucket) = buckets.get(tenant) {
+                return bucket.take_at(now, per_second, burst);
+            }
         }
+        self.bucket(tenant).take_at(now, per_second, burst)
     }
 
-    /// `tenant`'s bucket (full at `burst` if new), to take tokens from without a lookup.
-    pub(crate) fn bucket(&self, tenant: &str, burst: u32) -> Arc<TenantBucket> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+    /// `tenant`'s bucket (full if new), to take tokens from without a lookup.
+    pub(crate) fn bucket(&self, tenant: &str) -> Arc<TenantBucket> {
+        let mut buckets = self.buckets.write().unwrap_or_else(|p| p.into_inner());
         buckets
             .entry(tenant.to_string())
-            .or_insert_with(|| Arc::new(TenantBucket::full(burst, Instant::now())))
+            .or_insert_with(|| Arc::new(TenantBucket::full()))
             .clone()
     }
 
@@ -96,11 +136,67 @@ impl RateLimiter {
     pub fn reset(&self, tenant: &str) {
         let removed = self
             .buckets
-            .lock()
+            .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(tenant);
         if let Some(bucket) = removed {
             bucket.retired.store(true, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = NANOS_PER_SECOND;
+
+    #[test]
+    fn a_full_bucket_lets_its_burst_through_then_refills_at_its_rate() {
+        let bucket = TenantBucket::full();
+        let start = 10 * SECOND;
+        for taken in 0..3 {
+            assert!(bucket.take_at(start, 2, 3), "token {taken} of the burst");
+        }
+        assert!(!bucket.take_at(start, 2, 3), "past the burst");
+        assert!(
+            !bucket.take_at(start + SECOND / 2 - 1, 2, 3),
+            "a token before its refill interval"
+        );
+        assert!(
+            bucket.take_at(start + SECOND / 2, 2, 3),
+            "one interval later"
+        );
+        assert!(!bucket.take_at(start + SECOND / 2, 2, 3));
+        // Idle for long: full again, never more than the burst.
+        let later = start + 100 * SECOND;
+        let taken = (0..10).filter(|_| bucket.take_at(later, 2, 3)).count();
+        assert_eq!(taken, 3, "an idle bucket holds its burst, no more");
+    }
+
+    #[test]
+    fn senders_on_several_threads_share_one_burst() {
+        let bucket = TenantBucket::full();
+        let now = 5 * SECOND;
+        let taken = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..10_000 {
+                        if bucket.take_at(now, 1, 1_000) {
+                            taken.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(taken.load(Ordering::Relaxed), 1_000);
+    }
+
+    #[test]
+    fn the_coarse_clock_moves_forward() {
+        let first = coarse_now_ns();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(coarse_now_ns() > first);
     }
 }

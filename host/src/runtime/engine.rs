@@ -324,7 +324,12 @@ impl Runtime {
             if state.message.ticks_used >= state.ticks_limit {
                 return Err(HostTrap::Deadline(state.limits.message_deadline_ms).into());
             }
-            if let Some(wait) = state.message.gate.as_ref().and_then(|gate| gate.preempt()) {
+            let gate = state
+                .message
+                .gate
+                .as_ref()
+                .filter(|_| state.message.in_message);
+            if let Some(wait) = gate.and_then(|gate| gate.preempt()) {
                 // Waiting for a slot is not running: the wall-clock bound does not count it.
                 let clock = state.ask_clock.clone();
                 let paused = async move {

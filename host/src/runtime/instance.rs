@@ -34,6 +34,9 @@ pub struct EntityInstance {
     plugin: Arc<Plugin>,
     log_lines_per_message: u32,
     poisoned: bool,
+    /// The clock of the guest's asks (the store's own, held here too so that a call's
+    /// watchdog reads it beside the call without a clone per call).
+    ask_clock: Arc<AskClock>,
     /// Counts this instance's pool slot; declared after `store`, so it is dropped after the
     /// store has given the slot back and a waiter woken by it finds the slot free.
     _slot: SlotGuard,
@@ -56,12 +59,14 @@ impl EntityInstance {
         log_lines_per_message: u32,
         slots: Arc<InstanceSlots>,
     ) -> Self {
+        let ask_clock = store.data().ask_clock.clone();
         EntityInstance {
             store,
             bindings,
             plugin,
             log_lines_per_message,
             poisoned: false,
+            ask_clock,
             _slot: SlotGuard(slots),
         }
     }
@@ -89,13 +94,10 @@ impl EntityInstance {
         self.store.set_epoch_deadline(1);
     }
 
-    /// The guest call's wall-clock bound and the clock of its asks.
-    fn watchdog(&self) -> (Duration, Arc<AskClock>) {
-        let data = self.store.data();
-        (
-            Duration::from_millis(data.limits.message_wall_ms_max),
-            data.ask_clock.clone(),
-        )
+    /// The guest call's wall-clock bound (time waiting on asks not counted: see
+    /// `self.ask_clock`).
+    fn wall_bound(&self) -> Duration {
+        Duration::from_millis(self.store.data().limits.message_wall_ms_max)
     }
 
     /// The error of a guest call cut off by its wall-clock bound.
@@ -114,14 +116,14 @@ impl EntityInstance {
     /// Runs the guest's `activate`.
     pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
         self.begin_call(false);
-        let (wall, clock) = self.watchdog();
+        let wall = self.wall_bound();
         let ran = {
             let call = std::pin::pin!(
                 self.bindings
                     .tessera_entity_handler()
                     .call_activate(&mut self.store, reason)
             );
-            bounded(wall, &clock, call).await
+            bounded(wall, &self.ask_clock, call).await
         };
         match ran {
             Some(result) => result.map_err(|trap| self.poison(trap)),
@@ -138,17 +140,25 @@ impl EntityInstance {
 
     /// Begins a message that `chain`'s asks wait on (outermost first): the guest's own asks to
     /// any of them will fail at once with `deadlock`. `gate`, if given, is paused while the
-    /// guest waits on an ask. Then [`handle_begun`](Self::handle_begun) runs it: two steps, so
-    /// the call's future (boxed once per message) carries neither the chain nor the gate.
+    /// guest waits on an ask; the instance keeps it between messages (it is cloned only when
+    /// it changes). Then [`handle_begun`](Self::handle_begun) runs it: two steps, so the call's
+    /// future (boxed once per message) carries neither the chain nor the gate.
     pub fn begin_message(
         &mut self,
         chain: Vec<EntityAddress>,
-        gate: Option<Arc<dyn super::gate::CallGate>>,
+        gate: Option<&Arc<dyn super::gate::CallGate>>,
     ) {
         self.begin_call(true);
         let message = &mut self.store.data_mut().message;
         message.chain = chain;
-        message.gate = gate;
+        let same = match (&message.gate, gate) {
+            (Some(held), Some(gate)) => Arc::ptr_eq(held, gate),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            message.gate = gate.cloned();
+        }
     }
 
     /// Runs the guest's `handle` on `payload`, for the message
@@ -158,14 +168,14 @@ impl EntityInstance {
             self.store.data().message.in_message,
             "handle_begun runs a message begin_message began"
         );
-        let (wall, clock) = self.watchdog();
+        let wall = self.wall_bound();
         let ran = {
             let call = std::pin::pin!(
                 self.bindings
                     .tessera_entity_handler()
                     .call_handle(&mut self.store, payload)
             );
-            bounded(wall, &clock, call).await
+            bounded(wall, &self.ask_clock, call).await
         };
         let Some(result) = ran else {
             return Err(self.past_wall_bound(wall));
@@ -211,14 +221,14 @@ impl EntityInstance {
             return;
         }
         self.begin_call(false);
-        let (wall, clock) = self.watchdog();
+        let wall = self.wall_bound();
         let ran = {
             let call = std::pin::pin!(
                 self.bindings
                     .tessera_entity_handler()
                     .call_deactivate(&mut self.store)
             );
-            bounded(wall, &clock, call).await
+            bounded(wall, &self.ask_clock, call).await
         };
         let Some(result) = ran else {
             let error = self.past_wall_bound(wall);

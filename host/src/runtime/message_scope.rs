@@ -45,7 +45,9 @@ pub(crate) struct MessageScope {
     /// The entities whose asks wait on this message, outermost first (this entity not
     /// included): an ask to any of them, or to itself, would deadlock.
     pub(crate) chain: Vec<EntityAddress>,
-    /// The call's running slot, given back while an ask waits.
+    /// The running slot of this instance's message calls, given back while an ask waits.
+    /// Kept between messages (a message's gate is its entity's, which changes only with its
+    /// tenant's cap), so it is consulted only while `in_message`.
     pub(crate) gate: Option<std::sync::Arc<dyn super::gate::CallGate>>,
     /// Set when one of this message's asks failed with `deadlock`: if the message then fails,
     /// it fails as a deadlock too, so the error reaches the outermost asker with its kind.
@@ -65,7 +67,7 @@ impl MessageScope {
             effects,
             asks,
             chain,
-            gate,
+            gate: _, // kept between messages
             deadlocked,
             ticks_used,
             state_bytes_delta,
@@ -75,17 +77,15 @@ impl MessageScope {
         *effects = Effects::default();
         *asks = 0;
         chain.clear();
-        *gate = None;
         *deadlocked = false;
         *ticks_used = 0;
         *state_bytes_delta = 0;
     }
 
     /// Ends a message: what its outcome needs is taken out, and the scope no longer allows
-    /// writes or messages.
+    /// writes or messages (nor consults its gate).
     pub(crate) fn finish(&mut self) -> FinishedScope {
         self.in_message = false;
-        self.gate = None;
         self.chain.clear();
         FinishedScope {
             writes: self.writes.take(),

@@ -10,7 +10,7 @@ use crate::entity::core::{CellMessage, Core};
 use crate::entity::counters::TypeCounters;
 use crate::entity::fairness::CallPass;
 use crate::entity::types::TypeBinding;
-use crate::runtime::{Activation, EntityContext, EntityInstance};
+use crate::runtime::{Activation, CallGate, EntityContext, EntityInstance};
 use crate::state::remember::{RememberOp, RememberedId};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -47,8 +47,9 @@ pub(super) struct CellState {
     last_timer: u64,
     /// Set by a message or a failed activation: the cell passivates after it.
     pub(super) passivate_requested: bool,
-    /// This entity's place at its tenant's gate to guest execution.
-    pass: Option<Arc<CallPass>>,
+    /// This entity's place at its tenant's gate to guest execution, and the same place as
+    /// the runtime's hook for its calls (kept by the instance between messages).
+    pass: Option<(Arc<CallPass>, Arc<dyn CallGate>)>,
     /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
     /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
@@ -137,15 +138,18 @@ impl CellState {
 
     pub(super) fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
         let binding = self.cached_binding().cloned();
-        binding.ok_or_else(|| {
-            MessageError::new(
-                ErrorKind::EntityTypeNotRegistered,
-                format!(
-                    "entity type {} is no longer deployed in tenant {}",
-                    self.address.entity_type, self.address.tenant
-                ),
-            )
-        })
+        binding.ok_or_else(|| self.type_gone())
+    }
+
+    /// The error of a message to an entity whose type is no longer deployed.
+    fn type_gone(&self) -> MessageError {
+        MessageError::new(
+            ErrorKind::EntityTypeNotRegistered,
+            format!(
+                "entity type {} is no longer deployed in tenant {}",
+                self.address.entity_type, self.address.tenant
+            ),
+        )
     }
 
     /// Makes sure an instance of the type's active version is running, activating or
@@ -224,6 +228,7 @@ impl CellState {
         };
         let pass = self
             .gate_pass(&binding)
+            .clone()
             .enter(&self.core.stats.throttled_calls)
             .await;
         if core.is_closing() {
@@ -250,20 +255,32 @@ impl CellState {
         Ok(())
     }
 
-    /// This entity's pass through its tenant's gate, made once (again only if the tenant's
-    /// cap or budget changes); entering it waits until the tenant may run one more guest call.
-    pub(super) fn gate_pass(&mut self, binding: &TypeBinding) -> Arc<CallPass> {
-        let cap = binding.limits.concurrent_guests_max.max(1);
-        let budget = binding.limits.cpu_ms_per_second;
-        match &self.pass {
-            Some(pass) if pass.fits(cap, budget) => pass.clone(),
-            _ => {
-                let gate = self.core.gates.gate(&self.address.tenant, cap);
-                let pass = CallPass::new(gate, budget, &self.core);
-                self.pass = Some(pass.clone());
-                pass
-            }
+    /// This entity's pass through its tenant's gate under `binding`'s limits, made once
+    /// (again only if the tenant's cap or budget changes); entering it waits until the tenant
+    /// may run one more guest call.
+    pub(super) fn gate_pass(&mut self, binding: &TypeBinding) -> &Arc<CallPass> {
+        let (cap, budget) = gate_limits(binding);
+        self.gate_pass_for(cap, budget)
+    }
+
+    /// [`gate_pass`](Self::gate_pass) for a cap of `cap` running calls and a budget of
+    /// `cpu_ms_per_second`.
+    pub(super) fn gate_pass_for(&mut self, cap: usize, cpu_ms_per_second: u64) -> &Arc<CallPass> {
+        if !matches!(&self.pass, Some((pass, _)) if pass.fits(cap, cpu_ms_per_second)) {
+            self.pass = None;
         }
+        let (pass, _) = self.pass.get_or_insert_with(|| {
+            let gate = self.core.gates.gate(&self.address.tenant, cap);
+            let pass = CallPass::new(gate, cpu_ms_per_second, &self.core);
+            let hook: Arc<dyn CallGate> = pass.clone();
+            (pass, hook)
+        });
+        pass
+    }
+
+    /// The gate pass the current call entered through, and its runtime hook.
+    pub(super) fn entered_pass(&self) -> Option<&(Arc<CallPass>, Arc<dyn CallGate>)> {
+        self.pass.as_ref()
     }
 
     /// Drops the instance without calling the guest (it failed, or saw effects that did not
@@ -342,4 +359,12 @@ impl CellState {
 /// The answer to a message the node did not start because it is shutting down.
 pub(super) fn shutting_down() -> MessageError {
     MessageError::unavailable("the node is shutting down; the message was not run")
+}
+
+/// The cap of running calls and the CPU budget a type's calls pass their tenant's gate under.
+pub(super) fn gate_limits(binding: &TypeBinding) -> (usize, u64) {
+    (
+        binding.limits.concurrent_guests_max.max(1),
+        binding.limits.cpu_ms_per_second,
+    )
 }

@@ -9,7 +9,7 @@
 //! call runs and [`Waiting::Commit`] while its writes commit; [`CellState::resume`] takes it
 //! from any of them to its reply.
 
-use super::{CellState, shutting_down};
+use super::{CellState, gate_limits, shutting_down};
 use crate::contract::envelope::answer;
 use crate::contract::{
     BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, ReplyPort,
@@ -39,12 +39,17 @@ pub(in crate::entity::cell) struct Message {
     reply: Option<ReplyPort>,
 }
 
-/// A message's guest call, begun and inside its tenant's gate.
-pub(in crate::entity::cell) struct CallUnderWay {
+/// A message's guest call, begun: the call's future and where its reply goes.
+pub(in crate::entity::cell) struct BegunCall {
     call: BoxFuture<'static, GuestCall>,
-    pass: Entered,
     receipt: Option<Box<Receipt>>,
     reply: Option<ReplyPort>,
+}
+
+/// A message's guest call, begun and inside its tenant's gate.
+pub(in crate::entity::cell) struct CallUnderWay {
+    begun: BegunCall,
+    pass: Entered,
     /// Whether its first (untimed) poll was made: the runtime times the polls after it.
     first_poll_done: bool,
 }
@@ -81,27 +86,26 @@ impl CellState {
         if !self.is_ready() {
             return Some(Waiting::Start(message));
         }
-        let pass = match self.binding() {
-            Ok(binding) => self.gate_pass(&binding),
-            Err(error) => return self.fail(message, error),
+        let Some(binding) = self.cached_binding() else {
+            return self.fail(message, self.type_gone());
         };
-        let Some(entered) = pass.try_enter() else {
+        let (cap, budget) = gate_limits(binding);
+        if !self.gate_pass_for(cap, budget).try_enter() {
             return Some(Waiting::Start(message));
+        }
+        let Some(mut begun) = self.begin_call(message) else {
+            self.leave_gate();
+            return None;
         };
-        let mut call = self.begin_call(message, entered)?;
-        match call.call.as_mut().poll(context) {
-            Poll::Pending => {
-                call.first_poll_done = true;
-                Some(Waiting::Call(call))
-            }
+        match begun.call.as_mut().poll(context) {
+            Poll::Pending => Some(Waiting::Call(CallUnderWay {
+                begun,
+                pass: self.entered(),
+                first_poll_done: true,
+            })),
             Poll::Ready(output) => {
-                let CallUnderWay {
-                    pass,
-                    receipt,
-                    reply,
-                    ..
-                } = call;
-                drop(pass);
+                self.leave_gate();
+                let BegunCall { receipt, reply, .. } = begun;
                 self.after_call(Ok((output, Weight::Light)), receipt, reply)
             }
         }
@@ -117,10 +121,13 @@ impl CellState {
                 },
                 Waiting::Call(call) => {
                     let CallUnderWay {
-                        call,
+                        begun:
+                            BegunCall {
+                                call,
+                                receipt,
+                                reply,
+                            },
                         pass,
-                        receipt,
-                        reply,
                         first_poll_done,
                     } = call;
                     let runtime = &self.core.runtime;
@@ -208,16 +215,22 @@ impl CellState {
             }
         }
         let pass = match self.binding() {
-            Ok(binding) => self.gate_pass(&binding),
+            Ok(binding) => self.gate_pass(&binding).clone(),
             Err(error) => return self.fail(message, error),
         };
-        let entered = pass.enter(&self.core.stats.throttled_calls).await;
-        self.begin_call(message, entered)
+        let pass = pass.enter(&self.core.stats.throttled_calls).await;
+        // Not begun (the node closing): `pass` leaves the gate as it drops.
+        let begun = self.begin_call(message)?;
+        Some(CallUnderWay {
+            begun,
+            pass,
+            first_poll_done: false,
+        })
     }
 
-    /// Begins the guest call of `message`, inside its tenant's gate (`entered`); `None` if the
-    /// node is closing (answered).
-    fn begin_call(&mut self, message: Message, entered: Entered) -> Option<CallUnderWay> {
+    /// Begins the guest call of `message`, inside its tenant's gate; `None` if the node is
+    /// closing (answered).
+    fn begin_call(&mut self, message: Message) -> Option<BegunCall> {
         let Message {
             payload,
             chain,
@@ -232,18 +245,32 @@ impl CellState {
             .instance
             .take()
             .expect("invariant: a message begins its call on a ready instance");
-        instance.begin_message(chain, Some(entered.call_gate()));
+        instance.begin_message(chain, self.entered_pass().map(|(_, hook)| hook));
         let call = Box::pin(async move {
             let outcome = instance.handle_begun(&payload).await;
             (instance, outcome)
         });
-        Some(CallUnderWay {
+        Some(BegunCall {
             call,
-            pass: entered,
             receipt,
             reply,
-            first_poll_done: false,
         })
+    }
+
+    /// The call the cell's gate pass let in ([`CallPass::try_enter`](crate::entity::fairness::CallPass::try_enter)), to leave the gate when
+    /// dropped.
+    fn entered(&self) -> Entered {
+        let (pass, _) = self
+            .entered_pass()
+            .expect("invariant: a call that entered the gate entered through the cell's pass");
+        pass.entered()
+    }
+
+    /// The call the cell's gate pass let in leaves the gate.
+    fn leave_gate(&self) {
+        if let Some((pass, _)) = self.entered_pass() {
+            pass.leave();
+        }
     }
 
     /// After the guest call: the reply at once when there is nothing to commit (`None`),

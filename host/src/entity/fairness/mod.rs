@@ -22,6 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+mod call_pass;
+
+pub(crate) use call_pass::{CallPass, Entered};
+
 /// One tenant's gate.
 pub(crate) struct TenantGate {
     running: Arc<Semaphore>,
@@ -65,22 +69,50 @@ impl Default for Gates {
     }
 }
 
-/// Permission to run one guest call; dropping it (after the call) records the time used.
+/// Permission to run one guest call, given back to its gate after the call
+/// ([`TenantGate::release`]; a [`CallPass`] does so for its calls).
 pub(crate) struct Pass {
-    gate: Arc<TenantGate>,
     /// `None` when the call ran past the cap because no other tenant was busy.
     permit: Option<OwnedSemaphorePermit>,
     /// When the call started, if the tenant has a CPU budget to account it against.
     started: Option<Instant>,
 }
 
-impl Drop for Pass {
-    fn drop(&mut self) {
-        if let Some(started) = self.started {
-            let used = started.elapsed().as_micros() as u64;
-            self.gate.used_us.fetch_add(used, Ordering::Relaxed);
+impl Pass {
+    /// A pass holding nothing but its call's arrival: no slot of the cap, no time to account.
+    fn bare() -> Pass {
+        Pass {
+            permit: None,
+            started: None,
         }
-        self.gate.leave();
+    }
+
+    fn is_bare(&self) -> bool {
+        self.permit.is_none() && self.started.is_none()
+    }
+}
+
+/// A call that has arrived at its gate and not been let in yet: it leaves the gate if dropped
+/// (its wait cancelled), so a cancelled wait never leaves its tenant counted busy.
+struct Arrival<'a>(Option<&'a TenantGate>);
+
+impl<'a> Arrival<'a> {
+    fn new(gate: &'a TenantGate) -> Self {
+        gate.arrive();
+        Arrival(Some(gate))
+    }
+
+    /// The call was let in: it now leaves with its pass.
+    fn let_in(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        if let Some(gate) = self.0 {
+            gate.leave();
+        }
     }
 }
 
@@ -244,12 +276,9 @@ impl TenantGate {
 
     /// Waits until the tenant may run one more guest call: under its concurrency cap and
     /// within its CPU budget (`cpu_ms_per_second`, 0 for none). Counts a wait in `throttled`.
-    pub(crate) async fn enter(
-        self: Arc<Self>,
-        cpu_ms_per_second: u64,
-        throttled: &AtomicU64,
-    ) -> Pass {
-        self.arrive();
+    /// The pass goes back through [`release`](Self::release) after the call.
+    pub(crate) async fn enter(&self, cpu_ms_per_second: u64, throttled: &AtomicU64) -> Pass {
+        let arrival = Arrival::new(self);
         let mut waited = false;
         loop {
             let permit = match self.admit(cpu_ms_per_second) {
@@ -271,21 +300,34 @@ impl TenantGate {
                     self.running.clone().acquire_owned().await.ok()
                 }
             };
-            return self.pass(permit, cpu_ms_per_second);
+            arrival.let_in();
+            return Self::pass(permit, cpu_ms_per_second);
         }
     }
 
     /// [`enter`](Self::enter) if the tenant may run one more guest call now; `None`, with
     /// nothing changed or counted, if it would have to wait.
-    pub(crate) fn try_enter(self: Arc<Self>, cpu_ms_per_second: u64) -> Option<Pass> {
-        self.arrive();
+    pub(crate) fn try_enter(&self, cpu_ms_per_second: u64) -> Option<Pass> {
+        let arrival = Arrival::new(self);
         match self.admit(cpu_ms_per_second) {
-            Admission::Now(permit) => Some(self.pass(permit, cpu_ms_per_second)),
-            Admission::BudgetSpent { .. } | Admission::AtCap => {
-                self.leave();
-                None
+            Admission::Now(permit) => {
+                arrival.let_in();
+                Some(Self::pass(permit, cpu_ms_per_second))
             }
+            Admission::BudgetSpent { .. } | Admission::AtCap => None,
         }
+    }
+
+    /// Gives back the pass of a call that finished (or paused to wait on an ask): the time it
+    /// ran is accounted against the budget, and its slot of the cap is freed.
+    pub(crate) fn release(&self, pass: Pass) {
+        let Pass { permit, started } = pass;
+        if let Some(started) = started {
+            let used = started.elapsed().as_micros() as u64;
+            self.used_us.fetch_add(used, Ordering::Relaxed);
+        }
+        drop(permit);
+        self.leave();
     }
 
     /// Whether a call that has arrived may run now: within the CPU budget, and under the cap
@@ -333,9 +375,8 @@ impl TenantGate {
         }
     }
 
-    fn pass(self: Arc<Self>, permit: Option<OwnedSemaphorePermit>, cpu_ms_per_second: u64) -> Pass {
+    fn pass(permit: Option<OwnedSemaphorePermit>, cpu_ms_per_second: u64) -> Pass {
         Pass {
-            gate: self,
             permit,
             started: (cpu_ms_per_second > 0).then(Instant::now),
         }
@@ -352,131 +393,34 @@ enum Admission {
     AtCap,
 }
 
-/// A cell's place at its tenant's gate, made once per cell (again only if the tenant's cap or
-/// CPU budget changes) and entered for each of its guest calls: entered before the call, left
-/// while the guest waits on an ask (so a nested ask to the same tenant finds a slot) and entered
-/// again after.
-pub(crate) struct CallPass {
-    gate: Arc<TenantGate>,
-    cpu_ms_per_second: u64,
-    core: std::sync::Weak<super::core::Core>,
-    /// The pass of the call running now, if it holds one.
-    pass: Arc<Mutex<Option<Pass>>>,
-}
-
-/// A call inside its tenant's gate; leaves it when dropped.
-pub(crate) struct Entered(Arc<CallPass>);
-
-impl Entered {
-    /// The pass, as the runtime's hook for the call.
-    pub(crate) fn call_gate(&self) -> Arc<dyn crate::runtime::CallGate> {
-        self.0.clone()
-    }
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        lock(&self.0.pass).take();
-    }
-}
-
-impl CallPass {
-    /// A pass through `gate` under a CPU budget of `cpu_ms_per_second` (0 for none).
-    pub(crate) fn new(
-        gate: Arc<TenantGate>,
-        cpu_ms_per_second: u64,
-        core: &Arc<super::core::Core>,
-    ) -> Arc<CallPass> {
-        Arc::new(CallPass {
-            gate,
-            cpu_ms_per_second,
-            core: Arc::downgrade(core),
-            pass: Arc::default(),
-        })
-    }
-
-    /// Whether this pass is still for a cap of `cap` running calls and a budget of
-    /// `cpu_ms_per_second`.
-    pub(crate) fn fits(&self, cap: usize, cpu_ms_per_second: u64) -> bool {
-        self.gate.cap() == cap && self.cpu_ms_per_second == cpu_ms_per_second
-    }
-
-    /// Enters the gate for one call.
-    pub(crate) async fn enter(self: Arc<Self>, throttled: &AtomicU64) -> Entered {
-        let pass = self
-            .gate
-            .clone()
-            .enter(self.cpu_ms_per_second, throttled)
-            .await;
-        *lock(&self.pass) = Some(pass);
-        Entered(self)
-    }
-
-    /// Enters the gate for one call if that needs no wait; `None` otherwise, with nothing
-    /// changed or counted (then [`enter`](Self::enter)).
-    pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Entered> {
-        let pass = self.gate.clone().try_enter(self.cpu_ms_per_second)?;
-        *lock(&self.pass) = Some(pass);
-        Some(Entered(self.clone()))
-    }
-}
-
-fn lock(slot: &Mutex<Option<Pass>>) -> std::sync::MutexGuard<'_, Option<Pass>> {
-    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl crate::runtime::CallGate for CallPass {
-    fn pause(&self) {
-        lock(&self.pass).take();
-    }
-
-    fn preempt(&self) -> Option<crate::contract::BoxFuture<'static, ()>> {
-        {
-            let pass = lock(&self.pass);
-            let unslotted = pass.as_ref().is_some_and(|pass| pass.permit.is_none());
-            if !unslotted || !self.gate.contended() {
-                return None;
-            }
-        }
-        let (gate, slot) = (self.gate.clone(), self.pass.clone());
-        if let Some(core) = self.core.upgrade() {
-            core.stats.throttled_calls.fetch_add(1, Ordering::Relaxed);
-        }
-        Some(Box::pin(async move {
-            let Ok(permit) = gate.running.clone().acquire_owned().await else {
-                return;
-            };
-            if let Some(pass) = lock(&slot).as_mut() {
-                pass.permit = Some(permit);
-            }
-        }))
-    }
-
-    fn pace(&self, per_second: u32, burst: u32) -> crate::contract::BoxFuture<'static, ()> {
-        let (gate, core) = (self.gate.clone(), self.core.clone());
-        Box::pin(async move {
-            if gate.take_message_token(per_second, burst).await
-                && let Some(core) = core.upgrade()
-            {
-                core.stats.throttled_asks.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    }
-
-    fn resume(&self) -> crate::contract::BoxFuture<'static, ()> {
-        let (gate, budget) = (self.gate.clone(), self.cpu_ms_per_second);
-        let (core, slot) = (self.core.clone(), self.pass.clone());
-        Box::pin(async move {
-            let Some(core) = core.upgrade() else { return };
-            let pass = gate.enter(budget, &core.stats.throttled_calls).await;
-            *lock(&slot) = Some(pass);
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pass that goes back to its gate when dropped, as a cell's calls give theirs back.
+    struct Held<'a>(&'a TenantGate, Option<Pass>);
+
+    impl Held<'_> {
+        fn has_slot(&self) -> bool {
+            self.1.as_ref().is_some_and(|pass| pass.permit.is_some())
+        }
+    }
+
+    impl Drop for Held<'_> {
+        fn drop(&mut self) {
+            if let Some(pass) = self.1.take() {
+                self.0.release(pass);
+            }
+        }
+    }
+
+    async fn enter<'a>(gate: &'a TenantGate, budget: u64, throttled: &AtomicU64) -> Held<'a> {
+        Held(gate, Some(gate.enter(budget, throttled).await))
+    }
+
+    fn try_enter(gate: &TenantGate) -> Option<Held<'_>> {
+        gate.try_enter(0).map(|pass| Held(gate, Some(pass)))
+    }
 
     /// One tenant's calls entering and leaving on two threads at once must never count it as
     /// two busy tenants: that would read as contention and cap a tenant that is alone.
@@ -514,21 +458,21 @@ mod tests {
         let throttled = AtomicU64::new(0);
         let noisy = gates.gate("noisy", 1);
         // Alone, the tenant may run past its cap: no core is kept idle.
-        let first = noisy.clone().enter(0, &throttled).await;
-        let second = noisy.clone().enter(0, &throttled).await;
+        let first = enter(&noisy, 0, &throttled).await;
+        let second = enter(&noisy, 0, &throttled).await;
         drop((first, second));
         // With another tenant busy, the cap holds...
         let calm = gates.gate("calm", 1);
-        let calm_pass = calm.clone().enter(0, &throttled).await;
-        let held = noisy.clone().enter(0, &throttled).await;
-        let mut waiting = Box::pin(noisy.clone().enter(0, &throttled));
+        let calm_pass = enter(&calm, 0, &throttled).await;
+        let held = enter(&noisy, 0, &throttled).await;
+        let mut waiting = Box::pin(enter(&noisy, 0, &throttled));
         assert!(
             futures_poll(&mut waiting).is_none(),
             "the cap let a second call run"
         );
         // ...while the other tenant itself is not held back by the noisy one.
         drop(calm_pass);
-        let _calm_again = calm.enter(0, &throttled).await;
+        let _calm_again = enter(&calm, 0, &throttled).await;
         drop(held);
         assert!(
             futures_poll(&mut waiting).is_some(),
@@ -542,16 +486,13 @@ mod tests {
         let gates = Gates::default();
         let throttled = AtomicU64::new(0);
         let (noisy, calm) = (gates.gate("noisy", 1), gates.gate("calm", 1));
-        let alone = noisy.clone().try_enter(0);
+        let alone = try_enter(&noisy);
         assert!(alone.is_some(), "a lone tenant was kept waiting");
         drop(alone);
-        let _calm_pass = calm.enter(0, &throttled).await;
-        let held = noisy.clone().try_enter(0);
+        let _calm_pass = enter(&calm, 0, &throttled).await;
+        let held = try_enter(&noisy);
         assert!(held.is_some(), "a free slot was refused");
-        assert!(
-            noisy.clone().try_enter(0).is_none(),
-            "the cap let a second call in"
-        );
+        assert!(try_enter(&noisy).is_none(), "the cap let a second call in");
         assert_eq!(
             noisy.in_flight.load(Ordering::Relaxed),
             1,
@@ -563,7 +504,7 @@ mod tests {
             "a refusal counted as a wait"
         );
         drop(held);
-        assert!(noisy.try_enter(0).is_some(), "the freed slot was refused");
+        assert!(try_enter(&noisy).is_some(), "the freed slot was refused");
     }
 
     #[tokio::test(start_paused = true)]
@@ -575,7 +516,7 @@ mod tests {
         gate.used_us.store(300_000, Ordering::Relaxed);
         gate.window_start_us.store(gate.now_us(), Ordering::Relaxed);
         let waited_from = tokio::time::Instant::now();
-        let _pass = gate.clone().enter(200, &throttled).await;
+        let _pass = enter(&gate, 200, &throttled).await;
         assert!(
             waited_from.elapsed() >= Duration::from_millis(900),
             "the call did not wait for the next window"
@@ -592,25 +533,45 @@ mod tests {
         let gates = Gates::default();
         let throttled = AtomicU64::new(0);
         let (noisy, calm) = (gates.gate("noisy", 1), gates.gate("calm", 1));
-        let alone = noisy.clone().enter(0, &throttled).await;
-        assert!(alone.permit.is_none(), "a lone tenant was capped");
-        let overlapping = calm.clone().enter(0, &throttled).await;
-        assert!(overlapping.permit.is_some(), "an overlap did not cap");
+        let alone = enter(&noisy, 0, &throttled).await;
+        assert!(!alone.has_slot(), "a lone tenant was capped");
+        let overlapping = enter(&calm, 0, &throttled).await;
+        assert!(overlapping.has_slot(), "an overlap did not cap");
         drop((alone, overlapping));
-        let in_grace = noisy.clone().enter(0, &throttled).await;
-        assert!(
-            in_grace.permit.is_some(),
-            "caps lifted before the grace ended"
-        );
+        let in_grace = enter(&noisy, 0, &throttled).await;
+        assert!(in_grace.has_slot(), "caps lifted before the grace ended");
         drop(in_grace);
         tokio::time::advance(Duration::from_micros(CONTENTION_GRACE_US)).await;
-        let after = noisy.clone().enter(0, &throttled).await;
-        assert!(after.permit.is_none(), "caps held past the grace");
+        let after = enter(&noisy, 0, &throttled).await;
+        assert!(!after.has_slot(), "caps held past the grace");
         assert_eq!(
             gates.contended_until_us.load(Ordering::Relaxed),
             0,
             "the expired grace was not cleared"
         );
+    }
+
+    /// A call whose wait at the gate is cancelled (its message dropped at shutdown, its ask's
+    /// resume cut off) leaves the gate: its tenant is not counted busy for ever after.
+    #[tokio::test]
+    async fn a_cancelled_wait_at_the_gate_leaves_no_trace() {
+        let gates = Gates::default();
+        let throttled = AtomicU64::new(0);
+        let (noisy, calm) = (gates.gate("noisy", 1), gates.gate("calm", 1));
+        let calm_pass = enter(&calm, 0, &throttled).await;
+        let held = enter(&noisy, 0, &throttled).await;
+        let mut waiting = Box::pin(enter(&noisy, 0, &throttled));
+        assert!(futures_poll(&mut waiting).is_none(), "the cap let it in");
+        assert_eq!(noisy.in_flight.load(Ordering::Relaxed), 2);
+        drop(waiting);
+        assert_eq!(
+            noisy.in_flight.load(Ordering::Relaxed),
+            1,
+            "the cancelled wait still counts"
+        );
+        drop((held, calm_pass));
+        assert_eq!(noisy.in_flight.load(Ordering::Relaxed), 0);
+        assert_eq!(gates.busy_tenants.load(Ordering::Relaxed), 0);
     }
 
     /// Polls `future` once: `Some` if it finished.
