@@ -5,11 +5,13 @@
 //! the same from run to run, so a change to the hot path can be judged by a few hundred
 //! instructions. `benches/instructions.sh` runs it and prints the counts and their ratio.
 //!
-//! Usage: `region_instructions node|ref|raw ROUNDS` (`ref`: the same tells through one
-//! `EntityRef` per entity). One worker thread, 100 entities, 16 MiB linear
-//! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default). The
-//! per-message count is the difference between a run of `ROUNDS` rounds and a run of none
-//! (start-up), divided by the messages of `ROUNDS` rounds.
+//! Usage: `region_instructions node|ref|raw ROUNDS [SENDERS]` (`ref`: the same tells through
+//! one `EntityRef` per entity). 100 entities, 16 MiB linear memories (valgrind cannot reserve
+//! the 4 GiB per memory a node reserves by default), one sender (the default) or `SENDERS`
+//! sender tasks on as many worker threads, each with its share of the entities — for a
+//! profiler's view of the benchmark's two senders (`perf record -e cpu-clock` works where
+//! hardware counters do not). The per-message count is the difference between a run of
+//! `ROUNDS` rounds and a run of none (start-up), divided by the messages of `ROUNDS` rounds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +49,37 @@ async fn open_node(dir: &std::path::Path) -> Arc<Node> {
     tessera_tests::counter_bench_node(config).await
 }
 
-async fn node_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
+/// `items` split into `senders` shares, in order.
+fn shares<T>(items: Vec<T>, senders: usize) -> Vec<Vec<T>> {
+    let per_sender = items.len().div_ceil(senders);
+    let mut shares: Vec<Vec<T>> = (0..senders).map(|_| Vec::new()).collect();
+    for (index, item) in items.into_iter().enumerate() {
+        shares[index / per_sender].push(item);
+    }
+    shares
+}
+
+/// Runs `work` on each share of `items`: on this task for one sender, else on a task each.
+async fn on_senders<T, F, Fut>(items: Vec<T>, senders: usize, work: F)
+where
+    T: Send + 'static,
+    F: Fn(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    if senders == 1 {
+        work(items).await;
+        return;
+    }
+    let tasks: Vec<_> = shares(items, senders)
+        .into_iter()
+        .map(|share| tokio::spawn(work(share)))
+        .collect();
+    for task in tasks {
+        task.await.expect("sender task");
+    }
+}
+
+async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
     let node = open_node(dir).await;
     let addresses: Vec<EntityAddress> = (0..ENTITIES).map(address).collect();
     for to in &addresses {
@@ -55,14 +87,20 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
             .await
             .expect("activation");
     }
-    for _ in 0..rounds {
-        tessera_tests::tell_round(&node, &addresses, get, TELLS_PER_ENTITY).await;
-    }
+    on_senders(addresses, senders, |share| {
+        let (node, get) = (node.clone(), get.to_vec());
+        async move {
+            for _ in 0..rounds {
+                tessera_tests::tell_round(&node, &share, &get, TELLS_PER_ENTITY).await;
+            }
+        }
+    })
+    .await;
     node.shutdown().await;
 }
 
 /// The node's rounds through one reusable handle per entity.
-async fn ref_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
+async fn ref_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
     let node = open_node(dir).await;
     let mut refs: Vec<_> = (0..ENTITIES)
         .map(|index| node.entity_ref(address(index)).expect("entity ref"))
@@ -73,13 +111,19 @@ async fn ref_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
             .await
             .expect("activation");
     }
-    for _ in 0..rounds {
-        tessera_tests::tell_round_refs(&mut refs, get, TELLS_PER_ENTITY).await;
-    }
+    on_senders(refs, senders, |mut share| {
+        let get = get.to_vec();
+        async move {
+            for _ in 0..rounds {
+                tessera_tests::tell_round_refs(&mut share, &get, TELLS_PER_ENTITY).await;
+            }
+        }
+    })
+    .await;
     node.shutdown().await;
 }
 
-async fn raw_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
+async fn raw_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
     let runtime = Runtime::new(runtime_config()).expect("engine");
     let bytes = std::fs::read(tessera_tests::COUNTER).expect("plugin built");
     let plugin = runtime.load(&bytes).expect("plugin loads");
@@ -90,28 +134,42 @@ async fn raw_rounds(dir: &std::path::Path, rounds: usize, get: &[u8]) {
         let instance = RawInstance::instantiate(&runtime, &plugin, state.clone()).await;
         instances.push(instance.expect("instantiates"));
     }
-    for _ in 0..rounds {
-        for _ in 0..=TELLS_PER_ENTITY {
-            for instance in instances.iter_mut() {
-                instance.handle(get).await.expect("handled");
+    on_senders(instances, senders, |mut share| {
+        let get = get.to_vec();
+        async move {
+            for _ in 0..rounds {
+                for _ in 0..=TELLS_PER_ENTITY {
+                    for instance in share.iter_mut() {
+                        instance.handle(&get).await.expect("handled");
+                    }
+                }
             }
         }
-    }
+    })
+    .await;
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (side, rounds) = match (args.next(), args.next().map(|r| r.parse::<usize>())) {
-        (Some(side), Some(Ok(rounds))) if ["node", "ref", "raw"].contains(&side.as_str()) => {
-            (side, rounds)
+    let side = args.next().unwrap_or_default();
+    let rounds = args.next().map(|rounds| rounds.parse::<usize>());
+    let senders = args
+        .next()
+        .map_or(Ok(1), |senders| senders.parse::<usize>());
+    let (rounds, senders) = match (rounds, senders) {
+        (Some(Ok(rounds)), Ok(senders))
+            if ["node", "ref", "raw"].contains(&side.as_str())
+                && (1..=ENTITIES).contains(&senders) =>
+        {
+            (rounds, senders)
         }
         _ => {
-            eprintln!("usage: region_instructions node|ref|raw ROUNDS");
+            eprintln!("usage: region_instructions node|ref|raw ROUNDS [SENDERS]");
             std::process::exit(2);
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(senders)
         .enable_all()
         .build()
         .expect("a tokio runtime");
@@ -119,9 +177,9 @@ fn main() {
     let get = tessera_tests::to_msgpack(&serde_json::json!("Get"));
     rt.block_on(async {
         match side.as_str() {
-            "node" => node_rounds(dir.path(), rounds, &get).await,
-            "ref" => ref_rounds(dir.path(), rounds, &get).await,
-            _ => raw_rounds(dir.path(), rounds, &get).await,
+            "node" => node_rounds(dir.path(), rounds, senders, &get).await,
+            "ref" => ref_rounds(dir.path(), rounds, senders, &get).await,
+            _ => raw_rounds(dir.path(), rounds, senders, &get).await,
         }
     });
     println!("messages {}", rounds * ENTITIES * (TELLS_PER_ENTITY + 1));
