@@ -37,7 +37,8 @@ pub(super) struct CellState {
     counters: Arc<TypeCounters>,
     /// The type's binding as of a type-table generation, so the hot path skips the lookup.
     binding_cache: Option<(u64, Option<Arc<TypeBinding>>)>,
-    instance: Option<EntityInstance>,
+    /// Boxed: it moves into each message's guest call and back, and a pointer moves for it.
+    instance: Option<Box<EntityInstance>>,
     running_version: u32,
     version_to_record: Option<u32>,
     activated_before: bool,
@@ -215,7 +216,7 @@ impl CellState {
                 )
                 .await;
             match attempt {
-                Ok(instance) => break instance,
+                Ok(instance) => break Box::new(instance),
                 Err(error)
                     if error.kind == ErrorKind::Unavailable
                         && waiting_since.elapsed() < POOL_WAIT_MAX =>
@@ -304,7 +305,7 @@ impl CellState {
         }
     }
 
-    fn take_instance(&mut self) -> Option<EntityInstance> {
+    fn take_instance(&mut self) -> Option<Box<EntityInstance>> {
         self.holds_instance
             .store(false, std::sync::atomic::Ordering::Relaxed);
         self.instance.take()

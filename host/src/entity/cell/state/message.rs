@@ -28,7 +28,8 @@ pub(in crate::entity::cell) enum Waiting {
     /// Its guest call is under way.
     Call(CallUnderWay),
     /// Its guest call finished; its writes commit before its reply.
-    Commit(Committing),
+    /// (Boxed: a commit waits on the disk anyway, and every message's step is moved.)
+    Commit(Box<Committing>),
 }
 
 /// A message that is to run: what it carries past the checks of [`CellState::admit`].
@@ -143,7 +144,7 @@ impl CellState {
                     }
                 }
                 Waiting::Commit(committing) => {
-                    self.commit(committing).await;
+                    self.commit(*committing).await;
                     return;
                 }
             }
@@ -290,12 +291,12 @@ impl CellState {
                 reply,
                 effects,
                 writes: Some(writes),
-            }) => Some(Waiting::Commit(Committing {
+            }) => Some(Waiting::Commit(Box::new(Committing {
                 reply,
                 effects,
                 writes,
                 port,
-            })),
+            }))),
             Ok(Settled {
                 reply,
                 effects,
@@ -413,7 +414,7 @@ impl CellState {
 }
 
 /// What a message's guest call gives back: the instance, and the call's outcome.
-type GuestCall = (EntityInstance, Result<HandleOutcome, MessageError>);
+type GuestCall = (Box<EntityInstance>, Result<HandleOutcome, MessageError>);
 
 /// A message whose guest call finished: its reply, its effects to carry out after the commit,
 /// and what to commit (`None`: nothing).
