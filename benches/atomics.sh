@@ -8,9 +8,8 @@
 # Needs valgrind, objdump and python3. Usage: benches/atomics.sh [ROUNDS]
 set -euo pipefail
 rounds="${1:-10}"
-cd "$(dirname "$0")/.."
-cargo build --release -p tessera-benches --example region_instructions
-binary="${CARGO_TARGET_DIR:-target}/release/examples/region_instructions"
+# shellcheck source=benches/region_example.sh
+source "$(dirname "$0")/region_example.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 objdump -d --no-show-raw-insn "$binary" \

@@ -9,9 +9,8 @@ set -euo pipefail
 rounds="${1:-300}"
 senders="${2:-1}"
 repeats="${3:-5}"
-cd "$(dirname "$0")/.."
-cargo build --release -p tessera-benches --example region_instructions
-binary="${CARGO_TARGET_DIR:-target}/release/examples/region_instructions"
+# shellcheck source=benches/region_example.sh
+source "$(dirname "$0")/region_example.sh"
 messages="$("$binary" raw "$rounds" "$senders" | grep -o '[0-9]*$')"
 nanos() { # side rounds -> wall-clock nanoseconds of one run
     local started
