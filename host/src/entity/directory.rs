@@ -109,7 +109,7 @@ impl Entities {
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<ClaimedRun>, Refused> {
+    ) -> Result<Option<ClaimedRun<'static>>, Refused> {
         self.send(to, shard, CellMessage::Deliver(envelope), Runner::Sender)
             .map_err(refused)
     }
@@ -263,7 +263,7 @@ impl Entities {
         shard: ShardId,
         message: CellMessage,
         runner: Runner,
-    ) -> Result<Option<ClaimedRun>, (MessageError, CellMessage)> {
+    ) -> Result<Option<ClaimedRun<'static>>, (MessageError, CellMessage)> {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
         let tick = self.core.next_use();
@@ -453,7 +453,7 @@ fn post(
     tick: u64,
     message: CellMessage,
     runner: Runner,
-) -> Result<Option<ClaimedRun>, mpsc::error::TrySendError<CellMessage>> {
+) -> Result<Option<ClaimedRun<'static>>, mpsc::error::TrySendError<CellMessage>> {
     debug_assert_eq!(
         handle.shard, shard,
         "an entity stays in the shard it started in"
@@ -461,7 +461,7 @@ fn post(
     handle.mailbox.cell().used_at(tick);
     let message = match message {
         CellMessage::Deliver(envelope) if runner == Runner::Sender => {
-            match handle.mailbox.cell().claim(envelope) {
+            match handle.mailbox.cell().claim_owned(envelope) {
                 Ok(run) => return Ok(Some(run)),
                 Err(envelope) => CellMessage::Deliver(envelope),
             }

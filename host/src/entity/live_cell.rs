@@ -31,7 +31,7 @@ impl LiveCell {
     /// directory. The claim holds the entity until the message is done: run it
     /// ([`ClaimedRun::run`]). Gives the envelope back otherwise: deliver it through the
     /// directory, which queues it in order.
-    pub fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
+    pub fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope> {
         if self.cell.is_gone() {
             return Err(envelope);
         }

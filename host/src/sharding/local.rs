@@ -47,7 +47,7 @@ pub trait LocalEntities: Send + Sync + 'static {
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<ClaimedRun>, Refused> {
+    ) -> Result<Option<ClaimedRun<'static>>, Refused> {
         self.deliver(to, shard, envelope).map(|()| None)
     }
     /// A direct handle on the live entity `to`, for a sender that keeps sending to it (an
@@ -74,7 +74,7 @@ pub trait LocalCell: Send + Sync + 'static {
     /// `envelope` claimed to run on the caller's task, when the entity is idle and ready (as
     /// in [`LocalEntities::deliver_here`]); the envelope back otherwise, to be delivered
     /// through [`LocalEntities::deliver_here`], which queues it in order.
-    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope>;
+    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope>;
 }
 
 impl LocalCell for LiveCell {
@@ -82,7 +82,7 @@ impl LocalCell for LiveCell {
         LiveCell::is_live(self)
     }
 
-    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
+    fn run_here(&self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope> {
         LiveCell::run_here(self, envelope)
     }
 }
@@ -102,7 +102,7 @@ impl LocalEntities for Entities {
         to: EntityAddress,
         shard: ShardId,
         envelope: Envelope,
-    ) -> Result<Option<ClaimedRun>, Refused> {
+    ) -> Result<Option<ClaimedRun<'static>>, Refused> {
         Entities::deliver_here(self, to, shard, envelope)
     }
 

@@ -5,8 +5,11 @@
 //! A message may also run on its sender's task, without the hop through the cell's task: when
 //! nothing is waiting in the mailbox (so no earlier message of that sender can be overtaken) and
 //! the state lock is free, the sender claims the lock and runs the message itself
-//! ([`CellShared::claim`], [`ClaimedRun`]), as far as it goes without waiting. Whoever holds the lock runs one message at a time, so the entity
-//! still sees its messages one by one; the task takes the lock for each message it runs and for
+//! ([`CellShared::claim`], [`ClaimedRun`]), as far as it goes without waiting. What is left of
+//! it then (its tenant's gate, a guest call that yields, a commit) is handed to the cell's
+//! task, counted as unfinished: the task finishes it the next time it takes the lock, before
+//! anything else. Whoever holds the lock runs one message at a time, so the entity still sees
+//! its messages one by one; the task takes the lock for each message it runs and for
 //! passivation, so a passivation never overlaps a message.
 
 mod mailbox;
@@ -17,8 +20,8 @@ pub(crate) use mailbox::Mailbox;
 use super::core::{CellMessage, Core};
 use crate::contract::{EntityAddress, Envelope, ShardId};
 use crate::state::remember::RememberOp;
-use futures_util::lock::{Mutex, OwnedMutexGuard};
-use state::CellState;
+use futures_util::lock::{Mutex, MutexGuard, OwnedMutexGuard};
+use state::{CellState, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -87,80 +90,114 @@ impl CellShared {
     /// have been short. The claim holds the cell until the message is done; it must be run
     /// ([`ClaimedRun::run`]). Gives the envelope back when the cell cannot be claimed: post it
     /// to the mailbox instead.
-    pub(crate) fn claim(self: &Arc<Self>, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
+    ///
+    /// The claim borrows the cell (no reference count moves): for a sender that holds the cell
+    /// ([`LiveCell`](super::LiveCell)). [`claim_owned`](Self::claim_owned) is for one that
+    /// found it under the directory's lock.
+    pub(crate) fn claim(&self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope> {
+        if self.unfinished.load(Ordering::Acquire) != 0 {
+            return Err(envelope);
+        }
+        let Some(mut state) = self.state.try_lock() else {
+            return Err(envelope);
+        };
+        if !self.may_run_here(&mut state) {
+            return Err(envelope);
+        }
+        Ok(ClaimedRun {
+            claim: Claim::Borrowed(self, state),
+            envelope,
+        })
+    }
+
+    /// [`claim`](Self::claim), holding the cell by reference count: the claim outlives the
+    /// directory's lock it was made under.
+    pub(crate) fn claim_owned(
+        self: &Arc<Self>,
+        envelope: Envelope,
+    ) -> Result<ClaimedRun<'static>, Envelope> {
         if self.unfinished.load(Ordering::Acquire) != 0 {
             return Err(envelope);
         }
         let Some(mut state) = self.state.try_lock_owned() else {
             return Err(envelope);
         };
-        // Read again under the lock: a message taken by the task since is counted until done,
-        // and a cell leaves the directory only under this lock, so one not gone now stays.
-        if self.unfinished.load(Ordering::Acquire) != 0 || self.is_gone() || !state.can_run_here() {
+        if !self.may_run_here(&mut state) {
             return Err(envelope);
         }
         Ok(ClaimedRun {
-            shared: self.clone(),
-            state,
+            claim: Claim::Owned(self.clone(), state),
             envelope,
         })
     }
 
-    /// After a message run by a sender: wake the task if it asked for passivation.
-    fn ran_here(&self, state: &CellState) {
-        if state.passivate_requested {
+    /// Read again under the lock: a message taken by the task since is counted until done,
+    /// and a cell leaves the directory only under this lock, so one not gone now stays (and
+    /// its task, which ends only after it left, will take the lock again).
+    fn may_run_here(&self, state: &mut CellState) -> bool {
+        self.unfinished.load(Ordering::Acquire) == 0 && !self.is_gone() && state.can_run_here()
+    }
+
+    /// After a message run by a sender: hand what is left of it to the task (counted as
+    /// unfinished, so no sender runs a message before it), and wake the task for it or for
+    /// a passivation the message asked for. Called with the lock held.
+    fn ran_here(&self, state: &mut CellState, rest: Option<Waiting>) {
+        let woken = rest.is_some() || state.passivate_requested;
+        if let Some(rest) = rest {
+            self.unfinished.fetch_add(1, Ordering::AcqRel);
+            state.leave_rest(rest);
+        }
+        if woken {
             self.wake.notify_one();
         }
     }
+}
+
+/// How a claim holds its cell: borrowed from a sender that holds the cell, or by reference
+/// count.
+enum Claim<'cell> {
+    Borrowed(&'cell CellShared, MutexGuard<'cell, CellState>),
+    Owned(Arc<CellShared>, OwnedMutexGuard<CellState>),
 }
 
 /// A message claimed to run on its sender's task, holding its cell
 /// ([`Entities::deliver_here`](super::Entities::deliver_here),
 /// [`LiveCell::run_here`](super::LiveCell::run_here)). It must be run: dropping it unrun drops
 /// the message (an ask's asker sees the entity gone).
-pub struct ClaimedRun {
-    shared: Arc<CellShared>,
-    state: OwnedMutexGuard<CellState>,
+pub struct ClaimedRun<'cell> {
+    claim: Claim<'cell>,
     envelope: Envelope,
 }
 
-impl ClaimedRun {
-    /// Runs the message on the caller's task as far as it goes without waiting — most
+impl ClaimedRun<'_> {
+    /// Runs the message on the caller's thread as far as it goes without waiting — most
     /// messages finish there (a short guest call with nothing to commit), with no future made
-    /// for them. What has to wait (its tenant's gate, a guest call that yields, a commit) goes
-    /// on as a task of its own, so the sender never waits for the entity and a message is
-    /// never dropped half-way.
-    pub async fn run(self) {
-        let ClaimedRun {
-            shared,
-            mut state,
-            envelope,
-        } = self;
-        shared.touch();
-        let mut envelope = Some(envelope);
-        let waiting = std::future::poll_fn(|context| {
-            std::task::Poll::Ready(
-                envelope
-                    .take()
-                    .and_then(|envelope| state.start_here(envelope, context)),
-            )
-        })
-        .await;
-        let Some(waiting) = waiting else {
-            shared.ran_here(&state);
-            return;
-        };
-        tokio::spawn(async move {
-            state.resume(waiting).await;
-            shared.ran_here(&state);
-        });
+    /// for them. What has to wait (its tenant's gate, a guest call that yields, a commit) is
+    /// handed to the cell's task, which polls it again with its own waker, so the sender never
+    /// waits for the entity and a message is never dropped half-way.
+    pub fn run(self) {
+        let ClaimedRun { claim, envelope } = self;
+        match claim {
+            Claim::Borrowed(shared, mut state) => run_claimed(shared, &mut state, envelope),
+            Claim::Owned(shared, mut state) => run_claimed(&shared, &mut state, envelope),
+        }
     }
+}
+
+/// Runs `envelope` with the cell's lock held (see [`ClaimedRun::run`]). The guest call's first
+/// poll needs no waker of the sender's: whatever is left is polled again by the cell's task,
+/// which a future checks its readiness at.
+fn run_claimed(shared: &CellShared, state: &mut CellState, envelope: Envelope) {
+    shared.touch();
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let rest = state.start_here(envelope, &mut context);
+    shared.ran_here(state, rest);
 }
 
 enum Next {
     Message(CellMessage),
     Idle,
-    /// A message run by a sender asked for passivation.
+    /// A sender left the rest of its message, or a message it ran asked for passivation.
     Woken,
     Closed,
 }
@@ -226,6 +263,11 @@ impl Cell {
         loop {
             let next = self.receive().await;
             let mut state = cell_state.lock().await;
+            // What a sender left of its message goes before anything posted since.
+            if state.finish_rest().await {
+                let unfinished = self.shared.unfinished.fetch_sub(1, Ordering::AcqRel);
+                debug_assert!(unfinished > 0, "a rest was counted when a sender left it");
+            }
             let passivate = match next {
                 Next::Message(message) => {
                     self.shared.touch();
@@ -239,6 +281,7 @@ impl Cell {
                 }
                 // A message may have started on a sender's task since the timer fired.
                 Next::Idle => self.shared.started() == self.idle_seen,
+                // Its rest is finished above; a passivation asked for is seen below.
                 Next::Woken => false,
                 Next::Closed => true,
             };

@@ -19,6 +19,8 @@ use tokio::sync::mpsc;
 mod effects;
 mod message;
 
+pub(super) use message::Waiting;
+
 /// The longest a cell waits for a slot of a full instance pool before its message fails with
 /// `unavailable` (retryable).
 const POOL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -51,6 +53,9 @@ pub(super) struct CellState {
     /// This entity's place at its tenant's gate to guest execution, and the same place as
     /// the runtime's hook for its calls (kept by the instance between messages).
     pass: Option<(Arc<CallPass>, Arc<dyn CallGate>)>,
+    /// What is left of a message a sender ran as far as it went without waiting, for the
+    /// cell's task to finish before anything else ([`finish_rest`](Self::finish_rest)).
+    rest: Option<Waiting>,
     /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
     /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
@@ -80,6 +85,7 @@ impl CellState {
             last_timer: 0,
             passivate_requested: false,
             pass: None,
+            rest: None,
             runs_long: false,
         }
     }

@@ -79,11 +79,12 @@ impl EntityRoute {
         }
         let payload = match self.run_on_cell(Envelope::tell(payload)) {
             Ok(run) => {
-                run.run().await;
+                run.run();
                 return Ok(());
             }
             Err(envelope) => envelope.payload,
         };
+        self.drop_cell_if_gone();
         let item = Buffered {
             address: self.address.clone(),
             shard: self.shard,
@@ -124,11 +125,12 @@ impl EntityRoute {
         };
         let payload = match self.run_on_cell(envelope) {
             Ok(run) => {
-                run.run().await;
+                run.run();
                 return send::await_reply(receiver, deadline, timeout).await;
             }
             Err(envelope) => envelope.payload,
         };
+        self.drop_cell_if_gone();
         let reply = self
             .region
             .ask(self.address.clone(), payload, Some(timeout))
@@ -149,7 +151,7 @@ impl EntityRoute {
 
     /// Tries the fast path: under the shard's slot lock, with the shard at home here and the
     /// held cell idle and ready, the message's run. Gives the envelope back otherwise.
-    fn run_on_cell(&mut self, envelope: Envelope) -> Result<ClaimedRun, Envelope> {
+    fn run_on_cell(&mut self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope> {
         let Some(cell) = &self.cell else {
             return Err(envelope);
         };
@@ -165,11 +167,14 @@ impl EntityRoute {
         }
         let run = cell.run_here(envelope);
         drop(home);
-        let gone = run.is_err() && !cell.is_live();
-        if gone {
+        run
+    }
+
+    /// After the fast path gave a message back: let go of the held cell if it has left.
+    fn drop_cell_if_gone(&mut self) {
+        if self.cell.as_ref().is_some_and(|cell| !cell.is_live()) {
             self.cell = None;
         }
-        run
     }
 
     /// Whether the entity's shard lives on this node now.

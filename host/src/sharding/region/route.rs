@@ -23,7 +23,7 @@ pub(crate) enum Routed {
     Done,
     /// For a [`Waiting::SenderHere`]: the local entity was idle and the message is claimed
     /// for the sender to run, once the slot lock is released ([`ClaimedRun::run`]).
-    RunHere(ClaimedRun),
+    RunHere(ClaimedRun<'static>),
     /// The slot was unknown; it now waits for an allocation with the envelope held, and the
     /// region task must ask the coordinator.
     Allocate(ShardKey),
@@ -98,7 +98,7 @@ fn deliver_local(
     ty: &RegisteredType,
     item: Buffered,
     waiting: Waiting,
-) -> Result<Option<ClaimedRun>, MessageError> {
+) -> Result<Option<ClaimedRun<'static>>, MessageError> {
     if let Some(error) = local_refusal(shared, ty, item.shard) {
         refuse(shared, item, error.clone(), waiting);
         return Err(error);

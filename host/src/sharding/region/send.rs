@@ -59,7 +59,7 @@ impl RegionHandle {
         match routed {
             Routed::Done => Ok(()),
             Routed::RunHere(run) => {
-                run.run().await;
+                run.run();
                 Ok(())
             }
             Routed::Allocate(key) => self.request_allocation(&ty, key),

@@ -4,7 +4,7 @@
 //! the reply.
 //!
 //! A message goes through steps, so that its sender can run it as far as it goes without
-//! waiting and hand only the rest to a task ([`CellState::start_here`]): it is
+//! waiting and hand only the rest to the cell's task ([`CellState::start_here`]): it is
 //! [`Waiting::Start`] until it has passed its tenant's gate, [`Waiting::Call`] while its guest
 //! call runs and [`Waiting::Commit`] while its writes commit; [`CellState::resume`] takes it
 //! from any of them to its reply.
@@ -72,9 +72,9 @@ impl CellState {
     }
 
     /// Runs one message on its sender's task as far as it goes without waiting, polling its
-    /// guest call once with the sender's `context`: most messages finish (a short guest call
+    /// guest call once with `context`: most messages finish (a short guest call
     /// and nothing to commit) and `None` is returned. Otherwise what is left, for
-    /// [`resume`](Self::resume) to take on a task of its own — so a message's future is made
+    /// [`resume`](Self::resume) to take on the cell's task — so a message's future is made
     /// (and boxed) only when it has to wait (an activation or upgrade among them).
     pub(in crate::entity::cell) fn start_here(
         &mut self,
@@ -110,6 +110,25 @@ impl CellState {
                 self.after_call(Ok((output, Weight::Light)), receipt, reply)
             }
         }
+    }
+
+    /// Leaves what is left of a message a sender ran for the cell's task
+    /// ([`finish_rest`](Self::finish_rest)).
+    pub(in crate::entity::cell) fn leave_rest(&mut self, rest: Waiting) {
+        debug_assert!(
+            self.rest.is_none(),
+            "a sender runs a message only when none is unfinished"
+        );
+        self.rest = Some(rest);
+    }
+
+    /// Finishes what a sender left of its message, if anything: true when there was a rest.
+    pub(in crate::entity::cell) async fn finish_rest(&mut self) -> bool {
+        let Some(rest) = self.rest.take() else {
+            return false;
+        };
+        self.resume(rest).await;
+        true
     }
 
     /// Takes a message from where it had to wait to its reply.

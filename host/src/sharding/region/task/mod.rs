@@ -172,7 +172,7 @@ impl RegionTask {
             // Only a sender's own call routes with `Waiting::SenderHere`; should a run come
             // back here all the same, it must still run to completion.
             Routed::RunHere(run) => {
-                tokio::spawn(run.run());
+                tokio::spawn(async move { run.run() });
                 Ok(())
             }
             Routed::Allocate(key) => {
