@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod client_table;
 pub mod config;
 pub mod durable;
+mod inspect;
 pub mod journal;
 pub mod learner;
 mod log;

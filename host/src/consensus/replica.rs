@@ -5,9 +5,10 @@
 //! replica before the state it depends on is durable.
 //!
 //! This file holds the state, the handler dispatch, the durability barrier and the log
-//! installation rule; normal operation is in `normal.rs`, the apply loop in `apply.rs`, view
-//! changes in `view_change.rs`, recovery after a crash in `recovery.rs`, checkpoints in
-//! `checkpoint.rs` and state transfer in `state_transfer.rs`.
+//! installation rule; what a host reads of a replica is in `inspect.rs`, normal operation in
+//! `normal.rs`, the apply loop in `apply.rs`, view changes in `view_change.rs`, recovery after
+//! a crash in `recovery.rs`, checkpoints in `checkpoint.rs` and state transfer in
+//! `state_transfer.rs`.
 
 use std::collections::VecDeque;
 
@@ -19,7 +20,7 @@ use super::config::{Config, ConfigError, REQUEST_QUEUE_MAX};
 use super::journal::{Journal, JournalError, Superblock};
 use super::log::Log;
 use super::message::{
-    ClientId, Entry, Message, OpNumber, ReplicaIndex, Reply, Request, Status, ViewNumber,
+    ClientId, Message, OpNumber, ReplicaIndex, Reply, Request, Status, ViewNumber,
 };
 use super::progress::{CheckpointIdentity, RecoveryState, StateTransferState, ViewChangeState};
 use super::state_machine::StateMachine;
@@ -384,82 +385,6 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 && (tail.len() < 2 || tail[1].parent == tail[0].checksum),
             "the log stays chained at its head"
         );
-    }
-
-    /// The highest op in the log.
-    pub fn op(&self) -> OpNumber {
-        self.log.op()
-    }
-
-    /// The highest op known committed (never decreases while the replica runs).
-    pub fn commit(&self) -> OpNumber {
-        self.commit
-    }
-
-    /// The highest op applied to the state machine.
-    pub fn applied(&self) -> OpNumber {
-        self.applied
-    }
-
-    /// The current view.
-    pub fn view(&self) -> ViewNumber {
-        self.view
-    }
-
-    /// The view the log belongs to.
-    pub fn log_view(&self) -> ViewNumber {
-        self.log_view
-    }
-
-    /// The protocol status.
-    pub fn status(&self) -> Status {
-        self.status
-    }
-
-    /// The part of the replicated log the replica holds: ops `log_base() + 1..=op()`.
-    pub fn log(&self) -> &[Entry] {
-        self.log.entries()
-    }
-
-    /// The op just below the first entry of [`Replica::log`].
-    pub fn log_base(&self) -> OpNumber {
-        self.log.base()
-    }
-
-    /// The latest checkpoint (op 0: the empty state of a new cluster).
-    pub fn checkpoint(&self) -> &Checkpoint {
-        &self.checkpoint
-    }
-
-    /// What the replica has refused so far.
-    pub fn counters(&self) -> Counters {
-        self.counters
-    }
-
-    /// The client table, for inspection.
-    pub fn client_table(&self) -> &ClientTable {
-        &self.clients
-    }
-
-    /// The state machine, for inspection.
-    pub fn state_machine(&self) -> &S {
-        &self.state_machine
-    }
-
-    /// The state machine, mutably, for a host that drains what it reported (the catalog's
-    /// applied commands). Changing its state here would break replication.
-    pub fn state_machine_mut(&mut self) -> &mut S {
-        &mut self.state_machine
-    }
-
-    /// The journal, for a host that needs to inspect it (the simulator arms crashes with it).
-    pub fn journal_mut(&mut self) -> &mut J {
-        &mut self.journal
-    }
-
-    /// Stops the replica and hands back its journal (what survives a crash).
-    pub fn into_journal(self) -> J {
-        self.journal
     }
 
     /// Whether this replica is the primary of its current view.

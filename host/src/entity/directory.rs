@@ -4,6 +4,7 @@
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
 use super::cell::{Cell, ClaimedRun, Mailbox};
+use super::cell_router::CellRouter;
 use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::live_cell::LiveCell;
@@ -36,7 +37,7 @@ pub type Refused = Box<(MessageError, Envelope)>;
 /// ```
 #[derive(Clone)]
 pub struct Entities {
-    core: Arc<Core>,
+    pub(super) core: Arc<Core>,
 }
 
 impl Entities {
@@ -67,7 +68,7 @@ impl Entities {
     /// between (tools, tests, benchmarks). Every entity is in shard 0.
     pub fn standalone(parts: EntityParts) -> Self {
         let core = Arc::new_cyclic(|core: &Weak<Core>| {
-            Core::new(parts, Arc::new(CellRouter(core.clone())))
+            Core::new(parts, Arc::new(CellRouter::new(core.clone())))
         });
         Entities { core }
     }
@@ -494,29 +495,4 @@ fn mailbox_full(to: &EntityAddress) -> MessageError {
         ErrorKind::MailboxFull,
         format!("the mailbox of {to} is full; retry later"),
     )
-}
-
-/// Routes guest messages straight to the cells of this node (a directory without sharding).
-struct CellRouter(Weak<Core>);
-
-impl CellRouter {
-    fn entities(&self) -> Result<Entities, MessageError> {
-        self.0
-            .upgrade()
-            .map(|core| Entities { core })
-            .ok_or_else(|| MessageError::unavailable("the node is shutting down"))
-    }
-}
-
-impl Router for CellRouter {
-    fn ask(
-        &self,
-        to: EntityAddress,
-        payload: Vec<u8>,
-        meta: MessageMeta,
-        timeout: Duration,
-    ) -> BoxFuture<'static, Reply> {
-        let entities = self.entities();
-        Box::pin(async move { entities?.ask_with(to, 0, payload, meta, timeout).await })
-    }
 }

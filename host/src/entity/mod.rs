@@ -19,6 +19,7 @@
 //! `docs/messaging.md`.
 
 mod cell;
+mod cell_router;
 mod core;
 mod counters;
 mod delivery;

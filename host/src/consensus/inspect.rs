@@ -1,0 +1,88 @@
+//! What a host reads of a [`Replica`]: its op, commit and view numbers, its log and checkpoint,
+//! its counters and client table, and its state machine and journal, for the hosts that drain
+//! or inspect them.
+
+use super::checkpoint::Checkpoint;
+use super::client_table::ClientTable;
+use super::journal::Journal;
+use super::message::{Entry, OpNumber, Status, ViewNumber};
+use super::replica::{Counters, Replica};
+use super::state_machine::StateMachine;
+
+impl<J: Journal, S: StateMachine> Replica<J, S> {
+    /// The highest op in the log.
+    pub fn op(&self) -> OpNumber {
+        self.log.op()
+    }
+
+    /// The highest op known committed (never decreases while the replica runs).
+    pub fn commit(&self) -> OpNumber {
+        self.commit
+    }
+
+    /// The highest op applied to the state machine.
+    pub fn applied(&self) -> OpNumber {
+        self.applied
+    }
+
+    /// The current view.
+    pub fn view(&self) -> ViewNumber {
+        self.view
+    }
+
+    /// The view the log belongs to.
+    pub fn log_view(&self) -> ViewNumber {
+        self.log_view
+    }
+
+    /// The protocol status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The part of the replicated log the replica holds: ops `log_base() + 1..=op()`.
+    pub fn log(&self) -> &[Entry] {
+        self.log.entries()
+    }
+
+    /// The op just below the first entry of [`Replica::log`].
+    pub fn log_base(&self) -> OpNumber {
+        self.log.base()
+    }
+
+    /// The latest checkpoint (op 0: the empty state of a new cluster).
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// What the replica has refused so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The client table, for inspection.
+    pub fn client_table(&self) -> &ClientTable {
+        &self.clients
+    }
+
+    /// The state machine, for inspection.
+    pub fn state_machine(&self) -> &S {
+        &self.state_machine
+    }
+
+    /// The state machine, mutably, for a host that drains what it reported (the catalog's
+    /// applied commands). Changing its state here would break replication.
+    pub fn state_machine_mut(&mut self) -> &mut S {
+        &mut self.state_machine
+    }
+
+    /// The journal, for a host that needs to inspect it (the simulator arms crashes with it).
+    pub fn journal_mut(&mut self) -> &mut J {
+        &mut self.journal
+    }
+
+    /// Stops the replica and hands back its journal (what survives a crash).
+    pub fn into_journal(self) -> J {
+        self.journal
+    }
+}
