@@ -82,15 +82,13 @@ impl CellState {
         context: &mut Context<'_>,
     ) -> Option<Waiting> {
         let message = self.admit(envelope)?;
-        // Ready when claimed, but a deploy may have moved the type's version since: the
-        // upgrade at this message boundary has to wait.
-        if !self.is_ready() {
-            return Some(Waiting::Start(message));
-        }
-        let Some(binding) = self.cached_binding() else {
-            return self.fail(message, self.type_gone());
+        // Ready when claimed, but a deploy may have moved the type's version (or removed the
+        // type) since: the upgrade at this message boundary has to wait.
+        let (running, has_instance) = (self.running_version, self.instance.is_some());
+        let (cap, budget) = match self.cached_binding() {
+            Some(binding) if has_instance && binding.version == running => gate_limits(binding),
+            _ => return Some(Waiting::Start(message)),
         };
-        let (cap, budget) = gate_limits(binding);
         if !self.gate_pass_for(cap, budget).try_enter() {
             return Some(Waiting::Start(message));
         }
