@@ -253,6 +253,42 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
     node.shutdown().await;
 }
 
+/// What a sender's run left waiting goes before whatever was posted after it: on one thread,
+/// the cell's task cannot run between the tell that leaves a sleep waiting and the ask posted
+/// right after it, so when the task wakes it finds the ask in its mailbox — and must still
+/// finish the sleep first.
+#[tokio::test(flavor = "current_thread")]
+async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path()).await;
+    node.create_tenant("acme", None).await.unwrap();
+    deploy(
+        &node,
+        "sleepy",
+        tessera_tests::SPIN_FOREVER,
+        TypeOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        ask(&node, "sleepy", "s", json!("Ping")).await,
+        json!("Pong")
+    );
+    let sleepy = EntityAddress::new("acme", "sleepy", "s");
+    let started = Instant::now();
+    node.tell(sleepy, json_to_msgpack(&json!({"Sleep": 300})))
+        .await
+        .unwrap();
+    assert_eq!(
+        ask(&node, "sleepy", "s", json!("Ping")).await,
+        json!("Pong")
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "the ping overtook the sleep its sender's tell left waiting"
+    );
+    node.shutdown().await;
+}
+
 /// A message run on its sender's task does not hold the sender for longer than it runs at
 /// once: a tell of a message that waits (here, a 5 s sleep in the guest) returns while the
 /// message goes on by itself, and the entity's next message still runs after it.
