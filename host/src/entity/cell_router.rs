@@ -1,21 +1,28 @@
-//! [`CellRouter`]: the way guest messages leave an entity layer with no sharding layer above it
-//! ([`Entities::standalone`], for tools, tests and benchmarks): an entity's ask goes straight
-//! to this node's cells, every entity in shard 0.
+//! An entity layer with no sharding layer above it ([`Entities::standalone`], for tools, tests
+//! and benchmarks), and the way its guest messages leave: `CellRouter` sends an entity's ask
+//! straight to this node's cells, every entity in shard 0.
 
-use super::core::Core;
+use super::core::{Core, EntityParts};
 use super::directory::Entities;
 use crate::contract::{BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Routes guest messages straight to the cells of this node (a directory without sharding).
-pub(super) struct CellRouter(Weak<Core>);
+struct CellRouter(Weak<Core>);
+
+impl Entities {
+    /// A directory whose entities reach only each other, on this node, with no sharding in
+    /// between (tools, tests, benchmarks). Every entity is in shard 0.
+    pub fn standalone(parts: EntityParts) -> Self {
+        let core = Arc::new_cyclic(|core: &Weak<Core>| {
+            Core::new(parts, Arc::new(CellRouter(core.clone())))
+        });
+        Entities { core }
+    }
+}
 
 impl CellRouter {
-    pub(super) fn new(core: Weak<Core>) -> Self {
-        CellRouter(core)
-    }
-
     fn entities(&self) -> Result<Entities, MessageError> {
         self.0
             .upgrade()

@@ -4,7 +4,6 @@
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
 use super::cell::{Cell, ClaimedRun, Mailbox};
-use super::cell_router::CellRouter;
 use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::live_cell::LiveCell;
@@ -15,8 +14,8 @@ use crate::contract::{
 };
 use crate::state::EntityState;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -62,15 +61,6 @@ impl Entities {
         }
         super::delivery::start_sweep(&self.core);
         super::reminders::start(&self.core);
-    }
-
-    /// A directory whose entities reach only each other, on this node, with no sharding in
-    /// between (tools, tests, benchmarks). Every entity is in shard 0.
-    pub fn standalone(parts: EntityParts) -> Self {
-        let core = Arc::new_cyclic(|core: &Weak<Core>| {
-            Core::new(parts, Arc::new(CellRouter::new(core.clone())))
-        });
-        Entities { core }
     }
 
     /// The type table this directory reads.
