@@ -5,7 +5,8 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::limits::VERSIONS_PER_TYPE_MAX;
-use super::members::{MemberRecord, MemberState, join_member, renew_lease, set_member_state};
+use super::member_state::MemberState;
+use super::members::{MemberRecord, join_member, renew_lease, set_member_state};
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
 use super::store::{

@@ -2,7 +2,8 @@
 //! deterministic: everything they need (times, hashes, plugin bytes) is inside them, so every
 //! replica that applies the same sequence ends in the same state.
 
-use super::members::{MemberRecord, MemberState};
+use super::member_state::MemberState;
+use super::members::MemberRecord;
 use super::records::{Quotas, Tenant, TypeOptions, TypeRecord};
 use crate::contract::{Allocation, NodeId, ShardKey};
 use serde::{Deserialize, Serialize};

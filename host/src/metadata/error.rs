@@ -1,7 +1,7 @@
 //! Why a catalog command or read failed. A refused command changes nothing.
 
 use super::limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX};
-use super::members::MemberState;
+use super::member_state::MemberState;
 
 /// Why a command or query failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]

@@ -6,9 +6,10 @@
 //! failure detector sees now, not a decision.
 
 use super::error::{MetadataError, storage};
+use super::member_state::MemberState;
 use super::records::validate_name;
-use super::store::{MEMBERS, decode, encode};
-use redb::{ReadableTable, WriteTransaction};
+use super::store::{MEMBERS, MetadataStore, decode, encode};
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -17,71 +18,6 @@ pub const MEMBER_ROLES_MAX: usize = 16;
 
 /// Bytes of one advertised address.
 pub const MEMBER_ADDRESS_BYTES_MAX: usize = 256;
-
-/// Where a member is in its life cycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemberState {
-    /// Asked to join; owns nothing until it is up.
-    Joining,
-    /// A full member: may own shards and vote.
-    Up,
-    /// Leaving gracefully: its shards are being handed off.
-    Leaving,
-    /// Handed everything off; about to be removed.
-    Exiting,
-    /// Declared dead: owns nothing; an operator or the cluster removes it.
-    Down,
-    /// Gone from the cluster (its record is deleted when this is applied).
-    Removed,
-}
-
-impl MemberState {
-    /// Whether a member in this state may be moved to `next`.
-    ///
-    /// ```
-    /// use tessera_host::metadata::MemberState::*;
-    /// assert!(Joining.may_become(Up));
-    /// assert!(Up.may_become(Leaving));
-    /// assert!(Up.may_become(Down));
-    /// assert!(!Leaving.may_become(Up));
-    /// assert!(!Down.may_become(Up));
-    /// ```
-    pub fn may_become(self, next: MemberState) -> bool {
-        use MemberState::*;
-        matches!(
-            (self, next),
-            (Joining, Up)
-                | (Up, Leaving)
-                | (Leaving, Exiting)
-                | (Exiting, Removed)
-                | (Joining | Up | Leaving | Exiting, Down)
-                | (Down, Removed)
-        )
-    }
-
-    /// The name used in the API, the CLI and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemberState::Joining => "joining",
-            MemberState::Up => "up",
-            MemberState::Leaving => "leaving",
-            MemberState::Exiting => "exiting",
-            MemberState::Down => "down",
-            MemberState::Removed => "removed",
-        }
-    }
-
-    /// Every state, in life-cycle order.
-    pub const ALL: [MemberState; 6] = [
-        MemberState::Joining,
-        MemberState::Up,
-        MemberState::Leaving,
-        MemberState::Exiting,
-        MemberState::Down,
-        MemberState::Removed,
-    ];
-}
 
 /// One member of the cluster, as committed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +150,20 @@ pub(super) fn renew_lease(
             node: node.to_string(),
             state,
         }),
+    }
+}
+
+impl MetadataStore {
+    /// Every member, by node id.
+    pub fn members(&self) -> Result<Vec<MemberRecord>, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(MEMBERS).map_err(storage)?;
+        let mut members = Vec::new();
+        for row in table.iter().map_err(storage)? {
+            let (_, bytes) = row.map_err(storage)?;
+            members.push(decode(bytes.value())?);
+        }
+        Ok(members)
     }
 }
 

@@ -2,7 +2,6 @@
 //! [`apply`](super::apply), one transaction per command.
 
 use super::error::{MetadataError, storage};
-use super::members::MemberRecord;
 use super::records::{Tenant, TypeRecord};
 use crate::contract::{Allocation, AllocationTable, ShardKey, TypeKey};
 use redb::{
@@ -30,7 +29,8 @@ pub(crate) const SHARDS: TableDefinition<(&str, &str, u32), (&str, u64)> =
 /// node has sent its state; a new coordinator picks these up from the catalog.
 pub(crate) const SHARD_HANDOFFS: TableDefinition<(&str, &str, u32), &str> =
     TableDefinition::new("shard_handoffs");
-/// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord)).
+/// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord); read and
+/// written by `members.rs`).
 pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
 /// Catalog counters by name (`next_generation`, `applied_commands`).
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("catalog_counters");
@@ -160,18 +160,6 @@ impl MetadataStore {
         let transaction = self.database.begin_read().map_err(storage)?;
         let table = transaction.open_table(PLUGINS).map_err(storage)?;
         table.len().map_err(storage)
-    }
-
-    /// Every member, by node id.
-    pub fn members(&self) -> Result<Vec<MemberRecord>, MetadataError> {
-        let transaction = self.database.begin_read().map_err(storage)?;
-        let table = transaction.open_table(MEMBERS).map_err(storage)?;
-        let mut members = Vec::new();
-        for row in table.iter().map_err(storage)? {
-            let (_, bytes) = row.map_err(storage)?;
-            members.push(decode(bytes.value())?);
-        }
-        Ok(members)
     }
 
     /// How many commands this catalog has applied (refused ones do not count): its commit

@@ -1,5 +1,5 @@
 //! A phi accrual failure detector (Hayashibara et al., the one Akka uses) over the progress
-//! reports every peer sends each second ([`super::mesh::PROGRESS_EVERY`]). For each peer it
+//! reports every peer sends each second ([`PROGRESS_EVERY`], by the mesh). For each peer it
 //! keeps the last [`SAMPLES_MAX`] intervals between reports; phi is how unlikely the silence
 //! since the last one is under the normal distribution those intervals fit (mean plus an
 //! acceptable pause, deviation at least a floor), on a log10 scale: phi 8 means a one in 10^8
@@ -9,6 +9,10 @@
 use crate::contract::NodeId;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+
+/// How often a node tells its peers its metadata commit number: the heartbeat the detector
+/// reads.
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Intervals kept per peer.
 pub(crate) const SAMPLES_MAX: usize = 200;
@@ -49,7 +53,7 @@ impl PhiDetector {
             None => {
                 let mut intervals = VecDeque::with_capacity(SAMPLES_MAX);
                 // A first estimate, as if the peer had reported on time once.
-                intervals.push_back(super::mesh::PROGRESS_EVERY.as_secs_f64());
+                intervals.push_back(PROGRESS_EVERY.as_secs_f64());
                 self.peers.insert(
                     peer.to_string(),
                     History {

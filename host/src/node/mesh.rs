@@ -5,7 +5,7 @@
 //! never knows whether the one it talks to is in this process. Peers come from the config's
 //! seeds and, as members commit, from the catalog.
 
-use super::detector::PhiDetector;
+use super::detector::{PROGRESS_EVERY, PhiDetector};
 use super::metric_families::{Kind, Sample, Snapshot};
 use super::plane::{PLANE_INBOUND_MAX, PlaneInbound, PlaneMessage, PlaneOutbox};
 use crate::cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
@@ -49,9 +49,6 @@ pub enum PeerMessage {
 
 /// How often the coordinator's membership view is brought in step with reachability.
 pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
-
-/// How often a node tells its peers its metadata commit number.
-pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// What the mesh dropped, by reason.
 #[derive(Debug, Default)]

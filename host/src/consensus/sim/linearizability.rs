@@ -4,13 +4,13 @@
 
 use std::collections::HashSet;
 
-use super::client;
+use super::history;
 use crate::consensus::state_machine::KeyValueOperation;
 
 /// The key-value history: each operation with the value it returned.
-pub type History = client::History<KeyValueOperation, Option<u64>>;
+pub type History = history::History<KeyValueOperation, Option<u64>>;
 /// One key-value operation of a [`History`].
-pub type Operation = client::Operation<KeyValueOperation, Option<u64>>;
+pub type Operation = history::Operation<KeyValueOperation, Option<u64>>;
 
 /// Search steps per key before the checker gives up and reports the history as unchecked.
 /// Bounds the exponential worst case; histories from the simulator need a tiny fraction of it.

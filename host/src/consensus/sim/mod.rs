@@ -8,6 +8,7 @@
 
 pub mod checker;
 pub mod client;
+pub mod history;
 pub mod key_value;
 pub mod linearizability;
 pub mod network;

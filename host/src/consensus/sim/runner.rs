@@ -4,7 +4,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::checker::Checker;
-use super::client::{Client, History};
+use super::client::Client;
+use super::history::History;
 use super::key_value::KeyValueWorkload;
 use super::network::{Address, Network, Payload};
 use super::rng::Rng;

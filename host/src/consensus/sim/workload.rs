@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use super::client::History;
+use super::history::History;
 use super::rng::Rng;
 use crate::consensus::message::{ClientId, OpNumber};
 use crate::consensus::state_machine::StateMachine;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::{CatalogMachine, CatalogResult};
 use crate::consensus::message::ClientId;
-use crate::consensus::sim::client::History;
+use crate::consensus::sim::history::History;
 use crate::consensus::sim::rng::Rng;
 use crate::consensus::sim::{CommittedOrder, Workload, WorkloadCounts};
 use crate::consensus::state_machine::StateMachine;

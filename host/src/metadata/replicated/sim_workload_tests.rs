@@ -3,7 +3,7 @@
 //! replay catches a reply the committed order does not give.
 
 use super::*;
-use crate::consensus::sim::client::Operation;
+use crate::consensus::sim::history::Operation;
 use crate::consensus::sim::{Canary, Outcome, SimulationOptions, Summary, run_workload_seeds};
 
 /// Catalog seeds run by `cargo test` (a debug build applies every command through redb).
