@@ -21,6 +21,8 @@ mod normal;
 mod progress;
 mod recovery;
 pub mod replica;
+mod replica_checkpoint;
+mod replica_log;
 pub mod sim;
 pub mod state_machine;
 mod state_transfer;

@@ -10,10 +10,10 @@
 //! its in-flight state), joins a view change with its durable log.
 
 use super::journal::Journal;
-use super::log::Join;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::Answer;
 use super::replica::Replica;
+use super::replica_log::Join;
 use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {

@@ -9,10 +9,10 @@
 //! how a replica cut off during a view change catches up.
 
 use super::journal::Journal;
-use super::log::Join;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::DoViewChangeVote;
 use super::replica::Replica;
+use super::replica_log::Join;
 use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {

@@ -12,6 +12,7 @@ use super::instance::EntityInstance;
 use super::limits::{InstanceLimits, MemoryLimiter};
 use super::message_scope::MessageScope;
 use super::plugin::{LoadError, PLUGIN_BYTES_MAX, Plugin};
+use super::slots::InstanceSlots;
 use crate::contract::{BoxFuture, EntityAddress, ErrorKind, MessageError, Router};
 use crate::state::EntityState;
 use sha2::{Digest, Sha256};
@@ -65,21 +66,6 @@ pub struct Runtime {
     instances: Arc<InstanceSlots>,
     /// Where CPU-heavy guest calls are finished, off the I/O workers.
     guest_pool: GuestPool,
-}
-
-/// How many pool slots are taken, shared with every [`EntityInstance`] so its drop frees one.
-#[derive(Debug, Default)]
-pub(crate) struct InstanceSlots {
-    live: AtomicU64,
-    freed: tokio::sync::Notify,
-}
-
-impl InstanceSlots {
-    /// An instance was dropped.
-    pub(crate) fn release(&self) {
-        self.live.fetch_sub(1, Ordering::Relaxed);
-        self.freed.notify_waiters();
-    }
 }
 
 impl Runtime {
@@ -155,7 +141,7 @@ impl Runtime {
 
     /// Entity instances alive now (each holds one slot of the pool).
     pub fn live_instances(&self) -> u64 {
-        self.instances.live.load(Ordering::Relaxed)
+        self.instances.live()
     }
 
     /// Whether every slot of the instance pool is taken.
@@ -165,7 +151,7 @@ impl Runtime {
 
     /// Resolves when an instance is dropped (a slot may be free). Register before checking.
     pub fn instance_freed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.instances.freed.notified()
+        self.instances.freed()
     }
 
     /// How many components this runtime compiled (cache hits do not count).
@@ -368,13 +354,12 @@ impl Runtime {
                     MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
                 }
             })?;
-        self.instances.live.fetch_add(1, Ordering::Relaxed);
         Ok(EntityInstance::new(
             store,
             bindings,
             plugin.clone(),
             self.config.guest_log_lines_per_message,
-            self.instances.clone(),
+            self.instances.take(),
         ))
     }
 }

@@ -2,9 +2,9 @@
 //! fresh per-message limits and every failure classified.
 
 use super::bindings::{Activation, Entity, GuestError};
-use super::engine::InstanceSlots;
 use super::host::{AskClock, HostState, HostTrap};
 use super::plugin::Plugin;
+use super::slots::SlotGuard;
 use crate::contract::{EntityAddress, ErrorKind, MessageError};
 use crate::state::WriteSet;
 use std::sync::Arc;
@@ -42,22 +42,13 @@ pub struct EntityInstance {
     _slot: SlotGuard,
 }
 
-/// Releases one slot of the pool accounting when dropped.
-struct SlotGuard(Arc<InstanceSlots>);
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
 impl EntityInstance {
     pub(crate) fn new(
         store: Store<HostState>,
         bindings: Entity,
         plugin: Arc<Plugin>,
         log_lines_per_message: u32,
-        slots: Arc<InstanceSlots>,
+        slot: SlotGuard,
     ) -> Self {
         let ask_clock = store.data().ask_clock.clone();
         EntityInstance {
@@ -67,7 +58,7 @@ impl EntityInstance {
             log_lines_per_message,
             poisoned: false,
             ask_clock,
-            _slot: SlotGuard(slots),
+            _slot: slot,
         }
     }
 

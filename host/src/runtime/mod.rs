@@ -26,6 +26,7 @@ mod instance;
 mod limits;
 mod message_scope;
 mod plugin;
+mod slots;
 
 pub use bindings::Activation;
 pub use config::{GUEST_THREADS_MAX, RuntimeConfig};

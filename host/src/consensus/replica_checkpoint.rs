@@ -1,0 +1,101 @@
+//! The replica's checkpoints: taking one every `checkpoint_interval_ops` applied ops (and
+//! trimming the log below it), restoring the latest at a restart, and installing one a peer
+//! sent ([`Checkpoint`]).
+
+use super::checkpoint::{Checkpoint, CheckpointError, decode_state, encode_state};
+use super::config::CHECKPOINT_BYTES_MAX;
+use super::journal::Journal;
+use super::log::Log;
+use super::replica::{Action, Replica};
+use super::state_machine::StateMachine;
+
+impl<J: Journal, S: StateMachine> Replica<J, S> {
+    /// Checkpoints the state just after applying `self.applied` and trims the log.
+    pub(super) fn take_checkpoint(&mut self) {
+        let op = self.applied;
+        let Some(entry_checksum) = self.log.checksum_at(op) else {
+            panic!("the op just applied is in the log");
+        };
+        let checkpoint = Checkpoint::new(op, entry_checksum, self.encode_state());
+        assert!(
+            checkpoint.state.len() as u64 <= CHECKPOINT_BYTES_MAX,
+            "a checkpoint fits in CHECKPOINT_BYTES_MAX, or no replica could transfer it"
+        );
+        self.journal.append_checkpoint(&checkpoint);
+        self.outbox.push(Action::Checkpoint {
+            op,
+            state_checksum: checkpoint.state_checksum,
+            installed: false,
+        });
+        self.checkpoint = checkpoint;
+        self.counters.checkpoints_taken += 1;
+        self.durable_dirty = true;
+        self.trim_log();
+    }
+
+    fn encode_state(&self) -> Vec<u8> {
+        encode_state(&self.clients, self.state_machine.snapshot())
+    }
+
+    /// Replaces the state machine and client table with the checkpoint's state, which becomes
+    /// the applied state. The log is the caller's to adjust.
+    pub(super) fn restore_checkpoint(
+        &mut self,
+        checkpoint: Checkpoint,
+    ) -> Result<(), CheckpointError> {
+        let (clients, machine) = decode_state(&checkpoint.state)?;
+        self.state_machine.restore(&machine)?;
+        self.clients = clients;
+        self.applied = checkpoint.op;
+        self.commit = self.commit.max(checkpoint.op);
+        // Recomputed from the state as restored, so a checker compares what the replica holds.
+        let state_checksum = Checkpoint::compute_state_checksum(
+            checkpoint.op,
+            checkpoint.entry_checksum,
+            &self.encode_state(),
+        );
+        self.outbox.push(Action::Checkpoint {
+            op: checkpoint.op,
+            state_checksum,
+            installed: true,
+        });
+        self.checkpoint = checkpoint;
+        Ok(())
+    }
+
+    /// Installs a checkpoint received from a peer (already verified): the state is replaced,
+    /// the log keeps the entries above it if they chain to it and starts afresh from it
+    /// otherwise, and the checkpoint is journaled before anything that depends on it is sent.
+    pub(super) fn install_checkpoint(
+        &mut self,
+        checkpoint: Checkpoint,
+    ) -> Result<(), CheckpointError> {
+        assert!(
+            checkpoint.op > self.applied,
+            "only a newer checkpoint is installed"
+        );
+        let (op, entry_checksum) = (checkpoint.op, checkpoint.entry_checksum);
+        self.restore_checkpoint(checkpoint)?;
+        self.journal.append_checkpoint(&self.checkpoint);
+        if self.log.checksum_at(op) == Some(entry_checksum) {
+            self.log.discard_through(op);
+        } else {
+            self.log = Log::from_checkpoint(op, entry_checksum, Vec::new());
+        }
+        self.repair_target = self.repair_target.max(op);
+        self.counters.states_installed += 1;
+        self.durable_dirty = true;
+        self.trim_log();
+        Ok(())
+    }
+
+    /// Discards entries more than one interval below the checkpoint, and more below it if the
+    /// log would otherwise hold more than `log_entries_max` entries.
+    pub(super) fn trim_log(&mut self) {
+        let interval = self.config.checkpoint_interval_ops;
+        self.log
+            .discard_through(self.checkpoint.op.saturating_sub(interval));
+        let excess = self.op().saturating_sub(self.config.log_entries_max());
+        self.log.discard_through(excess.min(self.checkpoint.op));
+    }
+}
