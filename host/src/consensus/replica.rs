@@ -4,11 +4,11 @@
 //! synchronously: every handler syncs what it wrote before returning, so no action leaves the
 //! replica before the state it depends on is durable.
 //!
-//! This file holds the state, the handler dispatch, the durability barrier and the log
-//! installation rule; what a host reads of a replica is in `inspect.rs`, normal operation in
-//! `normal.rs`, the apply loop in `apply.rs`, view changes in `view_change.rs`, recovery after
-//! a crash in `recovery.rs`, checkpoints in `checkpoint.rs` and state transfer in
-//! `state_transfer.rs`.
+//! This file holds the state, the handler dispatch and the durability barrier; what a host
+//! reads of a replica is in `inspect.rs`, normal operation in `normal.rs`, the apply loop in
+//! `apply.rs`, view changes in `view_change.rs`, recovery after a crash in `recovery.rs`, the
+//! log's appends and the rule that installs a peer's suffix in `replica_log.rs`, checkpoints
+//! in `replica_checkpoint.rs` and state transfer in `state_transfer.rs`.
 
 use std::collections::VecDeque;
 
