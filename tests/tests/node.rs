@@ -4,9 +4,9 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::TypeOptions;
-use tessera_host::node::Node;
+use tessera_host::contract::{EntityAddress, ErrorKind};
+use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_host::node::{Node, NodeError};
 use tessera_tests::{from_msgpack as msgpack_to_json, to_msgpack as json_to_msgpack};
 
 const ADMIN_TOKEN: &str = "node-test-admin-token-0123";
@@ -250,6 +250,58 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     other.await.unwrap();
+    node.shutdown().await;
+}
+
+/// A tell by address takes its token at its tenant's quota as the node knows it now: refused
+/// past the burst, and let through again once the quota is raised (the bucket, which keeps the
+/// quota it was made with, is made again).
+#[tokio::test]
+async fn tells_by_address_follow_their_tenants_quota_as_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path()).await;
+    let tight = Quotas {
+        messages_per_second: 1,
+        messages_burst: 3,
+        ..Quotas::default()
+    };
+    node.create_tenant("acme", Some(tight.clone()))
+        .await
+        .unwrap();
+    deploy(
+        &node,
+        "counter",
+        tessera_tests::COUNTER,
+        TypeOptions::default(),
+    )
+    .await;
+    let to = EntityAddress::new("acme", "counter", "q");
+    let add = json_to_msgpack(&json!({"Add": 1}));
+    let mut taken = 0;
+    let refused = loop {
+        match node.tell(to.clone(), add.clone()).await {
+            Ok(()) => taken += 1,
+            Err(error) => break error,
+        }
+        assert!(taken <= 3, "the burst of 3 let more through");
+    };
+    assert!(
+        matches!(&refused, NodeError::Message(error) if error.kind == ErrorKind::QuotaExceeded),
+        "{refused}"
+    );
+    let roomy = Quotas {
+        messages_per_second: 1_000_000,
+        messages_burst: 1_000_000,
+        ..tight
+    };
+    node.update_quotas("acme", roomy).await.unwrap();
+    for _ in 0..10 {
+        node.tell(to.clone(), add.clone()).await.unwrap();
+    }
+    assert_eq!(
+        ask(&node, "counter", "q", json!("Get")).await,
+        json!(taken + 10)
+    );
     node.shutdown().await;
 }
 

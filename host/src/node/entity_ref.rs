@@ -68,7 +68,12 @@ impl Node {
             .catalog
             .tenant(name)
             .ok_or_else(|| NodeError::NotFound(format!("no tenant {name}")))?;
-        let bucket = self.rate.bucket(name);
+        let bucket = self.rate.bucket(
+            name,
+            tenant.quotas.messages_per_second,
+            tenant.quotas.messages_burst,
+            generation,
+        );
         Ok(TenantQuota {
             generation,
             tenant,

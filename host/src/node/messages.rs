@@ -157,13 +157,28 @@ impl Node {
     }
 
     /// Admits a client message by the tenant's rate quota.
+    /// The tenant's quota is read from the catalog only when the tenant records changed since
+    /// its bucket last confirmed it (the generation is read first, so a change after it is
+    /// seen by the next message).
     fn admit(&self, to: &EntityAddress) -> Result<(), NodeError> {
-        let (per_second, burst) = self
-            .catalog
-            .message_rate(&to.tenant)
-            .ok_or_else(|| NodeError::NotFound(format!("no tenant {}", to.tenant)))?;
-        if !self.rate.try_take(&to.tenant, per_second, burst) {
+        let generation = self.catalog.tenants_generation();
+        let taken = match self.rate.try_take_known(&to.tenant, generation) {
+            Some(taken) => taken,
+            None => {
+                let (per_second, burst) = self
+                    .catalog
+                    .message_rate(&to.tenant)
+                    .ok_or_else(|| NodeError::NotFound(format!("no tenant {}", to.tenant)))?;
+                self.rate
+                    .try_take_confirmed(&to.tenant, per_second, burst, generation)
+            }
+        };
+        if !taken {
             self.count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
+            let per_second = self
+                .catalog
+                .message_rate(&to.tenant)
+                .map_or(0, |(per_second, _)| per_second);
             return Err(NodeError::Message(MessageError::new(
                 ErrorKind::QuotaExceeded,
                 format!(

@@ -22,13 +22,22 @@ pub(crate) struct TenantBucket {
     next_due_ns: AtomicU64,
     /// Set when the tenant's bucket is reset (its quotas changed): holders look it up again.
     retired: AtomicBool,
+    /// The rate it refills at and the burst it holds, as the tenant's quota said when it was
+    /// made (a quota change resets the bucket), for [`RateLimiter::try_take_known`].
+    per_second: u32,
+    burst: u32,
+    /// The generation of the tenant records at which that quota was last confirmed.
+    confirmed_at: AtomicU64,
 }
 
 impl TenantBucket {
-    fn full() -> Self {
+    fn full(per_second: u32, burst: u32, generation: u64) -> Self {
         TenantBucket {
             next_due_ns: AtomicU64::new(0),
             retired: AtomicBool::new(false),
+            per_second,
+            burst,
+            confirmed_at: AtomicU64::new(generation),
         }
     }
 
@@ -120,16 +129,58 @@ impl RateLimiter {
                 return bucket.take_at(now, per_second, burst);
             }
         }
-        self.bucket(tenant).take_at(now, per_second, burst)
+        self.bucket(tenant, per_second, burst, 0)
+            .take_at(now, per_second, burst)
     }
 
-    /// `tenant`'s bucket (full if new), to take tokens from without a lookup.
-    pub(crate) fn bucket(&self, tenant: &str) -> Arc<TenantBucket> {
+    /// Takes one token from `tenant`'s bucket at the quota the bucket was made with, if that
+    /// quota was confirmed at the tenant records' `generation`: `None` when it was not (or
+    /// the tenant has no bucket yet) — read the quota and use
+    /// [`try_take_confirmed`](Self::try_take_confirmed). So a message by address reads the
+    /// tenant's quota only after the tenant records changed.
+    pub(crate) fn try_take_known(&self, tenant: &str, generation: u64) -> Option<bool> {
+        let buckets = self.buckets.read().unwrap_or_else(|p| p.into_inner());
+        let bucket = buckets.get(tenant)?;
+        if bucket.confirmed_at.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        Some(bucket.take_at(coarse_now_ns(), bucket.per_second, bucket.burst))
+    }
+
+    /// Takes one token from `tenant`'s bucket at the quota `per_second`/`burst`, read at the
+    /// tenant records' `generation` (read before the quota): a bucket made with another quota
+    /// is replaced by a full one (as a quota change resets it), and the quota is noted as
+    /// confirmed at `generation`.
+    pub(crate) fn try_take_confirmed(
+        &self,
+        tenant: &str,
+        per_second: u32,
+        burst: u32,
+        generation: u64,
+    ) -> bool {
+        let bucket = self.bucket(tenant, per_second, burst, generation);
+        bucket.confirmed_at.store(generation, Ordering::Release);
+        bucket.try_take(per_second, burst)
+    }
+
+    /// `tenant`'s bucket, made full if it is new or was made with another quota, to take
+    /// tokens from without a lookup.
+    pub(crate) fn bucket(
+        &self,
+        tenant: &str,
+        per_second: u32,
+        burst: u32,
+        generation: u64,
+    ) -> Arc<TenantBucket> {
         let mut buckets = self.buckets.write().unwrap_or_else(|p| p.into_inner());
-        buckets
+        let bucket = buckets
             .entry(tenant.to_string())
-            .or_insert_with(|| Arc::new(TenantBucket::full()))
-            .clone()
+            .or_insert_with(|| Arc::new(TenantBucket::full(per_second, burst, generation)));
+        if (bucket.per_second, bucket.burst) != (per_second, burst) {
+            bucket.retired.store(true, Ordering::Release);
+            *bucket = Arc::new(TenantBucket::full(per_second, burst, generation));
+        }
+        bucket.clone()
     }
 
     /// Forgets a tenant's bucket (after its quotas change).
@@ -153,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_full_bucket_lets_its_burst_through_then_refills_at_its_rate() {
-        let bucket = TenantBucket::full();
+        let bucket = TenantBucket::full(2, 3, 0);
         let start = 10 * SECOND;
         for taken in 0..3 {
             assert!(bucket.take_at(start, 2, 3), "token {taken} of the burst");
@@ -176,7 +227,7 @@ mod tests {
 
     #[test]
     fn senders_on_several_threads_share_one_burst() {
-        let bucket = TenantBucket::full();
+        let bucket = TenantBucket::full(1, 100, 0);
         let now = 5 * SECOND;
         let taken = AtomicU64::new(0);
         std::thread::scope(|scope| {
@@ -198,5 +249,44 @@ mod tests {
         let first = coarse_now_ns();
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert!(coarse_now_ns() > first);
+    }
+
+    /// A message by address takes its token at the quota its bucket was made with only while
+    /// the tenant records have not changed since that quota was read; after a change it is
+    /// read again, and a new quota gets a new, full bucket.
+    #[test]
+    fn a_known_quota_is_used_until_the_tenant_records_change() {
+        let limiter = RateLimiter::default();
+        assert_eq!(limiter.try_take_known("acme", 7), None, "no bucket yet");
+        assert!(limiter.try_take_confirmed("acme", 1, 2, 7));
+        assert_eq!(
+            limiter.try_take_known("acme", 7),
+            Some(true),
+            "the burst's second"
+        );
+        assert_eq!(
+            limiter.try_take_known("acme", 7),
+            Some(false),
+            "past the burst"
+        );
+        assert_eq!(
+            limiter.try_take_known("acme", 8),
+            None,
+            "the records changed: the quota must be read again"
+        );
+        // The same quota at the new generation: the same (empty) bucket, confirmed again.
+        assert!(!limiter.try_take_confirmed("acme", 1, 2, 8));
+        assert_eq!(limiter.try_take_known("acme", 8), Some(false));
+        // A raised quota: a new bucket, full.
+        let old = limiter.bucket("acme", 1, 2, 8);
+        assert!(limiter.try_take_confirmed("acme", 1, 5, 9));
+        assert!(
+            old.is_retired(),
+            "a holder of the old bucket looks it up again"
+        );
+        let taken = (0..10)
+            .filter(|_| limiter.try_take_known("acme", 9) == Some(true))
+            .count();
+        assert_eq!(taken, 4, "the rest of the new burst of 5");
     }
 }
