@@ -120,7 +120,8 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     /// Takes one token from `tenant`'s bucket (refilled at `per_second`, holding at most
-    /// `burst`); false when it is empty.
+    /// `burst`); false when it is empty. A bucket made with another rate or burst is made
+    /// again, full, as a quota change resets it.
     pub fn try_take(&self, tenant: &str, per_second: u32, burst: u32) -> bool {
         let now = coarse_now_ns();
         {
