@@ -305,14 +305,10 @@ async fn tells_by_address_follow_their_tenants_quota_as_it_changes() {
     node.shutdown().await;
 }
 
-/// What a sender's run left waiting goes before whatever was posted after it: on one thread,
-/// the cell's task cannot run between the tell that leaves a sleep waiting and the ask posted
-/// right after it, so when the task wakes it finds the ask in its mailbox — and must still
-/// finish the sleep first.
-#[tokio::test(flavor = "current_thread")]
-async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = open(dir.path()).await;
+/// A node with tenant `acme` running `sleepy` (the spin-forever plugin), its entity `s`
+/// activated, so the next message finds it idle and may run on its sender's task.
+async fn active_sleepy_node(dir: &std::path::Path) -> Arc<Node> {
+    let node = open(dir).await;
     node.create_tenant("acme", None).await.unwrap();
     deploy(
         &node,
@@ -325,6 +321,17 @@ async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
         ask(&node, "sleepy", "s", json!("Ping")).await,
         json!("Pong")
     );
+    node
+}
+
+/// What a sender's run left waiting goes before whatever was posted after it: on one thread,
+/// the cell's task cannot run between the tell that leaves a sleep waiting and the ask posted
+/// right after it, so when the task wakes it finds the ask in its mailbox — and must still
+/// finish the sleep first.
+#[tokio::test(flavor = "current_thread")]
+async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = active_sleepy_node(dir.path()).await;
     let sleepy = EntityAddress::new("acme", "sleepy", "s");
     let started = Instant::now();
     node.tell(sleepy, json_to_msgpack(&json!({"Sleep": 300})))
@@ -347,20 +354,7 @@ async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tell_does_not_wait_for_a_long_message_to_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let node = open(dir.path()).await;
-    node.create_tenant("acme", None).await.unwrap();
-    deploy(
-        &node,
-        "sleepy",
-        tessera_tests::SPIN_FOREVER,
-        TypeOptions::default(),
-    )
-    .await;
-    // Activate it, so the next message finds it idle and may run on this task.
-    assert_eq!(
-        ask(&node, "sleepy", "s", json!("Ping")).await,
-        json!("Pong")
-    );
+    let node = active_sleepy_node(dir.path()).await;
     let sleepy = EntityAddress::new("acme", "sleepy", "s");
     let started = Instant::now();
     tokio::time::timeout(

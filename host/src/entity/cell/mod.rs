@@ -95,19 +95,13 @@ impl CellShared {
     /// ([`LiveCell`](super::LiveCell)). [`claim_owned`](Self::claim_owned) is for one that
     /// found it under the directory's lock.
     pub(crate) fn claim(&self, envelope: Envelope) -> Result<ClaimedRun<'_>, Envelope> {
-        if self.unfinished.load(Ordering::Acquire) != 0 {
-            return Err(envelope);
+        match self.lock_to_run_here(|| self.state.try_lock()) {
+            Some(state) => Ok(ClaimedRun {
+                claim: Claim::Borrowed(self, state),
+                envelope,
+            }),
+            None => Err(envelope),
         }
-        let Some(mut state) = self.state.try_lock() else {
-            return Err(envelope);
-        };
-        if !self.may_run_here(&mut state) {
-            return Err(envelope);
-        }
-        Ok(ClaimedRun {
-            claim: Claim::Borrowed(self, state),
-            envelope,
-        })
     }
 
     /// [`claim`](Self::claim), holding the cell by reference count: the claim outlives the
@@ -116,26 +110,31 @@ impl CellShared {
         self: &Arc<Self>,
         envelope: Envelope,
     ) -> Result<ClaimedRun<'static>, Envelope> {
-        if self.unfinished.load(Ordering::Acquire) != 0 {
-            return Err(envelope);
+        match self.lock_to_run_here(|| self.state.try_lock_owned()) {
+            Some(state) => Ok(ClaimedRun {
+                claim: Claim::Owned(self.clone(), state),
+                envelope,
+            }),
+            None => Err(envelope),
         }
-        let Some(mut state) = self.state.try_lock_owned() else {
-            return Err(envelope);
-        };
-        if !self.may_run_here(&mut state) {
-            return Err(envelope);
-        }
-        Ok(ClaimedRun {
-            claim: Claim::Owned(self.clone(), state),
-            envelope,
-        })
     }
 
-    /// Read again under the lock: a message taken by the task since is counted until done,
-    /// and a cell leaves the directory only under this lock, so one not gone now stays (and
-    /// its task, which ends only after it left, will take the lock again).
-    fn may_run_here(&self, state: &mut CellState) -> bool {
-        self.unfinished.load(Ordering::Acquire) == 0 && !self.is_gone() && state.can_run_here()
+    /// The state lock, taken by `try_lock` (borrowed or owned), when a message may run on its
+    /// sender's task now; `None` otherwise.
+    fn lock_to_run_here<G: std::ops::DerefMut<Target = CellState>>(
+        &self,
+        try_lock: impl FnOnce() -> Option<G>,
+    ) -> Option<G> {
+        if self.unfinished.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let mut state = try_lock()?;
+        // Read again under the lock: a message taken by the task since is counted until done,
+        // and a cell leaves the directory only under this lock, so one not gone now stays (and
+        // its task, which ends only after it left, will take the lock again).
+        let runs =
+            self.unfinished.load(Ordering::Acquire) == 0 && !self.is_gone() && state.can_run_here();
+        runs.then_some(state)
     }
 
     /// After a message run by a sender: hand what is left of it to the task (counted as
