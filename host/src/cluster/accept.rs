@@ -15,20 +15,15 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::Framed;
 
-use super::connection::Connection;
-use super::frame;
+use super::frame::{self, Connection};
 use super::handshake::{self, HandshakeError, Hello};
+use super::peer::insert_peer;
 use super::peer::is_tls_error;
+use super::shared::{PEERS_MAX, Role, Shared, lock};
 use super::stats::{RefusalReason, bump};
 use super::tls::certificate_names_node;
-use super::transport::{PEERS_MAX, Role, Shared, insert_peer, lock};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-
-/// Accepted connections waiting for their peer's task to take them. One suffices: the task
-/// takes each at once, and a connection that finds the slot taken is closed (the dialer
-/// retries).
-pub(crate) const ACCEPTED_CONNECTIONS_WAITING_MAX: usize = 1;
 
 /// The pause after `accept` itself fails (out of file descriptors, say), so the loop does
 /// not spin while the condition lasts.

@@ -12,18 +12,12 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_rustls::TlsStream;
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use super::frame::{self, Envelope, FRAME_LENGTH_PREFIX_BYTES};
+use super::frame::{self, Connection, Envelope, FRAME_LENGTH_PREFIX_BYTES};
 use super::request::{Incoming, Responder};
+use super::shared::{PeerLink, Shared, lock};
 use super::stats::{add, bump};
-use super::transport::{PeerLink, Shared, lock};
-
-/// A connection after TLS and the handshake.
-pub(crate) type Connection = Framed<TlsStream<TcpStream>, LengthDelimitedCodec>;
 
 type FrameSink = SplitSink<Connection, Bytes>;
 type FrameStream = SplitStream<Connection>;

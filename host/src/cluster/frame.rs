@@ -7,10 +7,15 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 /// The bytes of a frame's length prefix.
 pub const FRAME_LENGTH_PREFIX_BYTES: usize = 4;
+
+/// A connection after TLS and the handshake: frames of this format both ways.
+pub(crate) type Connection = Framed<TlsStream<TcpStream>, LengthDelimitedCodec>;
 
 /// What one frame after the handshake carries.
 #[derive(Debug, Serialize, Deserialize)]

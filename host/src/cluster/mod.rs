@@ -3,9 +3,9 @@
 //! the cluster CA and node certificates and `cert_files` keeps them in a directory; [`tls`]
 //! turns them into rustls configs; [`frame`] and [`handshake`] are the wire format;
 //! [`Transport`] sends, requests and receives (`peer`, `accept` and `connection` are its
-//! tasks); [`TransportStats`](TransportStatsSnapshot) counts every drop and refusal. It sits
-//! beside consensus and knows nothing of the layers above. The protocol and its bounds are
-//! described in `docs/cluster.md`.
+//! tasks, `shared` what they share); [`TransportStats`](TransportStatsSnapshot) counts every
+//! drop and refusal. It sits beside consensus and knows nothing of the layers above. The
+//! protocol and its bounds are described in `docs/cluster.md`.
 
 mod accept;
 mod cert_files;
@@ -18,6 +18,7 @@ pub mod handshake;
 mod node_name;
 mod peer;
 mod request;
+mod shared;
 mod stats;
 pub mod tls;
 mod transport;
@@ -39,6 +40,7 @@ pub use config::{
 pub use error::{RequestError, SendError, TransportError};
 pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id};
 pub use request::{Inbound, Incoming, Responder};
+pub use shared::PEERS_MAX;
 pub use stats::{RefusalCounts, RefusalReason, TransportStatsSnapshot};
 pub use tls::TlsIdentity;
-pub use transport::{Direction, PEERS_MAX, Transport};
+pub use transport::{Direction, Transport};

@@ -3,10 +3,12 @@
 //! waits for the accept loop to hand it the connection the peer dialed, a newer one
 //! replacing an older. Frames queued meanwhile wait; once the peer has been down longer than
 //! `peer_down_drop_after` they are dropped and counted, and `send` fails fast until the peer
-//! is back.
+//! is back. [`insert_peer`] adds a peer's entry to the table and starts its task.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,16 +21,53 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_util::codec::Framed;
 
-use super::connection::{AfterServing, Connection, serve};
-use super::frame;
+use super::connection::{AfterServing, serve};
+use super::frame::{self, Connection};
 use super::handshake::{self, HandshakeError};
+use super::shared::{AbortOnDrop, PeerEntry, PeerLink, Role, Shared, lock};
 use super::stats::{RefusalReason, add, bump};
 use super::tls::server_name_of;
-use super::transport::{PeerLink, Role, Shared, lock};
+use crate::contract::NodeId;
 
 /// The longest backoff exponent: `reconnect_backoff_min * 2^16` is past any sensible
 /// maximum, and the cap keeps the shift from overflowing.
 const BACKOFF_DOUBLINGS_MAX: u32 = 16;
+
+/// Accepted connections waiting for their peer's task to take them. One suffices: the task
+/// takes each at once, and a connection that finds the slot taken is closed (the dialer
+/// retries).
+const ACCEPTED_CONNECTIONS_WAITING_MAX: usize = 1;
+
+/// Adds (or replaces) `node_id`'s entry and starts its task. The caller holds the peers lock.
+pub(crate) fn insert_peer<M>(
+    shared: &Arc<Shared<M>>,
+    peers: &mut HashMap<NodeId, PeerEntry>,
+    node_id: &str,
+    address: SocketAddr,
+    role: Role,
+) where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let (queue, queued) = mpsc::channel(shared.config.send_queue_max);
+    let (accepted, accepted_connections) = mpsc::channel(ACCEPTED_CONNECTIONS_WAITING_MAX);
+    let link = Arc::new(PeerLink {
+        node_id: node_id.to_owned(),
+        role,
+        address: Mutex::new(address),
+        queue,
+        unreachable: AtomicBool::new(false),
+    });
+    let task = tokio::spawn(run_peer(
+        Arc::clone(shared),
+        Arc::clone(&link),
+        queued,
+        accepted_connections,
+    ));
+    peers.insert(
+        node_id.to_owned(),
+        PeerEntry::new(link, accepted, AbortOnDrop(task)),
+    );
+}
 
 /// Runs until the peer is removed (the task is aborted) or the transport closes.
 pub(crate) async fn run_peer<M>(

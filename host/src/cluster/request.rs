@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::SendError;
 use super::frame::{self, Envelope};
 use super::stats::{TransportStats, bump};
-use super::transport::lock;
 use crate::contract::NodeId;
 
 /// One message from a peer.
@@ -130,7 +129,7 @@ pub(crate) struct PendingGuard<'a, M> {
 
 impl<M> Drop for PendingGuard<'_, M> {
     fn drop(&mut self) {
-        lock(&self.pending.waiting).remove(&self.id);
+        self.pending.waiting().remove(&self.id);
     }
 }
 
@@ -143,9 +142,13 @@ impl<M> PendingRequests<M> {
         }
     }
 
+    fn waiting(&self) -> MutexGuard<'_, HashMap<u64, Waiting<M>>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A fresh correlation id for a request to `peer`, or `None` when too many are pending.
     pub fn register(&self, peer: &str) -> Option<(PendingGuard<'_, M>, oneshot::Receiver<M>)> {
-        let mut waiting = lock(&self.waiting);
+        let mut waiting = self.waiting();
         if waiting.len() >= self.limit {
             return None;
         }
@@ -164,7 +167,7 @@ impl<M> PendingRequests<M> {
     /// Hands a reply from `from` to its request. False when no request to `from` has this
     /// id (it timed out, or another peer claims it).
     pub fn complete(&self, id: u64, from: &str, message: M) -> bool {
-        let mut waiting = lock(&self.waiting);
+        let mut waiting = self.waiting();
         if waiting.get(&id).is_none_or(|entry| entry.peer != from) {
             return false;
         }
@@ -178,12 +181,12 @@ impl<M> PendingRequests<M> {
 
     /// Forgets every request (the transport is closing); their callers see `Closed`.
     pub fn clear(&self) {
-        lock(&self.waiting).clear();
+        self.waiting().clear();
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        lock(&self.waiting).len()
+        self.waiting().len()
     }
 }
 

@@ -3,12 +3,13 @@
 //! per peer owns that peer's connection (`peer`), the accept loop hands it connections the
 //! peer dialed (`accept`), and `connection` reads and writes frames. Between two nodes the
 //! one with the smaller node id (byte order) dials and the other accepts, so each pair
-//! shares exactly one connection and both send over it.
+//! shares exactly one connection and both send over it. What the tasks share is in
+//! `shared`, below all of them.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,18 +17,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use super::accept::{ACCEPTED_CONNECTIONS_WAITING_MAX, accept_loop};
+use super::accept::accept_loop;
 use super::config::TransportConfig;
-use super::connection::Connection;
 use super::error::{RequestError, SendError, TransportError};
 use super::frame::{self, Envelope};
 use super::handshake::Hello;
 use super::node_name::validate_node_id;
-use super::peer::run_peer;
-use super::request::{Inbound, Incoming, PendingRequests, enqueue};
-use super::stats::{TransportStats, TransportStatsSnapshot, bump};
+use super::peer::insert_peer;
+use super::request::{Inbound, PendingRequests, enqueue};
+use super::shared::{AbortOnDrop, PEERS_MAX, Role, Shared, lock};
+use super::stats::{TransportStatsSnapshot, bump};
 use super::tls::TlsIdentity;
 use crate::contract::NodeId;
 
@@ -58,29 +58,6 @@ pub struct Transport<M> {
     accept_task: AbortOnDrop,
 }
 
-/// What every task of one transport shares.
-pub(crate) struct Shared<M> {
-    pub config: TransportConfig,
-    pub identity: TlsIdentity,
-    pub hello: Hello,
-    pub stats: Arc<TransportStats>,
-    pub pending: PendingRequests<M>,
-    /// Taken on close, so `Inbound::recv` ends once the tasks are gone.
-    pub inbound: Mutex<Option<mpsc::Sender<Incoming<M>>>>,
-    pub peers: Mutex<HashMap<NodeId, PeerEntry>>,
-    pub closed: AtomicBool,
-}
-
-/// One peer in the table: its link, the way to hand it an accepted connection, its task.
-pub(crate) struct PeerEntry {
-    pub link: Arc<PeerLink>,
-    pub accepted: mpsc::Sender<Connection>,
-    _task: AbortOnDrop,
-}
-
-/// The most peers one transport holds.
-pub const PEERS_MAX: usize = 256;
-
 /// Which end of a pair dials (see [`Transport::add_peer_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
@@ -90,75 +67,6 @@ pub enum Direction {
     Dial,
     /// The peer dials this end.
     Accept,
-}
-
-/// Adds (or replaces) `node_id`'s entry and starts its task. The caller holds the peers lock.
-pub(crate) fn insert_peer<M>(
-    shared: &Arc<Shared<M>>,
-    peers: &mut HashMap<NodeId, PeerEntry>,
-    node_id: &str,
-    address: SocketAddr,
-    role: Role,
-) where
-    M: Serialize + DeserializeOwned + Send + 'static,
-{
-    let (queue, queued) = mpsc::channel(shared.config.send_queue_max);
-    let (accepted, accepted_connections) = mpsc::channel(ACCEPTED_CONNECTIONS_WAITING_MAX);
-    let link = Arc::new(PeerLink {
-        node_id: node_id.to_owned(),
-        role,
-        address: Mutex::new(address),
-        queue,
-        unreachable: AtomicBool::new(false),
-    });
-    let task = tokio::spawn(run_peer(
-        Arc::clone(shared),
-        Arc::clone(&link),
-        queued,
-        accepted_connections,
-    ));
-    peers.insert(
-        node_id.to_owned(),
-        PeerEntry {
-            link,
-            accepted,
-            _task: AbortOnDrop(task),
-        },
-    );
-}
-
-/// Which end of the pair's one connection this node is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// This node's id is the smaller: it dials.
-    Dialer,
-    /// The peer's id is the smaller: it dials us.
-    Acceptor,
-}
-
-/// What `send` and the peer's task share about one peer.
-pub(crate) struct PeerLink {
-    pub node_id: NodeId,
-    pub role: Role,
-    pub address: Mutex<SocketAddr>,
-    pub queue: mpsc::Sender<Bytes>,
-    /// Set once the peer has been down longer than `peer_down_drop_after`.
-    pub unreachable: AtomicBool,
-}
-
-/// Aborts the task when dropped, so removing a peer or dropping the transport stops it.
-pub(crate) struct AbortOnDrop(pub JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
-/// section here is a single map or value update).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<M> Transport<M>

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_util::codec::Framed;
 
-use super::connection::Connection;
+use super::frame::Connection;
 use super::handshake::{self, HandshakeError, Hello};
 use super::tls::server_name_of;
 use super::{
