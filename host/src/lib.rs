@@ -26,4 +26,6 @@ pub mod sharding;
 pub mod state;
 
 #[cfg(test)]
+mod import_cycles;
+#[cfg(test)]
 mod layer_order;

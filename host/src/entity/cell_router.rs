@@ -2,6 +2,7 @@
 //! and benchmarks), and the way its guest messages leave: `CellRouter` sends an entity's ask
 //! straight to this node's cells, every entity in shard 0.
 
+use super::cell_table::CellTable;
 use super::core::{Core, EntityParts};
 use super::directory::Entities;
 use crate::contract::{BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router};
@@ -9,24 +10,33 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Routes guest messages straight to the cells of this node (a directory without sharding).
-struct CellRouter(Weak<Core>);
+struct CellRouter {
+    core: Weak<Core>,
+    cells: Weak<CellTable>,
+}
 
 impl Entities {
     /// A directory whose entities reach only each other, on this node, with no sharding in
     /// between (tools, tests, benchmarks). Every entity is in shard 0.
     pub fn standalone(parts: EntityParts) -> Self {
+        let cells = Arc::new(CellTable::for_parts(&parts));
         let core = Arc::new_cyclic(|core: &Weak<Core>| {
-            Core::new(parts, Arc::new(CellRouter(core.clone())))
+            let router = CellRouter {
+                core: core.clone(),
+                cells: Arc::downgrade(&cells),
+            };
+            Core::new(parts, Arc::new(router), cells.clone())
         });
-        Entities { core }
+        Entities { core, cells }
     }
 }
 
 impl CellRouter {
     fn entities(&self) -> Result<Entities, MessageError> {
-        self.0
+        self.core
             .upgrade()
-            .map(|core| Entities { core })
+            .zip(self.cells.upgrade())
+            .map(|(core, cells)| Entities { core, cells })
             .ok_or_else(|| MessageError::unavailable("the node is shutting down"))
     }
 }

@@ -3,18 +3,18 @@
 //! through, the remember-entities writer and the layer's counters.
 
 use super::counters::TypeCounters;
-use super::delivery::{Delivery, DeliveryConfig};
-use super::reminders::ReminderClock;
+use super::delivery::config::DeliveryConfig;
+use super::delivery::senders::Delivery;
+use super::reminders::clock::ReminderClock;
 use super::types::TypeTable;
-use crate::contract::{EntityAddress, Router, ShardId, TypeKey};
+use crate::contract::{EntityAddress, Router, TypeKey};
 use crate::runtime::Runtime;
 use crate::state::EntityState;
 use crate::state::remember::RememberWriter;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use tokio::sync::oneshot;
+use std::sync::{Arc, RwLock};
 
 /// Node-wide settings of the entity layer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,79 +81,26 @@ pub struct EntitiesStats {
     pub throttled_asks: AtomicU64,
 }
 
-/// What a cell's mailbox carries.
-pub(crate) enum CellMessage {
-    /// A message for the entity.
-    Deliver(crate::contract::Envelope),
-    /// Activate without a message (remember-entities respawn).
-    Activate,
-    /// Passivate after the messages ahead of this one.
-    Passivate,
-    /// Passivate and report when the cell is gone (handoff, shutdown); not a passivation for
-    /// remember-entities, so the entity stays remembered.
-    Stop(oneshot::Sender<()>),
-    /// Give the instance back to the pool (deactivating it) but stay live: another entity
-    /// needs the slot. The next message activates a fresh instance.
-    Release,
-}
+/// What a cell asks of the table of live cells it is in (the directory's
+/// [`CellTable`](super::cell_table::CellTable)). The table holds the cells' mailboxes, so it sits
+/// above the cells; they reach it through this.
+pub(crate) trait CellRegistry: Send + Sync {
+    /// Notes that the cell of `entity` took an instance (at use `tick`), for the release order.
+    fn took_instance(&self, entity: &EntityAddress, tick: u64);
 
-/// The directory's record of one live cell.
-pub(crate) struct CellHandle {
-    pub(crate) mailbox: super::cell::Mailbox,
-    pub(crate) generation: u64,
-    pub(crate) shard: ShardId,
-    pub(crate) evicting: bool,
-    /// Whether the cell holds an instance now (set by the cell), so a cell that needs a pool
-    /// slot can ask the least recently used holder to give its up.
-    pub(crate) holds_instance: Arc<std::sync::atomic::AtomicBool>,
-}
+    /// Asks the least recently used cell that holds an instance (other than `except`) to give
+    /// it back to the pool. False if none was asked.
+    fn release_lru_instance(&self, except: &EntityAddress) -> bool;
 
-/// The live cells of a node and the per-tenant counts the quota reads. The maps hash with
-/// foldhash (seeded per process): they are on every message's path.
-#[derive(Default)]
-pub(crate) struct Cells {
-    pub(crate) live: foldhash::HashMap<EntityAddress, CellHandle>,
-    pub(crate) tenants: foldhash::HashMap<String, usize>,
-    pub(crate) evicting: usize,
-    pub(crate) next_generation: u64,
-}
-
-impl Cells {
-    /// Counts the cell of `entity` (generation `generation`) as live again after its
-    /// passivation was abandoned because messages arrived: an eviction that did not happen
-    /// must not keep discounting it from the node's live-entity limit.
-    pub(crate) fn keep(&mut self, entity: &EntityAddress, generation: u64) {
-        if let Some(handle) = self.live.get_mut(entity)
-            && handle.generation == generation
-            && handle.evicting
-        {
-            handle.evicting = false;
-            self.evicting -= 1;
-        }
-    }
-
-    /// Removes the cell of `entity` if it is still generation `generation`.
-    pub(crate) fn remove(&mut self, entity: &EntityAddress, generation: u64) -> bool {
-        match self.live.get(entity) {
-            Some(handle) if handle.generation == generation => {}
-            _ => return false,
-        }
-        if let Some(handle) = self.live.remove(entity) {
-            // Senders holding the cell directly ([`LiveCell`](super::LiveCell)) see it gone.
-            handle.mailbox.cell().mark_gone();
-            if handle.evicting {
-                self.evicting -= 1;
-            }
-            if let Some(count) = self.tenants.get_mut(&entity.tenant) {
-                *count = count.saturating_sub(1);
-            }
-        }
-        debug_assert!(
-            self.evicting <= self.live.len(),
-            "evicting cells are live cells"
-        );
-        true
-    }
+    /// Under the table's lock: the cell of `entity` (generation `generation`) leaves the table
+    /// unless `stays()` says it must stay (messages arrived), in which case it counts as live
+    /// again. True if it left.
+    fn leave_unless(
+        &self,
+        entity: &EntityAddress,
+        generation: u64,
+        stays: &mut dyn FnMut() -> bool,
+    ) -> bool;
 }
 
 /// The parts a node hands the entity layer.
@@ -177,7 +124,8 @@ pub(crate) struct Core {
     pub(crate) remember: Option<RememberWriter>,
     pub(crate) config: EntityConfig,
     pub(crate) router: Arc<dyn Router>,
-    pub(crate) cells: Mutex<Cells>,
+    /// The table of live cells the directory keeps, as its cells see it.
+    pub(crate) cells: Arc<dyn CellRegistry>,
     /// The use clock: ticks once per message sent to a cell, so cells' last uses are ordered
     /// without ties (a wall-clock reading would tie within a millisecond).
     pub(crate) uses: AtomicU64,
@@ -191,9 +139,6 @@ pub(crate) struct Core {
     pub(crate) messaging_started: std::sync::atomic::AtomicBool,
     /// Each tenant's gate to guest execution (concurrency cap and CPU budget).
     pub(crate) gates: super::fairness::Gates,
-    /// Cells holding instances, in the order they took them (with their last use then): the
-    /// order a full pool asks them to give their instances back in.
-    pub(crate) instance_holders: Mutex<std::collections::VecDeque<(EntityAddress, u64)>>,
     /// Set when the node shuts down: cells answer their queued messages `unavailable` instead
     /// of running them, so shutdown waits at most for the guest calls already running.
     /// Also every instance's interrupt flag: running calls trap at their next epoch tick.
@@ -201,7 +146,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(parts: EntityParts, router: Arc<dyn Router>) -> Self {
+    pub(crate) fn new(
+        parts: EntityParts,
+        router: Arc<dyn Router>,
+        cells: Arc<dyn CellRegistry>,
+    ) -> Self {
         Core {
             runtime: parts.runtime,
             state: parts.state,
@@ -209,14 +158,13 @@ impl Core {
             remember: parts.remember,
             config: parts.config,
             router,
-            cells: Mutex::default(),
+            cells,
             uses: AtomicU64::new(0),
             stats: EntitiesStats::default(),
             counters: RwLock::default(),
             delivery: Delivery::default(),
             reminders: ReminderClock::default(),
             messaging_started: std::sync::atomic::AtomicBool::new(false),
-            instance_holders: Mutex::default(),
             gates: super::fairness::Gates::default(),
             closing: Arc::default(),
         }
@@ -230,69 +178,6 @@ impl Core {
     /// Whether the node is shutting down (no new guest call starts).
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
-    }
-
-    /// Notes that the cell of `entity` took an instance (at `tick`), for the release order.
-    pub(crate) fn took_instance(&self, entity: &EntityAddress, tick: u64) {
-        let mut holders = self.instance_holders();
-        holders.push_back((entity.clone(), tick));
-        // Entries of cells that gave their instance up by other ways (passivation, a trap)
-        // are dropped when met; past this size they are swept all at once.
-        let bound = 4 * self.runtime.config().instances_max as usize + 64;
-        if holders.len() > bound {
-            let cells = self.cells();
-            holders.retain(|(address, _)| {
-                cells
-                    .live
-                    .get(address)
-                    .is_some_and(|handle| handle.holds_instance.load(Ordering::Relaxed))
-            });
-        }
-    }
-
-    /// Asks the least recently used cell that holds an instance (other than `except`) to give
-    /// it back to the pool: a CLOCK walk over the cells in the order they took instances, where
-    /// a cell used since it took its instance gets a second chance. False if none was asked.
-    pub(crate) fn release_lru_instance(&self, except: &EntityAddress) -> bool {
-        let mut holders = self.instance_holders();
-        let cells = self.cells();
-        for _ in 0..holders.len() {
-            let Some((address, tick)) = holders.pop_front() else {
-                return false;
-            };
-            let Some(handle) = cells.live.get(&address) else {
-                continue;
-            };
-            if !handle.holds_instance.load(Ordering::Relaxed) {
-                continue;
-            }
-            let last_used = handle.mailbox.cell().last_used();
-            if address == *except || last_used > tick {
-                holders.push_back((address, last_used));
-                continue;
-            }
-            if handle.mailbox.try_post(CellMessage::Release).is_err() {
-                // Busy (a full mailbox): not idle, look further.
-                holders.push_back((address, last_used));
-                continue;
-            }
-            // Not chosen again while its release is on the way.
-            handle.holds_instance.store(false, Ordering::Relaxed);
-            return true;
-        }
-        false
-    }
-
-    fn instance_holders(&self) -> MutexGuard<'_, std::collections::VecDeque<(EntityAddress, u64)>> {
-        self.instance_holders
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) fn cells(&self) -> MutexGuard<'_, Cells> {
-        self.cells
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The counters of one type, created on first use.

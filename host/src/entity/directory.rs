@@ -3,8 +3,9 @@
 //! node's live-entity limits, evicting the least recently used cell past the latter), puts
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
-use super::cell::{Cell, ClaimedRun, Mailbox};
-use super::core::{CellHandle, CellMessage, Cells, Core, EntitiesStats, EntityParts};
+use super::cell::{Cell, CellMessage, ClaimedRun, Mailbox};
+use super::cell_table::{CellHandle, CellTable, Cells};
+use super::core::{Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
 use super::live_cell::LiveCell;
 use super::types::TypeTable;
@@ -37,14 +38,17 @@ pub type Refused = Box<(MessageError, Envelope)>;
 #[derive(Clone)]
 pub struct Entities {
     pub(super) core: Arc<Core>,
+    pub(super) cells: Arc<CellTable>,
 }
 
 impl Entities {
     /// A directory whose entities send their `tell`s and `ask`s through `router` (a sharding
     /// region, which reaches entities wherever they live).
     pub fn new(parts: EntityParts, router: Arc<dyn Router>) -> Self {
+        let cells = Arc::new(CellTable::for_parts(&parts));
         Entities {
-            core: Arc::new(Core::new(parts, router)),
+            core: Arc::new(Core::new(parts, router, cells.clone())),
+            cells,
         }
     }
 
@@ -145,7 +149,7 @@ impl Entities {
     /// Passivates `entity` after the messages already in its mailbox. A no-op if it is not
     /// live.
     pub fn passivate(&self, entity: &EntityAddress) -> Result<(), MessageError> {
-        let cells = self.core.cells();
+        let cells = self.cells.lock();
         let Some(handle) = cells.live.get(entity) else {
             return Ok(());
         };
@@ -180,13 +184,13 @@ impl Entities {
 
     /// Number of live entities.
     pub fn live_count(&self) -> usize {
-        self.core.cells().live.len()
+        self.cells.lock().live.len()
     }
 
     /// Live entities per type.
     pub fn live_by_type(&self) -> HashMap<TypeKey, usize> {
         let mut counts = HashMap::new();
-        for address in self.core.cells().live.keys() {
+        for address in self.cells.lock().live.keys() {
             *counts.entry(address.type_key()).or_insert(0) += 1;
         }
         counts
@@ -194,8 +198,8 @@ impl Entities {
 
     /// Live entities of `type_key` in `shard`.
     pub fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize {
-        self.core
-            .cells()
+        self.cells
+            .lock()
             .live
             .iter()
             .filter(|(address, handle)| handle.shard == shard && address.is_of(type_key))
@@ -205,7 +209,7 @@ impl Entities {
     /// A direct handle on the live cell of `entity`, if it has one: for a sender that keeps
     /// sending to it ([`LiveCell::run_here`]).
     pub fn live_cell(&self, entity: &EntityAddress) -> Option<LiveCell> {
-        let cells = self.core.cells();
+        let cells = self.cells.lock();
         let handle = cells.live.get(entity)?;
         Some(LiveCell {
             cell: handle.mailbox.cell().clone(),
@@ -215,7 +219,7 @@ impl Entities {
 
     /// Whether `entity` has a live cell.
     pub fn is_live(&self, entity: &EntityAddress) -> bool {
-        self.core.cells().live.contains_key(entity)
+        self.cells.lock().live.contains_key(entity)
     }
 
     /// The counters of every type seen so far.
@@ -232,15 +236,15 @@ impl Entities {
     /// Messages waiting in the mailboxes of each type's live entities.
     pub fn mailbox_depths(&self) -> HashMap<TypeKey, usize> {
         let mut depths = HashMap::new();
-        for (address, handle) in &self.core.cells().live {
+        for (address, handle) in &self.cells.lock().live {
             *depths.entry(address.type_key()).or_insert(0) += handle.mailbox.depth();
         }
         depths
     }
 
     fn senders_where(&self, filter: impl Fn(&EntityAddress, &CellHandle) -> bool) -> Vec<Mailbox> {
-        self.core
-            .cells()
+        self.cells
+            .lock()
             .live
             .iter()
             .filter(|(address, handle)| filter(address, handle))
@@ -258,7 +262,7 @@ impl Entities {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
         let tick = self.core.next_use();
-        let mut cells = self.core.cells();
+        let mut cells = self.cells.lock();
         // One lookup for a live cell, the common case; a second only after opening one.
         if let Some(handle) = cells.live.get(&to) {
             let posted = post(handle, shard, tick, message, runner);

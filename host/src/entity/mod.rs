@@ -20,6 +20,7 @@
 
 mod cell;
 mod cell_router;
+mod cell_table;
 mod core;
 mod counters;
 mod delivery;

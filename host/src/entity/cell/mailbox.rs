@@ -4,10 +4,25 @@
 //! messages in order whichever way they ran.
 
 use super::CellShared;
-use crate::entity::core::CellMessage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+
+/// What a cell's mailbox carries.
+pub(crate) enum CellMessage {
+    /// A message for the entity.
+    Deliver(crate::contract::Envelope),
+    /// Activate without a message (remember-entities respawn).
+    Activate,
+    /// Passivate after the messages ahead of this one.
+    Passivate,
+    /// Passivate and report when the cell is gone (handoff, shutdown); not a passivation for
+    /// remember-entities, so the entity stays remembered.
+    Stop(oneshot::Sender<()>),
+    /// Give the instance back to the pool (deactivating it) but stay live: another entity
+    /// needs the slot. The next message activates a fresh instance.
+    Release,
+}
 
 /// The sending side of one cell's mailbox.
 #[derive(Clone)]

@@ -15,9 +15,9 @@
 mod mailbox;
 mod state;
 
-pub(crate) use mailbox::Mailbox;
+pub(crate) use mailbox::{CellMessage, Mailbox};
 
-use super::core::{CellMessage, Core};
+use super::core::Core;
 use crate::contract::{EntityAddress, Envelope, ShardId};
 use crate::state::remember::RememberOp;
 use futures_util::lock::{Mutex, MutexGuard, OwnedMutexGuard};

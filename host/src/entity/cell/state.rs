@@ -5,8 +5,9 @@
 //! reminders and receipt before the reply) is `message`; its effects beyond its writes are
 //! `effects`.
 
+use super::CellMessage;
 use crate::contract::{EntityAddress, ErrorKind, MessageError, ShardId};
-use crate::entity::core::{CellMessage, Core};
+use crate::entity::core::Core;
 use crate::entity::counters::TypeCounters;
 use crate::entity::fairness::CallPass;
 use crate::entity::types::TypeBinding;
@@ -209,7 +210,7 @@ impl CellState {
         let waiting_since = std::time::Instant::now();
         let mut instance = loop {
             if core.runtime.pool_is_full() {
-                core.release_lru_instance(&self.address);
+                core.cells.release_lru_instance(&self.address);
             }
             let freed = core.runtime.instance_freed();
             let attempt = core
@@ -227,7 +228,7 @@ impl CellState {
                     if error.kind == ErrorKind::Unavailable
                         && waiting_since.elapsed() < POOL_WAIT_MAX =>
                 {
-                    core.release_lru_instance(&self.address);
+                    core.cells.release_lru_instance(&self.address);
                     let _ = tokio::time::timeout(POOL_RETRY_INTERVAL, freed).await;
                 }
                 Err(error) => return Err(error),
@@ -251,7 +252,7 @@ impl CellState {
         self.holds_instance
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let tick = core.uses.load(Ordering::Relaxed);
-        core.took_instance(&self.address, tick);
+        core.cells.took_instance(&self.address, tick);
         core.stats.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.activated(reason);
         tracing::debug!(entity = %self.address, version = binding.version, ?reason, "activated");
@@ -336,14 +337,18 @@ impl CellState {
     ) -> bool {
         self.drop_instance().await;
         self.passivate_requested = false;
-        {
-            let mut cells = self.core.cells();
-            if !mailbox.is_empty() {
-                cells.keep(&self.address, generation);
-                return false;
-            }
-            cells.remove(&self.address, generation);
-            mailbox.close();
+        let left = self
+            .core
+            .cells
+            .leave_unless(&self.address, generation, &mut || {
+                if !mailbox.is_empty() {
+                    return true;
+                }
+                mailbox.close();
+                false
+            });
+        if !left {
+            return false;
         }
         self.core.stats.passivations.fetch_add(1, Ordering::Relaxed);
         self.counters.passivations.fetch_add(1, Ordering::Relaxed);

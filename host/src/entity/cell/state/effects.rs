@@ -5,7 +5,7 @@
 use super::CellState;
 use crate::contract::{ErrorKind, MessageError};
 use crate::entity::core::TellDelivery;
-use crate::entity::reminders::now_ms;
+use crate::entity::reminders::clock::now_ms;
 use crate::runtime::Effects;
 use crate::state::{OutboxEntry, Receipt, Reminder, WriteSet};
 use std::sync::atomic::Ordering;

@@ -8,54 +8,22 @@
 //! may pass (busy, unavailable) is retried with backoff; one the entity answers with an error
 //! is given up, counted and its reminder deleted.
 
+pub(crate) mod clock;
+
 use super::core::Core;
-use super::delivery::is_retryable;
+use super::delivery::config::is_retryable;
 use crate::contract::{EntityAddress, MessageMeta, Origin};
 use crate::state::WriteSet;
-use std::collections::HashMap;
+use clock::{Busy, now_ms};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::Notify;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// Reminders being fired at once.
 pub const REMINDERS_IN_FLIGHT_MAX: usize = 256;
 
 /// The longest the clock sleeps before looking at the table again.
 const CLOCK_IDLE_CHECK: Duration = Duration::from_secs(1);
-
-/// Reminders in flight or waiting for a retry, and the bell a commit rings when it stored one.
-#[derive(Default)]
-pub(crate) struct ReminderClock {
-    /// `(entity, timer)` being fired, or waiting until the given ms to be fired again.
-    busy: Mutex<HashMap<(EntityAddress, u64), Busy>>,
-    bell: Arc<Notify>,
-}
-
-#[derive(Clone, Copy)]
-enum Busy {
-    Firing,
-    RetryAt { ms: u64, wait: Duration },
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
-}
-
-impl ReminderClock {
-    fn busy(&self) -> std::sync::MutexGuard<'_, HashMap<(EntityAddress, u64), Busy>> {
-        self.busy
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Tells the clock a reminder was stored (it may be due sooner than it is sleeping).
-    pub(crate) fn ring(&self) {
-        self.bell.notify_one();
-    }
-}
 
 /// Starts the clock. It ends when the directory is dropped.
 pub(crate) fn start(core: &Arc<Core>) {
