@@ -6,11 +6,11 @@
 //! instructions. `benches/instructions.sh` runs it and prints the counts and their ratio.
 //!
 //! Usage: `region_instructions node|ref|raw ROUNDS [SENDERS]` (`ref`: the same tells through
-//! one `EntityRef` per entity). 100 entities, 16 MiB linear memories (valgrind cannot reserve
-//! the 4 GiB per memory a node reserves by default), one sender (the default) or `SENDERS`
-//! sender tasks on as many worker threads, each with its share of the entities — for a
-//! profiler's view of the benchmark's two senders (`perf record -e cpu-clock` works where
-//! hardware counters do not). The per-message count is the difference between a run of
+//! one `EntityRef` per entity). 100 entities (`ENTITIES=N` for another count), 16 MiB linear
+//! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default), one
+//! sender (the default) or `SENDERS` sender tasks on as many worker threads, each with its
+//! share of the entities — for a profiler's view of the benchmark's two senders
+//! (`perf record -e cpu-clock` works where hardware counters do not). The per-message count is the difference between a run of
 //! `ROUNDS` rounds and a run of none (start-up), divided by the messages of `ROUNDS` rounds.
 
 use std::sync::Arc;
@@ -25,7 +25,15 @@ use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
 #[global_allocator]
 static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 
-const ENTITIES: usize = 100;
+/// The entities the work is spread over: `ENTITIES` from the environment, 100 by default (one
+/// entity shows the path's cost with every entity's data hot in the cache).
+fn entities() -> usize {
+    std::env::var("ENTITIES")
+        .ok()
+        .and_then(|entities| entities.parse().ok())
+        .filter(|&entities| entities > 0)
+        .unwrap_or(100)
+}
 const TELLS_PER_ENTITY: usize = 20;
 
 /// Small linear memories, so valgrind can reserve the instance pool.
@@ -81,7 +89,7 @@ where
 
 async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
     let node = open_node(dir).await;
-    let addresses: Vec<EntityAddress> = (0..ENTITIES).map(address).collect();
+    let addresses: Vec<EntityAddress> = (0..entities()).map(address).collect();
     for to in &addresses {
         node.ask(to.clone(), get.to_vec(), Duration::from_secs(10))
             .await
@@ -102,7 +110,7 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: 
 /// The node's rounds through one reusable handle per entity.
 async fn ref_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
     let node = open_node(dir).await;
-    let mut refs: Vec<_> = (0..ENTITIES)
+    let mut refs: Vec<_> = (0..entities())
         .map(|index| node.entity_ref(address(index)).expect("entity ref"))
         .collect();
     for target in refs.iter_mut() {
@@ -129,8 +137,8 @@ async fn raw_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &
     let plugin = runtime.load(&bytes).expect("plugin loads");
     let store = StateStore::open(&dir.join("raw.redb")).expect("store");
     let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
-    let mut instances = Vec::with_capacity(ENTITIES);
-    for _ in 0..ENTITIES {
+    let mut instances = Vec::with_capacity(entities());
+    for _ in 0..entities() {
         let instance = RawInstance::instantiate(&runtime, &plugin, state.clone()).await;
         instances.push(instance.expect("instantiates"));
     }
@@ -159,7 +167,7 @@ fn main() {
     let (rounds, senders) = match (rounds, senders) {
         (Some(Ok(rounds)), Ok(senders))
             if ["node", "ref", "raw"].contains(&side.as_str())
-                && (1..=ENTITIES).contains(&senders) =>
+                && (1..=entities()).contains(&senders) =>
         {
             (rounds, senders)
         }
@@ -182,5 +190,5 @@ fn main() {
             _ => raw_rounds(dir.path(), rounds, senders, &get).await,
         }
     });
-    println!("messages {}", rounds * ENTITIES * (TELLS_PER_ENTITY + 1));
+    println!("messages {}", rounds * entities() * (TELLS_PER_ENTITY + 1));
 }

@@ -80,6 +80,7 @@ pub struct TypeCounters {
 }
 
 impl TypeCounters {
+    #[cold]
     pub(crate) fn failed(&self, kind: ErrorKind) {
         self.failures[kind.index()].fetch_add(1, Ordering::Relaxed);
     }

@@ -105,7 +105,7 @@ impl EntityRef {
     fn admit(&mut self) -> Result<(), NodeError> {
         let quota = &self.tenant;
         if quota.generation != self.node.catalog.tenants_generation() || quota.bucket.is_retired() {
-            self.tenant = self.node.tenant_quota(&self.route.address().tenant)?;
+            self.refresh_quota()?;
         }
         let quotas = &self.tenant.tenant.quotas;
         if self
@@ -115,15 +115,29 @@ impl EntityRef {
         {
             return Ok(());
         }
+        Err(self.over_rate())
+    }
+
+    /// Looks the tenant's quota up again (its records or its bucket changed).
+    #[cold]
+    fn refresh_quota(&mut self) -> Result<(), NodeError> {
+        self.tenant = self.node.tenant_quota(&self.route.address().tenant)?;
+        Ok(())
+    }
+
+    /// Counts and says that the tenant is over its message rate.
+    #[cold]
+    fn over_rate(&self) -> NodeError {
+        let quotas = &self.tenant.tenant.quotas;
         let to = self.route.address();
         self.node
             .count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
-        Err(NodeError::Message(MessageError::new(
+        NodeError::Message(MessageError::new(
             ErrorKind::QuotaExceeded,
             format!(
                 "tenant {} is over its message rate of {} per second",
                 to.tenant, quotas.messages_per_second
             ),
-        )))
+        ))
     }
 }

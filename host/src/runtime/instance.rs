@@ -22,8 +22,9 @@ pub struct HandleOutcome {
     /// The message's state changes; `None` when it wrote nothing (boxed: an outcome is moved
     /// several times on its way back from the guest call, and most messages write nothing).
     pub writes: Option<Box<WriteSet>>,
-    /// Tells, timers and passivation requested by the message.
-    pub effects: Effects,
+    /// Tells, timers and passivation requested by the message; `None` when it requested
+    /// none (most messages: boxed, so that the outcome of those stays small).
+    pub effects: Option<Box<Effects>>,
 }
 
 /// A live instance of a plugin for one entity. After any error other than the guest's own
@@ -92,6 +93,7 @@ impl EntityInstance {
     }
 
     /// The error of a guest call cut off by its wall-clock bound.
+    #[cold]
     fn past_wall_bound(&mut self, wall: Duration) -> MessageError {
         self.poisoned = true;
         MessageError::new(
@@ -183,14 +185,7 @@ impl EntityInstance {
         };
         let reply_bytes_max = self.store.data().limits.reply_bytes_max;
         if reply.len() > reply_bytes_max {
-            self.poisoned = true;
-            return Err(MessageError::new(
-                ErrorKind::ReplyTooLarge,
-                format!(
-                    "the reply is {} bytes, over the limit of {reply_bytes_max}",
-                    reply.len()
-                ),
-            ));
+            return Err(self.reply_too_large(reply.len(), reply_bytes_max));
         }
         let writes = scope.writes;
         let data = self.store.data_mut();
@@ -204,6 +199,16 @@ impl EntityInstance {
             writes,
             effects: scope.effects,
         })
+    }
+
+    /// The error of a reply over the limit; the instance is not used again.
+    #[cold]
+    fn reply_too_large(&mut self, bytes: usize, reply_bytes_max: usize) -> MessageError {
+        self.poisoned = true;
+        MessageError::new(
+            ErrorKind::ReplyTooLarge,
+            format!("the reply is {bytes} bytes, over the limit of {reply_bytes_max}"),
+        )
     }
 
     /// Runs the guest's `deactivate`; a failure there is logged, never surfaced.
@@ -233,6 +238,7 @@ impl EntityInstance {
     }
 
     /// Marks the instance unusable and says why it failed.
+    #[cold]
     fn poison(&mut self, trap: wasmtime::Error) -> MessageError {
         self.poisoned = true;
         let data = self.store.data();
@@ -301,6 +307,7 @@ async fn timed_wait<F: std::future::Future>(
     }
 }
 
+#[cold]
 fn from_guest_error(error: GuestError) -> MessageError {
     match error {
         GuestError::BadMessage(message) => MessageError::new(ErrorKind::BadMessage, message),

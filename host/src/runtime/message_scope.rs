@@ -32,6 +32,31 @@ pub struct Effects {
     pub passivate: bool,
 }
 
+impl Effects {
+    /// No effects at all: the common case, carried as `None` ([`HandleOutcome`]).
+    ///
+    /// [`HandleOutcome`]: super::HandleOutcome
+    pub const NONE: Effects = Effects {
+        tells: Vec::new(),
+        schedules: Vec::new(),
+        cancels: Vec::new(),
+        passivate: false,
+    };
+
+    /// Whether the message asked for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.tells.is_empty()
+            && self.schedules.is_empty()
+            && self.cancels.is_empty()
+            && !self.passivate
+    }
+
+    /// Whether the message sent tells or set or cancelled timers (committed with its writes).
+    pub fn has_messaging(&self) -> bool {
+        !self.tells.is_empty() || !self.schedules.is_empty() || !self.cancels.is_empty()
+    }
+}
+
 /// Everything scoped to the message being handled.
 #[derive(Default)]
 pub(crate) struct MessageScope {
@@ -74,7 +99,10 @@ impl MessageScope {
         } = self;
         *scope_in_message = in_message;
         *writes = None;
-        *effects = Effects::default();
+        if !effects.is_empty() {
+            // Left by a call that did not finish its message.
+            *effects = Effects::default();
+        }
         *asks = 0;
         chain.clear();
         *deadlocked = false;
@@ -89,7 +117,8 @@ impl MessageScope {
         self.chain.clear();
         FinishedScope {
             writes: self.writes.take(),
-            effects: std::mem::take(&mut self.effects),
+            effects: (!self.effects.is_empty())
+                .then(|| Box::new(std::mem::take(&mut self.effects))),
             deadlocked: self.deadlocked,
             state_bytes_delta: self.state_bytes_delta,
         }
@@ -99,7 +128,8 @@ impl MessageScope {
 /// What a finished message's scope hands to its outcome ([`MessageScope::finish`]).
 pub(crate) struct FinishedScope {
     pub(crate) writes: Option<Box<WriteSet>>,
-    pub(crate) effects: Effects,
+    /// `None` when the message asked for nothing (most do).
+    pub(crate) effects: Option<Box<Effects>>,
     pub(crate) deadlocked: bool,
     pub(crate) state_bytes_delta: i64,
 }

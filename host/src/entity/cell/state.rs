@@ -293,6 +293,7 @@ impl CellState {
 
     /// Drops the instance without calling the guest (it failed, or saw effects that did not
     /// land). Not async, so a message's future does not carry a guest call's state for it.
+    #[cold]
     pub(super) fn discard_instance(&mut self, error: &MessageError) {
         self.core
             .stats

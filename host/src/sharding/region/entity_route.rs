@@ -74,16 +74,30 @@ impl EntityRoute {
     /// Sends a one-way message, as [`RegionHandle::tell`] does (same errors, same order with
     /// everything else this sender sends to the entity).
     pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), MessageError> {
+        match self.tell_here(payload)? {
+            None => Ok(()),
+            // Boxed: the long way's future stays out of the short way's code and size.
+            Some(payload) => Box::pin(self.tell_through_region(payload)).await,
+        }
+    }
+
+    /// The short way: runs the tell on this task when the entity's cell is idle here (`None`);
+    /// gives the payload back otherwise.
+    fn tell_here(&mut self, payload: Vec<u8>) -> Result<Option<Vec<u8>>, MessageError> {
         if self.ty.is_retired() {
             self.resolve_again()?;
         }
-        let payload = match self.run_on_cell(Envelope::tell(payload)) {
+        match self.run_on_cell(Envelope::tell(payload)) {
             Ok(run) => {
                 run.run();
-                return Ok(());
+                Ok(None)
             }
-            Err(envelope) => envelope.payload,
-        };
+            Err(envelope) => Ok(Some(envelope.payload)),
+        }
+    }
+
+    /// The long way: through the region (buffered while the shard moves, or to the mailbox).
+    async fn tell_through_region(&mut self, payload: Vec<u8>) -> Result<(), MessageError> {
         self.drop_cell_if_gone();
         let item = Buffered {
             address: self.address.clone(),

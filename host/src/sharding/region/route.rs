@@ -16,6 +16,7 @@ use crate::contract::{
 use crate::entity::ClaimedRun;
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::sharding::link::{LinkMessage, ReplyTo, WireReply};
+use crate::state::remember::RememberWriter;
 
 /// What routing one envelope decided.
 pub(crate) enum Routed {
@@ -164,25 +165,39 @@ pub(crate) fn local_refusal(
     shard: ShardId,
 ) -> Option<MessageError> {
     if !shared.lease.is_valid_now() {
-        return Some(MessageError::shard_unavailable(format!(
-            "node {} holds no lease on its shards: it is cut off from the cluster's majority \
-             (or was declared down), so it may no longer be their only server",
-            shared.node
-        )));
+        return Some(no_lease(shared));
     }
     if ty.remembers()
         && let Some(writer) = &shared.remember
         && writer.has_failed_shards()
     {
-        let key = ShardKey::new(ty.key.clone(), shard);
-        if let Some(reason) = writer.failure_of(&key) {
-            return Some(MessageError::unavailable(format!(
-                "shard {key} is failed (remember-entities fail-closed) after a store error: \
-                 {reason}"
-            )));
-        }
+        return failed_shard(writer, ty, shard);
     }
     None
+}
+
+/// The refusal of a node that holds no lease.
+#[cold]
+fn no_lease(shared: &Shared) -> MessageError {
+    MessageError::shard_unavailable(format!(
+        "node {} holds no lease on its shards: it is cut off from the cluster's majority (or \
+         was declared down), so it may no longer be their only server",
+        shared.node
+    ))
+}
+
+/// The refusal of a shard failed closed by remember-entities, if `shard` is one.
+#[cold]
+fn failed_shard(
+    writer: &RememberWriter,
+    ty: &RegisteredType,
+    shard: ShardId,
+) -> Option<MessageError> {
+    let key = ShardKey::new(ty.key.clone(), shard);
+    let reason = writer.failure_of(&key)?;
+    Some(MessageError::unavailable(format!(
+        "shard {key} is failed (remember-entities fail-closed) after a store error: {reason}"
+    )))
 }
 
 /// A reply port whose answer travels back to the asking region as a message.

@@ -58,7 +58,7 @@ pub(in crate::entity::cell) struct CallUnderWay {
 /// A message whose guest call finished, with writes to commit before its reply.
 pub(in crate::entity::cell) struct Committing {
     reply: Vec<u8>,
-    effects: Effects,
+    effects: Option<Box<Effects>>,
     writes: Box<WriteSet>,
     port: Option<ReplyPort>,
 }
@@ -200,13 +200,25 @@ impl CellState {
             return Some(Err(shutting_down()));
         }
         if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
-            self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
-            return Some(Err(MessageError::new(
-                ErrorKind::Timeout,
-                "the ask's deadline passed before the entity started it; it was not executed",
-            )));
+            return Some(Err(self.expired()));
         }
-        let receipt = receipt?;
+        self.duplicate(receipt?)
+    }
+
+    /// Counts an ask whose deadline passed before it started, and says so.
+    #[cold]
+    fn expired(&self) -> MessageError {
+        self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
+        MessageError::new(
+            ErrorKind::Timeout,
+            "the ask's deadline passed before the entity started it; it was not executed",
+        )
+    }
+
+    /// The answer to an effectively-once message already applied (answered empty), if it is
+    /// one. Out of line: only messages from entities and reminders carry a receipt.
+    #[inline(never)]
+    fn duplicate(&self, receipt: &Receipt) -> Option<Reply> {
         match self.core.state.is_duplicate(&self.address, receipt) {
             Ok(true) => {
                 self.core
@@ -319,7 +331,9 @@ impl CellState {
                 effects,
                 writes: None,
             }) => {
-                self.carry_out(&effects);
+                if let Some(effects) = &effects {
+                    self.carry_out(effects);
+                }
                 self.finish(port, Ok(reply));
                 None
             }
@@ -346,7 +360,9 @@ impl CellState {
             return;
         }
         self.version_to_record = None;
-        self.carry_out(&effects);
+        if let Some(effects) = &effects {
+            self.carry_out(effects);
+        }
         self.finish(port, Ok(reply));
     }
 
@@ -398,21 +414,11 @@ impl CellState {
             writes,
             effects,
         } = outcome;
-        let messaging = receipt.is_some()
-            || !effects.tells.is_empty()
-            || !effects.schedules.is_empty()
-            || !effects.cancels.is_empty();
+        let messaging = receipt.is_some() || effects.as_ref().is_some_and(|e| e.has_messaging());
         let mut writes = writes;
         if messaging {
-            let writes =
-                writes.get_or_insert_with(|| Box::new(WriteSet::new(self.address.clone())));
-            if let Err(error) =
-                self.add_messaging(writes, &effects, receipt.map(|receipt| *receipt))
-            {
-                // The instance saw a message whose effects will not land: start afresh.
-                self.discard_instance(&error);
-                return Err(error);
-            }
+            let effects = effects.as_deref().unwrap_or(&NO_EFFECTS);
+            self.join_messaging(&mut writes, effects, receipt)?;
         }
         let writes = writes
             .filter(|writes| !writes.is_empty())
@@ -430,6 +436,29 @@ impl CellState {
     }
 }
 
+impl CellState {
+    /// Adds a message's messaging (tells, timers, receipt) to its writes. Out of line: most
+    /// messages have none, and the path of those stays short.
+    #[inline(never)]
+    fn join_messaging(
+        &mut self,
+        writes: &mut Option<Box<WriteSet>>,
+        effects: &Effects,
+        receipt: Option<Box<Receipt>>,
+    ) -> Result<(), MessageError> {
+        let writes = writes.get_or_insert_with(|| Box::new(WriteSet::new(self.address.clone())));
+        if let Err(error) = self.add_messaging(writes, effects, receipt.map(|receipt| *receipt)) {
+            // The instance saw a message whose effects will not land: start afresh.
+            self.discard_instance(&error);
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// The effects of a message that asked for none, for what reads them by reference.
+static NO_EFFECTS: Effects = Effects::NONE;
+
 /// What a message's guest call gives back: the instance, and the call's outcome.
 type GuestCall = (Box<EntityInstance>, Result<HandleOutcome, MessageError>);
 
@@ -437,6 +466,6 @@ type GuestCall = (Box<EntityInstance>, Result<HandleOutcome, MessageError>);
 /// and what to commit (`None`: nothing).
 struct Settled {
     reply: Vec<u8>,
-    effects: Effects,
+    effects: Option<Box<Effects>>,
     writes: Option<Box<WriteSet>>,
 }
