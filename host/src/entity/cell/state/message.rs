@@ -414,7 +414,10 @@ impl CellState {
             writes,
             effects,
         } = outcome;
-        let messaging = receipt.is_some() || effects.as_ref().is_some_and(|e| e.has_messaging());
+        let messaging = receipt.is_some()
+            || effects
+                .as_ref()
+                .is_some_and(|effects| effects.has_messaging());
         let mut writes = writes;
         if messaging {
             let effects = effects.as_deref().unwrap_or(&NO_EFFECTS);
@@ -434,9 +437,7 @@ impl CellState {
             writes,
         })
     }
-}
 
-impl CellState {
     /// Adds a message's messaging (tells, timers, receipt) to its writes. Out of line: most
     /// messages have none, and the path of those stays short.
     #[inline(never)]
