@@ -6,6 +6,7 @@
 //! ancestor modules (a child reading its parent's items) is not counted, a parent owning its
 //! children, and neither is a file's inline `mod tests`.
 
+use crate::layer_order::rust_files;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +18,7 @@ struct Modules {
 impl Modules {
     fn read(source: &Path) -> Modules {
         let mut paths = Vec::new();
-        source_files(source, &mut paths);
+        rust_files(source, &mut paths);
         let mut files = BTreeMap::new();
         for path in paths {
             let relative = path
@@ -51,20 +52,6 @@ impl Modules {
                 .get_key_value(&path[..length])
                 .map(|(key, _)| key)
         })
-    }
-}
-
-fn source_files(directory: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(directory) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            source_files(&path, files);
-        } else if path.extension().is_some_and(|extension| extension == "rs") {
-            files.push(path);
-        }
     }
 }
 

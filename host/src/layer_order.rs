@@ -61,7 +61,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn rust_files(directory: &Path, files: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `directory`, into `files`.
+pub(crate) fn rust_files(directory: &Path, files: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(directory) else {
         return;
     };
