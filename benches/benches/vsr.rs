@@ -146,8 +146,8 @@ fn cluster(setup: Setup) -> (Cluster<Box<dyn Journal>>, Option<tempfile::TempDir
     (Cluster::new(journals, setup.batching), directory)
 }
 
-/// Commits `setup.requests_per_iteration()` requests from `CLIENT_COUNT` closed-loop clients; returns
-/// the time taken.
+/// Commits `setup.requests_per_iteration()` requests from `CLIENT_COUNT` closed-loop clients;
+/// returns the time taken.
 fn commit_closed_loop(setup: Setup) -> Duration {
     let (mut cluster, _directory) = cluster(setup);
     let mut next_request = vec![1u64; CLIENT_COUNT as usize];

@@ -10,8 +10,9 @@
 //! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default), one
 //! sender (the default) or `SENDERS` sender tasks on as many worker threads, each with its
 //! share of the entities — for a profiler's view of the benchmark's two senders
-//! (`perf record -e cpu-clock` works where hardware counters do not). The per-message count is the difference between a run of
-//! `ROUNDS` rounds and a run of none (start-up), divided by the messages of `ROUNDS` rounds.
+//! (`perf record -e cpu-clock` works where hardware counters do not). The per-message count is
+//! the difference between a run of `ROUNDS` rounds and a run of none (start-up), divided by the
+//! messages of `ROUNDS` rounds.
 
 use std::sync::Arc;
 use std::time::Duration;

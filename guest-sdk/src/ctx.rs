@@ -47,9 +47,9 @@ pub(crate) trait Backend {
 /// ```
 pub struct Ctx {
     backend: Box<dyn Backend>,
-    /// The first encoding (or state decoding) failure of this message. A value that cannot be encoded is a bug
-    /// in the entity; rather than panic, the SDK fails the message so the host discards its
-    /// writes.
+    /// The first encoding (or state decoding) failure of this message. A value that cannot be
+    /// encoded is a bug in the entity; rather than panic, the SDK fails the message so the host
+    /// discards its writes.
     failure: Option<Error>,
 }
 

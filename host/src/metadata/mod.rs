@@ -1,6 +1,6 @@
-//! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes
-//! by hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by a
-//! deterministic state machine over redb ([`MetadataStore::apply`]).
+//! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes by
+//! hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by
+//! a deterministic state machine over redb ([`MetadataStore::apply`]).
 //!
 //! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group;
 //! [`CatalogWorkload`] runs it in the VSR simulator.

@@ -1,8 +1,8 @@
-//! The task that runs one voter of the metadata plane: it ticks the replica, carries its
-//! messages over the transport, takes commands submitted on this node to the primary (again
-//! after `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
-//! submitted, and hands every applied command to the node's observer in order. One command of
-//! this node is in flight at a time (a VSR client session has one outstanding request).
+//! The task that runs one voter of the metadata plane: it ticks the replica, carries its messages
+//! over the transport, takes commands submitted on this node to the primary (again after
+//! `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
+//! submitted, and hands every applied command to the node's observer in order. One command of this
+//! node is in flight at a time (a VSR client session has one outstanding request).
 
 use super::session::{ClientSession, Due, Submission};
 use super::wire::PlaneMessage;

@@ -1,8 +1,8 @@
-//! The metadata plane of a cluster: the catalog replicated by Viewstamped Replication among
-//! the configured voters over the cluster transport. Each voter runs a [`Replica`] over a file
-//! journal with the catalog ([`CatalogMachine`]) as its state machine, driven by one task
-//! ([`driver`]) that ticks it, carries its messages and tells the node's observer of every
-//! command it applies, in order, on every voter.
+//! The metadata plane of a cluster: the catalog replicated by Viewstamped Replication among the
+//! configured voters over the cluster transport. Each voter runs a [`Replica`] over a file journal
+//! with the catalog ([`CatalogMachine`](crate::metadata::CatalogMachine)) as its state machine,
+//! driven by one task ([`driver`]) that ticks it, carries its messages and tells the node's
+//! observer of every command it applies, in order, on every voter.
 //!
 //! A command submitted on any voter is sent to all voters; only the primary orders it, and its
 //! reply comes back to the submitting node, which answers once its own catalog has applied the

@@ -1,6 +1,6 @@
-//! Each simulated process reads its own clock: `local = offset + real × (1 + rate)`, with a
-//! random offset and a rate within ±`drift_ppm / 2` of real time, so any two clocks differ in
-//! rate by at most `drift_ppm` — exactly what [`crate::sharding::lease::LeaseConfig::drift_ppm`] promises.
+//! Each simulated process reads its own clock: `local = offset + real × (1 + rate)`, with a random
+//! offset and a rate within ±`drift_ppm / 2` of real time, so any two clocks differ in rate by at
+//! most `drift_ppm` — exactly what [`crate::sharding::lease::LeaseConfig::drift_ppm`] promises.
 //! Clocks are monotonic and survive a process crash (they belong to the machine).
 
 use super::rng::SimRng;

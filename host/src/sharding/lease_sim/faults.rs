@@ -1,9 +1,9 @@
-//! Fault injection, and the heal at the end of the faulty phase. Every fault tick may split or
-//! heal the network, congest a machine's inbound link, crash or restart a process, let a spare machine join, make a member leave,
-//! fail the coordinator over, or have an operator act: declare an unreachable member down,
-//! bring a reachable down member back up, or remove an unreachable member (declaring its state
-//! lost) — and, rarely, remove a member that was reachable after all: safety must not depend on
-//! the operator being right.
+//! Fault injection, and the heal at the end of the faulty phase. Every fault tick may split or heal
+//! the network, congest a machine's inbound link, crash or restart a process, let a spare machine
+//! join, make a member leave, fail the coordinator over, or have an operator act: declare an
+//! unreachable member down, bring a reachable down member back up, or remove an unreachable member
+//! (declaring its state lost) — and, rarely, remove a member that was reachable after all: safety
+//! must not depend on the operator being right.
 
 use super::network::LinkFaults;
 use super::queue::Event;

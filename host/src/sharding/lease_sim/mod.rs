@@ -1,5 +1,5 @@
-//! A deterministic simulation of the sharding protocol built on [`crate::sharding::lease`], replayable
-//! from a seed. The model, and where each part lives:
+//! A deterministic simulation of the sharding protocol built on [`crate::sharding::lease`],
+//! replayable from a seed. The model, and where each part lives:
 //!
 //! - Time is real milliseconds, event-driven (`queue`); every process reads its own clock,
 //!   drifting within the configured bound (`clock`); randomness comes from one seeded

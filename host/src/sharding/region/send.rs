@@ -118,10 +118,10 @@ impl RegionHandle {
 
     /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its
     /// shard, forwarded, or — for an idle local entity — started on the caller's task (and
-    /// finished, if it did not have to wait for anything); an error means it was not accepted (unregistered type, full
-    /// mailbox or buffer, failed shard, ...).
+    /// finished, if it did not have to wait for anything); an error means it was not accepted
+    /// (unregistered type, full mailbox or buffer, failed shard, ...).
     ///
-    /// See [`Region::start`] for a complete setup.
+    /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {
         let (ty, shard) = self.resolve(&address)?;
         let body = BufferedBody::Message {
@@ -142,7 +142,7 @@ impl RegionHandle {
     /// Like [`tell`](Self::tell), a message for an idle local entity may run on the caller's
     /// task.
     ///
-    /// See [`Region::start`] for a complete setup.
+    /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn ask(
         &self,
         address: EntityAddress,

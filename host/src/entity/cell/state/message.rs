@@ -287,8 +287,9 @@ impl CellState {
         })
     }
 
-    /// The call the cell's gate pass let in ([`CallPass::try_enter`](crate::entity::fairness::CallPass::try_enter)), to leave the gate when
-    /// dropped.
+    /// The call the cell's gate pass let in
+    /// ([`CallPass::try_enter`](crate::entity::fairness::CallPass::try_enter)), to leave the
+    /// gate when dropped.
     fn entered(&self) -> Entered {
         let (pass, _) = self
             .entered_pass()
