@@ -111,7 +111,7 @@ impl EntityRoute {
         };
         let sent = self
             .region
-            .dispatch(self.ty.clone(), item, Waiting::SenderHere)
+            .dispatch(&self.ty, item, Waiting::SenderHere)
             .await;
         if sent.is_ok() {
             self.hold_cell();

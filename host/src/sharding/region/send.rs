@@ -12,7 +12,7 @@ use super::homes::{self, RegisteredType};
 use super::route::{Routed, Waiting, fail_all, not_registered, route_in_slot, stopped};
 use super::{RegionHandle, Request};
 use crate::contract::{
-    EntityAddress, ErrorKind, MessageError, MessageMeta, Reply, ShardId, ShardKey,
+    BoxFuture, EntityAddress, ErrorKind, MessageError, MessageMeta, Reply, ShardId, ShardKey,
 };
 use crate::sharding::handoff::{Buffered, BufferedBody, ReplyRoute};
 
@@ -46,24 +46,43 @@ impl RegionHandle {
     /// the shard's lock; through the region task only for a new allocation or a remote shard.
     pub(super) async fn dispatch(
         &self,
-        ty: Arc<RegisteredType>,
+        ty: &RegisteredType,
         item: Buffered,
         waiting: Waiting,
     ) -> Result<(), MessageError> {
+        // Bound first, not matched on: a match's scrutinee would live across the await.
+        let Some(item) = self.dispatch_here(ty, item, waiting)? else {
+            return Ok(());
+        };
+        self.submit(item).await
+    }
+
+    /// The part of [`dispatch`](Self::dispatch) that never waits: routes `item` under the
+    /// shard's lock (running it here when it is claimed for this sender, asking for an
+    /// allocation when the shard has no home yet) and gives it back only when it must go to
+    /// the region task, for a remote shard. Kept out of the senders' futures, so that a
+    /// message that does not wait does not pay for the size of one that does: every sender's
+    /// future carries its callee's, and is built and moved per message.
+    pub(super) fn dispatch_here(
+        &self,
+        ty: &RegisteredType,
+        item: Buffered,
+        waiting: Waiting,
+    ) -> Result<Option<Buffered>, MessageError> {
         let routed = {
             let mut home = ty
                 .slot(item.shard)
                 .expect("invariant: resolve() checked the shard is in range");
-            route_in_slot(&self.shared, &ty, &mut home, item, waiting)?
+            route_in_slot(&self.shared, ty, &mut home, item, waiting)?
         };
         match routed {
-            Routed::Done => Ok(()),
+            Routed::Done => Ok(None),
             Routed::RunHere(run) => {
                 run.run();
-                Ok(())
+                Ok(None)
             }
-            Routed::Allocate(key) => self.request_allocation(&ty, key),
-            Routed::Remote(item, _) => self.submit(item).await,
+            Routed::Allocate(key) => self.request_allocation(ty, key).map(|()| None),
+            Routed::Remote(item, _) => Ok(Some(item)),
         }
     }
 
@@ -90,7 +109,12 @@ impl RegionHandle {
     /// the backpressure), which forwards it in order with everything else this sender handed
     /// it. An ask waits until it is routed, so a refusal comes back here; a one-way message
     /// does not wait — it is forwarded, in batches, as the task gets to it.
-    async fn submit(&self, item: Buffered) -> Result<(), MessageError> {
+    fn submit(&self, item: Buffered) -> BoxFuture<'_, Result<(), MessageError>> {
+        Box::pin(self.submit_unboxed(item))
+    }
+
+    /// [`submit`](Self::submit)'s work, boxed there: it waits, so its future is large.
+    async fn submit_unboxed(&self, item: Buffered) -> Result<(), MessageError> {
         let one_way = item.body.is_one_way();
         let (accepted, receiver) = if one_way {
             (None, None)
@@ -123,6 +147,20 @@ impl RegionHandle {
     ///
     /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {
+        // Bound first, not matched on: a match's scrutinee would live across the await.
+        let Some(item) = self.tell_here(address, payload)? else {
+            return Ok(());
+        };
+        self.submit(item).await
+    }
+
+    /// [`tell`](Self::tell) up to the hand-off to the region task (see
+    /// [`dispatch_here`](Self::dispatch_here)).
+    fn tell_here(
+        &self,
+        address: EntityAddress,
+        payload: Vec<u8>,
+    ) -> Result<Option<Buffered>, MessageError> {
         let (ty, shard) = self.resolve(&address)?;
         let body = BufferedBody::Message {
             payload,
@@ -135,7 +173,7 @@ impl RegionHandle {
             hops: 0,
             body,
         };
-        self.dispatch(ty, item, Waiting::SenderHere).await
+        self.dispatch_here(&ty, item, Waiting::SenderHere)
     }
 
     /// Sends a message and waits for the reply until `timeout` (default: `request_timeout`).
@@ -192,9 +230,14 @@ impl RegionHandle {
             hops: 0,
             body,
         };
-        match tokio::time::timeout_at(deadline, self.dispatch(ty, item, waiting)).await {
-            Ok(result) => result?,
-            Err(_) => return Err(timed_out(timeout)),
+        // Bound first: a scrutinee's temporaries would live across the awaits below.
+        let forward = self.dispatch_here(&ty, item, waiting)?;
+        drop(ty);
+        if let Some(item) = forward {
+            match tokio::time::timeout_at(deadline, self.submit(item)).await {
+                Ok(result) => result?,
+                Err(_) => return Err(timed_out(timeout)),
+            }
         }
         await_reply(receiver, deadline, timeout).await
     }
@@ -208,7 +251,7 @@ impl RegionHandle {
             hops: 0,
             body: BufferedBody::Passivate,
         };
-        self.dispatch(ty, item, Waiting::Sender).await
+        self.dispatch(&ty, item, Waiting::Sender).await
     }
 }
 
