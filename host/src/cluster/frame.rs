@@ -1,5 +1,5 @@
 //! Frames on the wire: a 4-byte big-endian length, then that many bytes of MessagePack
-//! (rmp-serde, named fields). Every frame after the handshake is one [`Envelope`]: a one-way
+//! (rmp-serde, named fields). Every frame after the handshake is one `Envelope`: a one-way
 //! message, a request with its correlation id, or the reply to one. A length above
 //! `max_frame_bytes` is refused before its body is read.
 

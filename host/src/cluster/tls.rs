@@ -2,7 +2,7 @@
 //! server config that requires a client certificate signed by the cluster CA, and a client
 //! config that trusts only the cluster CA and presents the node's own certificate. Both sides
 //! of every connection are authenticated; there is no plaintext mode. Which node a
-//! certificate names is checked by [`certificate_names_node`].
+//! certificate names is checked by `certificate_names_node`.
 
 use std::sync::Arc;
 

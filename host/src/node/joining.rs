@@ -261,7 +261,7 @@ impl Node {
     /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
     /// shards come to it, and the coordinator hands every shard it owns to another node, state
     /// and buffered messages with it), then — once it holds no shard, or after
-    /// [`LEAVE_HANDOFF_TIMEOUT`] — its entities stopped, `Exiting`, `Removed`. A shard still held
+    /// `LEAVE_HANDOFF_TIMEOUT` — its entities stopped, `Exiting`, `Removed`. A shard still held
     /// at the timeout stays allocated to this node and answers `shard_unavailable` until it
     /// joins again. A voter stays a member (the voters are configuration) and a single node
     /// has no cluster to leave: for them this does nothing.

@@ -1,5 +1,5 @@
 //! What a simulated run is made of: the options that do not come from the seed (which canary
-//! to run, how long the fault phase lasts), the [`Scenario`] drawn from the seed (cluster size,
+//! to run, how long the fault phase lasts), the `Scenario` drawn from the seed (cluster size,
 //! load, fault rates, checkpoint interval, a long outage), and what a run reports.
 
 use std::str::FromStr;

@@ -1,7 +1,7 @@
 //! The metadata plane of a cluster: the catalog replicated by Viewstamped Replication among the
 //! configured voters over the cluster transport. Each voter runs a [`Replica`] over a file journal
 //! with the catalog ([`CatalogMachine`](crate::metadata::CatalogMachine)) as its state machine,
-//! driven by one task ([`driver`]) that ticks it, carries its messages and tells the node's
+//! driven by one task (`driver`) that ticks it, carries its messages and tells the node's
 //! observer of every command it applies, in order, on every voter.
 //!
 //! A command submitted on any voter is sent to all voters; only the primary orders it, and its
@@ -172,7 +172,7 @@ fn submit_to(
 impl ReplicatedPlane {
     /// Starts this node as a non-voting member of the plane: it empties its catalog, then
     /// rebuilds it from the voters of `config` (which must not name this node) and follows
-    /// them (see [`follower`]).
+    /// them (see `follower`).
     pub fn follow(
         config: PlaneConfig,
         store: MetadataStore,
