@@ -1,11 +1,10 @@
-//! A node: every layer built in one pass over one data directory (`build`), and the
-//! operations the API and CLI offer — tenants and tokens (`tenants`), deploys, rollbacks and
-//! deletes (`deploy`), messages to entities and inspection (`messages`), reusable handles on
-//! entities (`entity_ref`), the cluster view
-//! (`cluster`), metrics
-//! (`metrics`) and the HTTP edge's counters (`edge`). Catalog changes go through the
-//! metadata plane; its one observer (`catalog`) updates what the layers below run, so live
-//! entities switch version at their next message boundary.
+//! A node: every layer built in one pass over one data directory (`build`), and the operations
+//! the API and CLI offer — tenants and tokens (`tenants`), deploys, rollbacks and deletes
+//! (`deploy`), messages to entities and inspection (`messages`), reusable handles on entities
+//! (`entity_ref`), the cluster view (`cluster`), metrics (`metrics`) and the HTTP edge's
+//! counters (`edge`). Catalog changes go through the metadata plane; its one observer
+//! (`catalog`) updates what the layers below run, so live entities switch version at their next
+//! message boundary.
 
 mod build;
 mod catalog;

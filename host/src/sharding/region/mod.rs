@@ -1,12 +1,11 @@
-//! The region: one per node. Senders route through a [`RegionHandle`] (`send`), or through
-//! an [`EntityRoute`] resolved once for a sender that keeps sending to one entity
+//! The region: one per node. Senders route through a [`RegionHandle`] (`send`), or through an
+//! [`EntityRoute`] resolved once for a sender that keeps sending to one entity
 //! (`entity_route`): a message for a shard this node owns goes straight from the sender to the
 //! entity (the shard-home table in `homes`; an idle entity's message may run on the sender's
-//! task); the region task
-//! (`task`) is involved only on a miss — allocating a shard through the coordinator
-//! (buffering, bounded, meanwhile), forwarding to the shard's owner on another node, answering
-//! asks forwarded from there, and handing shards off when the coordinator moves them.
-//! Remembered entities of acquired shards are restarted by `recovery`; guest `tell`s and
+//! task); the region task (`task`) is involved only on a miss — allocating a shard through the
+//! coordinator (buffering, bounded, meanwhile), forwarding to the shard's owner on another
+//! node, answering asks forwarded from there, and handing shards off when the coordinator moves
+//! them. Remembered entities of acquired shards are restarted by `recovery`; guest `tell`s and
 //! `ask`s enter through the region's [`Router`] (`router`).
 
 mod entity_route;

@@ -262,8 +262,8 @@ async fn messages_for_owned_shards_need_no_region_task() {
 
 /// A sender's `tell` future keeps the part of routing that waits — the hand-off to the region
 /// task, with its timer and channel send — behind a box, so a message that does not wait
-/// builds and moves a small future. Carried in place, it made every `tell` 1,928 bytes (as
-/// `Node::tell`).
+/// builds and moves a small future. Carried in place, it made this future 1,744 bytes (debug
+/// build) and `Node::tell`'s 1,928 (release).
 #[tokio::test(start_paused = true)]
 async fn a_tell_future_stays_small() {
     const TELL_FUTURE_BYTES_MAX: usize = 256;
