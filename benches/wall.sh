@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wall-clock time per message of the region benchmark's work (see
-# benches/examples/region_instructions.rs) through the node by address, through EntityRef and
-# by raw typed calls, on one sender or SENDERS sender tasks (as many worker threads): each side
+# benches/examples/region_instructions.rs) through the node by address, through EntityRef, by
+# address through a sender-local map of EntityRefs (the floor of any send by address) and by
+# raw typed calls, on one sender or SENDERS sender tasks (as many worker threads): each side
 # is timed over ROUNDS rounds less a run of none (start-up), the best of REPEATS runs taken in
 # turns, so that the machine's drift falls on every side alike.
 # Usage: benches/wall.sh [ROUNDS] [SENDERS] [REPEATS]
@@ -20,7 +21,7 @@ nanos() { # side rounds -> wall-clock nanoseconds of one run
 }
 declare -A best
 for _ in $(seq "$repeats"); do
-    for side in raw ref node; do
+    for side in raw ref lookup node; do
         per_message=$(( ($(nanos "$side" "$rounds") - $(nanos "$side" 0)) / messages ))
         if [ -z "${best[$side]:-}" ] || [ "$per_message" -lt "${best[$side]}" ]; then
             best[$side]=$per_message
@@ -28,5 +29,7 @@ for _ in $(seq "$repeats"); do
     done
 done
 echo "wall clock per message over $messages messages on $senders sender(s), best of $repeats:" \
-    "node by address ${best[node]} ns, node through EntityRef ${best[ref]} ns, raw ${best[raw]} ns;" \
-    "raw / node = $(( 100 * best[raw] / best[node] ))%, raw / EntityRef = $(( 100 * best[raw] / best[ref] ))%"
+    "node by address ${best[node]} ns, node through EntityRef ${best[ref]} ns," \
+    "looked up by address ${best[lookup]} ns, raw ${best[raw]} ns;" \
+    "raw / node = $(( 100 * best[raw] / best[node] ))%, raw / EntityRef = $(( 100 * best[raw] / best[ref] ))%," \
+    "raw / looked up = $(( 100 * best[raw] / best[lookup] ))%"

@@ -7,6 +7,10 @@
 //!   once: no lookups by address), vs raw typed `handle` calls of 1,000 instances of the same
 //!   component split over the same worker threads (target: >= 70% of raw, and the absolute
 //!   rate);
+//! - beside them, the same tells by address through a sender-local map from each address to
+//!   its handle (`tessera_tests::tell_round_looked_up`): finding the entity by its address and
+//!   sending as a handle does, nothing else — the floor of any send by address, which tells
+//!   how much of the by-address path's cost is its lookup;
 //! - ask round trip p50 and p99 through the node.
 //!
 //! Both sides run on one two-thread Tokio runtime. The ratio printed at the end is the median
@@ -14,6 +18,7 @@
 //! drifting during the run does not land on one side only.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_host::contract::EntityAddress;
@@ -39,6 +44,9 @@ fn open_node(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Arc<Node> {
         tessera_tests::node_config(dir, "bench-admin-token-0123456789", (ENTITIES + 100) as u32);
     rt.block_on(tessera_tests::counter_bench_node(config))
 }
+
+/// A sender's handles by address, hashed as the node's own tables are (foldhash).
+type HandlesByAddress = HashMap<EntityAddress, EntityRef, foldhash::fast::RandomState>;
 
 fn address(index: usize) -> EntityAddress {
     EntityAddress::new("bench", "counter", format!("c{index}"))
@@ -78,6 +86,36 @@ fn ref_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<EntityRef>>, get
                 tokio::spawn(async move {
                     tessera_tests::tell_round_refs(&mut refs, &get, TELLS_PER_ENTITY).await;
                     refs
+                })
+            })
+            .collect();
+        for task in tasks {
+            groups.push(task.await.unwrap());
+        }
+    })
+}
+
+/// The same round by address through each sender's map of handles: each sender task tells
+/// its own half of the counters, looking each handle up by a fresh copy of its address.
+fn lookup_round(
+    rt: &tokio::runtime::Runtime,
+    groups: &mut Vec<(Vec<EntityAddress>, HandlesByAddress)>,
+    get: &[u8],
+) {
+    rt.block_on(async {
+        let tasks: Vec<_> = std::mem::take(groups)
+            .into_iter()
+            .map(|(targets, mut handles)| {
+                let get = get.to_vec();
+                tokio::spawn(async move {
+                    tessera_tests::tell_round_looked_up(
+                        &mut handles,
+                        &targets,
+                        &get,
+                        TELLS_PER_ENTITY,
+                    )
+                    .await;
+                    (targets, handles)
                 })
             })
             .collect();
@@ -164,6 +202,27 @@ fn bench_local_messaging(c: &mut Criterion) {
             started.elapsed()
         })
     });
+    let mut lookup_groups: Vec<(Vec<EntityAddress>, HandlesByAddress)> = (0..THREADS)
+        .map(|sender| {
+            let targets: Vec<EntityAddress> = (sender * per_sender..(sender + 1) * per_sender)
+                .map(address)
+                .collect();
+            let handles = targets
+                .iter()
+                .map(|to| (to.clone(), node.entity_ref(to.clone()).unwrap()))
+                .collect();
+            (targets, handles)
+        })
+        .collect();
+    group.bench_function("node_looked_up_ref_tell_get_1000_counters_2_threads", |b| {
+        b.iter_custom(|iterations| {
+            let started = Instant::now();
+            for _ in 0..iterations {
+                lookup_round(&rt, &mut lookup_groups, &get);
+            }
+            started.elapsed()
+        })
+    });
     let store = StateStore::open(&dir.path().join("raw.redb")).unwrap();
     let state = Arc::new(LocalState::new(store, GroupCommitConfig::default()));
     let runtime = tessera_tests::shared_runtime();
@@ -191,27 +250,31 @@ fn bench_local_messaging(c: &mut Criterion) {
     });
     group.finish();
 
-    // The ratios from rounds taken in turns, node, handles, raw, so that a change in the
-    // machine's speed during the run (other tenants of a shared host) falls on every side alike.
-    let rounds: Vec<[Duration; 3]> = (0..PAIRED_ROUNDS)
+    // The ratios from rounds taken in turns, node, handles, handles looked up, raw, so that a
+    // change in the machine's speed during the run (other tenants of a shared host) falls on
+    // every side alike.
+    let rounds: Vec<[Duration; 4]> = (0..PAIRED_ROUNDS)
         .map(|_| {
             let node_took = timed(|| node_round(&rt, &node, &get));
             let ref_took = timed(|| ref_round(&rt, &mut ref_groups, &get));
+            let lookup_took = timed(|| lookup_round(&rt, &mut lookup_groups, &get));
             let raw_took = timed(|| raw_round(&rt, &mut groups, &get));
-            [node_took, ref_took, raw_took]
+            [node_took, ref_took, lookup_took, raw_took]
         })
         .collect();
-    drop((groups, ref_groups));
-    // The round of the median ratio of side `side` (0: by address, 1: handles) to raw.
+    drop((groups, ref_groups, lookup_groups));
+    // The round of the median ratio of side `side` (0: by address, 1: handles, 2: handles
+    // looked up by address) to raw.
     let median = |side: usize| {
         let mut sorted = rounds.clone();
-        let ratio = |round: &[Duration; 3]| round[2].as_secs_f64() / round[side].as_secs_f64();
+        let ratio = |round: &[Duration; 4]| round[3].as_secs_f64() / round[side].as_secs_f64();
         sorted.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
         let round = sorted[sorted.len() / 2];
-        (round[side], round[2])
+        (round[side], round[3])
     };
     let (node_took, raw_by_node) = median(0);
     let (ref_took, raw_by_ref) = median(1);
+    let (lookup_took, raw_by_lookup) = median(2);
     let rate = |took: Duration| messages as f64 / took.as_secs_f64();
 
     let mut latencies: Vec<Duration> = rt.block_on(async {
@@ -246,6 +309,13 @@ fn bench_local_messaging(c: &mut Criterion) {
         rate(ref_took),
         rate(raw_by_ref),
         100.0 * raw_by_ref.as_secs_f64() / ref_took.as_secs_f64()
+    );
+    println!(
+        "  median of {PAIRED_ROUNDS} paired rounds: by address through a map of EntityRefs (the \
+         floor of a send by address) {:.0} msg/s; raw typed handle {:.0} msg/s; = {:.0}% of raw",
+        rate(lookup_took),
+        rate(raw_by_lookup),
+        100.0 * raw_by_lookup.as_secs_f64() / lookup_took.as_secs_f64()
     );
     println!(
         "  node ask round trip over {ASK_SAMPLES} asks: p50 {:?}, p99 {:?}",

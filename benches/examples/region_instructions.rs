@@ -5,8 +5,10 @@
 //! the same from run to run, so a change to the hot path can be judged by a few hundred
 //! instructions. `benches/instructions.sh` runs it and prints the counts and their ratio.
 //!
-//! Usage: `region_instructions node|ref|raw ROUNDS [SENDERS]` (`ref`: the same tells through
-//! one `EntityRef` per entity). 100 entities (`ENTITIES=N` for another count), 16 MiB linear
+//! Usage: `region_instructions node|ref|lookup|raw ROUNDS [SENDERS]` (`ref`: the same tells
+//! through one `EntityRef` per entity; `lookup`: by address through a sender-local map of those
+//! handles, the floor of any send by address). 100 entities (`ENTITIES=N` for another count,
+//! with room for them in the instance pool and the live-entity quota), 16 MiB linear
 //! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default), one
 //! sender (the default) or `SENDERS` sender tasks on as many worker threads, each with its
 //! share of the entities — for a profiler's view of the benchmark's two senders
@@ -17,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_host::contract::EntityAddress;
-use tessera_host::node::Node;
+use tessera_host::node::{EntityRef, Node};
 use tessera_host::runtime::baseline::RawInstance;
 use tessera_host::runtime::{Runtime, RuntimeConfig};
 use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
@@ -37,10 +39,15 @@ fn entities() -> usize {
 }
 const TELLS_PER_ENTITY: usize = 20;
 
+/// Instances and live entities the node and the raw side may hold: room for every entity.
+fn capacity() -> usize {
+    entities().max(200) + 100
+}
+
 /// Small linear memories, so valgrind can reserve the instance pool.
 fn runtime_config() -> RuntimeConfig {
     RuntimeConfig {
-        instances_max: 300,
+        instances_max: capacity() as u32,
         memory_bytes_max: 16 << 20,
         memory_reservation_bytes: 16 << 20,
         compiled_cache_dir: Some(tessera_tests::compiled_cache_dir()),
@@ -48,12 +55,17 @@ fn runtime_config() -> RuntimeConfig {
     }
 }
 
+/// A sender's handles by address, hashed as the node's own tables are (foldhash).
+type HandlesByAddress =
+    std::collections::HashMap<EntityAddress, EntityRef, foldhash::fast::RandomState>;
+
 fn address(index: usize) -> EntityAddress {
     EntityAddress::new("bench", "counter", format!("c{index}"))
 }
 
 async fn open_node(dir: &std::path::Path) -> Arc<Node> {
-    let mut config = tessera_tests::node_config(dir, "bench-admin-token-0123456789", 300);
+    let mut config =
+        tessera_tests::node_config(dir, "bench-admin-token-0123456789", capacity() as u32);
     config.runtime = runtime_config();
     tessera_tests::counter_bench_node(config).await
 }
@@ -101,6 +113,33 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: 
         async move {
             for _ in 0..rounds {
                 tessera_tests::tell_round(&node, &share, &get, TELLS_PER_ENTITY).await;
+            }
+        }
+    })
+    .await;
+    node.shutdown().await;
+}
+
+/// The node's rounds by address through a sender-local map of handles
+/// (`tessera_tests::tell_round_looked_up`): the floor of any send by address.
+async fn lookup_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
+    let node = open_node(dir).await;
+    let addresses: Vec<EntityAddress> = (0..entities()).map(address).collect();
+    for to in &addresses {
+        node.ask(to.clone(), get.to_vec(), Duration::from_secs(10))
+            .await
+            .expect("activation");
+    }
+    on_senders(addresses, senders, |share| {
+        let get = get.to_vec();
+        let mut handles: HandlesByAddress = share
+            .iter()
+            .map(|to| (to.clone(), node.entity_ref(to.clone()).expect("entity ref")))
+            .collect();
+        async move {
+            for _ in 0..rounds {
+                tessera_tests::tell_round_looked_up(&mut handles, &share, &get, TELLS_PER_ENTITY)
+                    .await;
             }
         }
     })
@@ -167,13 +206,13 @@ fn main() {
         .map_or(Ok(1), |senders| senders.parse::<usize>());
     let (rounds, senders) = match (rounds, senders) {
         (Some(Ok(rounds)), Ok(senders))
-            if ["node", "ref", "raw"].contains(&side.as_str())
+            if ["node", "ref", "lookup", "raw"].contains(&side.as_str())
                 && (1..=entities()).contains(&senders) =>
         {
             (rounds, senders)
         }
         _ => {
-            eprintln!("usage: region_instructions node|ref|raw ROUNDS [SENDERS]");
+            eprintln!("usage: region_instructions node|ref|lookup|raw ROUNDS [SENDERS]");
             std::process::exit(2);
         }
     };
@@ -188,6 +227,7 @@ fn main() {
         match side.as_str() {
             "node" => node_rounds(dir.path(), rounds, senders, &get).await,
             "ref" => ref_rounds(dir.path(), rounds, senders, &get).await,
+            "lookup" => lookup_rounds(dir.path(), rounds, senders, &get).await,
             _ => raw_rounds(dir.path(), rounds, senders, &get).await,
         }
     });

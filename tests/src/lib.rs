@@ -277,6 +277,34 @@ pub async fn tell_ref_until_taken(target: &mut tessera_host::node::EntityRef, pa
     }
 }
 
+/// [`tell_round`] by address through a sender-local map from each target's address to its
+/// reusable handle ([`EntityRef`](tessera_host::node::EntityRef)), looked up for every message
+/// with a fresh copy of the address, as a caller by address owns one. Finding the entity by its
+/// address and then sending as a handle does is the least any send by address can do: the
+/// benchmarks set it beside [`tell_round`] as that path's floor. `handles` holds one handle per
+/// target, which the closing asks go through.
+pub async fn tell_round_looked_up<S: std::hash::BuildHasher>(
+    handles: &mut HashMap<EntityAddress, tessera_host::node::EntityRef, S>,
+    targets: &[EntityAddress],
+    payload: &[u8],
+    tells_per_entity: usize,
+) {
+    assert_eq!(handles.len(), targets.len(), "one handle per target");
+    for _ in 0..tells_per_entity {
+        for to in targets {
+            let to = to.clone();
+            let target = handles.get_mut(&to).expect("a handle for every target");
+            tell_ref_until_taken(target, payload).await;
+        }
+    }
+    let barrier = handles
+        .values_mut()
+        .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30)));
+    for answer in futures::future::join_all(barrier).await {
+        answer.expect("barrier ask");
+    }
+}
+
 /// [`tell_round`] through reusable handles ([`EntityRef`](tessera_host::node::EntityRef)), one
 /// per target: the same tells and the same closing asks.
 pub async fn tell_round_refs(
