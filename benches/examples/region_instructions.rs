@@ -8,7 +8,9 @@
 //! Usage: `region_instructions node|ref|lookup|raw ROUNDS [SENDERS]` (`ref`: the same tells
 //! through one `EntityRef` per entity; `lookup`: by address through a sender-local map of those
 //! handles, the floor of any send by address). 100 entities (`ENTITIES=N` for another count,
-//! with room for them in the instance pool and the live-entity quota), 16 MiB linear
+//! with room for them in the instance pool and the live-entity quota;
+//! `SENDER_ROUTES_PER_THREAD=N` for the node's bound of routes kept per sender thread, 0 for
+//! none), 16 MiB linear
 //! memories (valgrind cannot reserve the 4 GiB per memory a node reserves by default), one
 //! sender (the default) or `SENDERS` sender tasks on as many worker threads, each with its
 //! share of the entities — for a profiler's view of the benchmark's two senders
@@ -67,6 +69,14 @@ async fn open_node(dir: &std::path::Path) -> Arc<Node> {
     let mut config =
         tessera_tests::node_config(dir, "bench-admin-token-0123456789", capacity() as u32);
     config.runtime = runtime_config();
+    // `SENDER_ROUTES_PER_THREAD=0` measures the node's tells by address without the routes it
+    // keeps for its senders.
+    if let Some(routes) = std::env::var("SENDER_ROUTES_PER_THREAD")
+        .ok()
+        .and_then(|routes| routes.parse().ok())
+    {
+        config.sender_routes_per_thread = routes;
+    }
     tessera_tests::counter_bench_node(config).await
 }
 

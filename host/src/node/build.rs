@@ -150,6 +150,8 @@ impl Node {
         // Only now is every deployed type bound: outboxes and reminders left by the last run
         // would otherwise meet "type not registered" and be given up.
         entities.start_messaging();
+        let sender_routes =
+            super::sender_routes::SenderRoutes::new(config.sender_routes_per_thread);
         Ok(Arc::new(Node {
             admin_token_sha256: token_hash(&admin_token),
             config,
@@ -165,6 +167,7 @@ impl Node {
             remember,
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),
+            sender_routes,
             quota_rejections: Default::default(),
             edge: EdgeCounters::default(),
         }))

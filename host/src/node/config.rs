@@ -118,6 +118,9 @@ pub struct NodeConfig {
     pub default_quotas: Quotas,
     /// Compiled plugins kept in memory beyond those that types are bound to.
     pub plugin_cache_entries: usize,
+    /// The most resolved routes each thread keeps for its tells by address (`Node::tell`);
+    /// 0 keeps none [default: 1,024; at most 65,536].
+    pub sender_routes_per_thread: usize,
     /// Set to run as one node of a cluster; left out, the node is a cluster of one.
     pub cluster: Option<ClusterConfig>,
 }
@@ -300,6 +303,7 @@ impl Default for NodeConfig {
             api: ApiLimits::default(),
             default_quotas: Quotas::default(),
             plugin_cache_entries: crate::runtime::PLUGIN_CACHE_ENTRIES_DEFAULT,
+            sender_routes_per_thread: super::SENDER_ROUTES_PER_THREAD,
             cluster: None,
         }
     }
@@ -334,6 +338,12 @@ impl NodeConfig {
             return Err("entities.active_entities_max must be at least 1 (or left out)".into());
         }
         self.api.validate()?;
+        if self.sender_routes_per_thread > super::SENDER_ROUTES_PER_THREAD_LIMIT {
+            return Err(format!(
+                "sender_routes_per_thread must be at most {}",
+                super::SENDER_ROUTES_PER_THREAD_LIMIT
+            ));
+        }
         if let Some(cluster) = &self.cluster {
             cluster.validate(&self.node_id)?;
         }
@@ -384,6 +394,23 @@ mod tests {
         assert_eq!(limits.connections_max, 2);
         assert_eq!(limits.header_read_timeout_ms, 10_000);
         assert_eq!(limits.drain_timeout_ms, 10_000);
+    }
+
+    #[test]
+    fn sender_routes_are_bounded() {
+        let config: NodeConfig = toml::from_str("sender_routes_per_thread = 0\n").unwrap();
+        assert_eq!(config.sender_routes_per_thread, 0);
+        assert!(config.validate().is_ok(), "0 keeps no routes");
+        let too_many = NodeConfig {
+            sender_routes_per_thread: crate::node::SENDER_ROUTES_PER_THREAD_LIMIT + 1,
+            ..NodeConfig::default()
+        };
+        let error = too_many.validate().unwrap_err();
+        assert!(error.contains("sender_routes_per_thread"), "{error}");
+        assert_eq!(
+            NodeConfig::default().sender_routes_per_thread,
+            crate::node::SENDER_ROUTES_PER_THREAD
+        );
     }
 
     #[test]

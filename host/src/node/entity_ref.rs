@@ -3,7 +3,9 @@
 //! registration and the entity's shard, and, once the entity is live here, its cell — is
 //! resolved once and looked up again only when it changed (the tenant's records or bucket, the
 //! type's registration, the cell). The guarantees are [`Node::tell`]'s and [`Node::ask`]'s:
-//! the same quota, routing, buffering and order.
+//! the same quota, routing, buffering and order. What a handle resolves, without the node it
+//! came from, is a [`ResolvedRoute`]: the node keeps those too, for its senders by address
+//! (`sender_routes`).
 
 use super::rate::TenantBucket;
 use super::{Node, NodeError};
@@ -29,7 +31,13 @@ use std::time::Duration;
 /// ```
 pub struct EntityRef {
     node: Arc<Node>,
-    route: EntityRoute,
+    resolved: ResolvedRoute,
+}
+
+/// Everything a message by address looks up, resolved for one entity: the region's route to it
+/// and its tenant's rate quota. Owned by a handle, or by a thread's sender routes.
+pub(super) struct ResolvedRoute {
+    pub(super) route: EntityRoute,
     tenant: TenantQuota,
 }
 
@@ -43,7 +51,7 @@ struct TenantQuota {
 impl std::fmt::Debug for EntityRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EntityRef")
-            .field("route", &self.route)
+            .field("route", &self.resolved.route)
             .finish_non_exhaustive()
     }
 }
@@ -52,13 +60,17 @@ impl Node {
     /// A reusable handle on the entity at `to`: an error if its tenant does not exist or its
     /// type is not deployed.
     pub fn entity_ref(self: &Arc<Self>, to: EntityAddress) -> Result<EntityRef, NodeError> {
-        let tenant = self.tenant_quota(&to.tenant)?;
-        let route = self.region.route_to(to)?;
         Ok(EntityRef {
             node: self.clone(),
-            route,
-            tenant,
+            resolved: self.resolve_route(to)?,
         })
+    }
+
+    /// The route to `to` and its tenant's quota, resolved now.
+    pub(super) fn resolve_route(&self, to: EntityAddress) -> Result<ResolvedRoute, NodeError> {
+        let tenant = self.tenant_quota(&to.tenant)?;
+        let route = self.region.route_to(to)?;
+        Ok(ResolvedRoute { route, tenant })
     }
 
     fn tenant_quota(&self, name: &str) -> Result<TenantQuota, NodeError> {
@@ -85,27 +97,29 @@ impl Node {
 impl EntityRef {
     /// The entity this handle sends to.
     pub fn address(&self) -> &EntityAddress {
-        self.route.address()
+        self.resolved.route.address()
     }
 
     /// Sends a one-way message, as [`Node::tell`] does.
     pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), NodeError> {
-        self.admit()?;
-        Ok(self.route.tell(payload).await?)
+        self.resolved.admit(&self.node)?;
+        Ok(self.resolved.route.tell(payload).await?)
     }
 
     /// Sends a message and waits for its reply, as [`Node::ask`] does.
     pub async fn ask(&mut self, payload: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, NodeError> {
-        self.admit()?;
-        Ok(self.route.ask(payload, Some(timeout)).await?)
+        self.resolved.admit(&self.node)?;
+        Ok(self.resolved.route.ask(payload, Some(timeout)).await?)
     }
+}
 
+impl ResolvedRoute {
     /// Admits a message by the tenant's rate quota (looking the tenant up again if its records
-    /// or its bucket changed).
-    fn admit(&mut self) -> Result<(), NodeError> {
+    /// or its bucket changed), as [`Node::tell`] admits one by address.
+    pub(super) fn admit(&mut self, node: &Node) -> Result<(), NodeError> {
         let quota = &self.tenant;
-        if quota.generation != self.node.catalog.tenants_generation() || quota.bucket.is_retired() {
-            self.refresh_quota()?;
+        if quota.generation != node.catalog.tenants_generation() || quota.bucket.is_retired() {
+            self.refresh_quota(node)?;
         }
         let quotas = &self.tenant.tenant.quotas;
         if self
@@ -115,23 +129,22 @@ impl EntityRef {
         {
             return Ok(());
         }
-        Err(self.over_rate())
+        Err(self.over_rate(node))
     }
 
     /// Looks the tenant's quota up again (its records or its bucket changed).
     #[cold]
-    fn refresh_quota(&mut self) -> Result<(), NodeError> {
-        self.tenant = self.node.tenant_quota(&self.route.address().tenant)?;
+    fn refresh_quota(&mut self, node: &Node) -> Result<(), NodeError> {
+        self.tenant = node.tenant_quota(&self.route.address().tenant)?;
         Ok(())
     }
 
     /// Counts and says that the tenant is over its message rate.
     #[cold]
-    fn over_rate(&self) -> NodeError {
+    fn over_rate(&self, node: &Node) -> NodeError {
         let quotas = &self.tenant.tenant.quotas;
         let to = self.route.address();
-        self.node
-            .count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
+        node.count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
         NodeError::Message(MessageError::new(
             ErrorKind::QuotaExceeded,
             format!(

@@ -1,6 +1,7 @@
 //! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
 //! passivation, state inspection, per-type status, the shard table, and shutdown.
 
+use super::sender_routes::Tried;
 use super::{Node, NodeError};
 use crate::contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
 use crate::state::EntityState;
@@ -35,9 +36,41 @@ impl Node {
     /// Sends a one-way message, after the tenant's rate quota admits it. Returns once the
     /// message is in the entity's mailbox, buffered for its shard, forwarded, or started on
     /// this task (an idle local entity's message runs here as far as it can without waiting).
+    ///
+    /// An entity this thread sends to again soon is told through a route the node keeps for
+    /// the thread (`sender_routes`), as through an [`EntityRef`](super::EntityRef): the same
+    /// quota, routing and order, without the shared tables' lookups. So is an ask.
     pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
-        self.admit(&to)?;
-        Ok(self.region.tell(to, payload).await?)
+        match self.sender_routes.tell_here(self, &to, payload)? {
+            Tried::Sent(()) => Ok(()),
+            Tried::Admitted(payload) => {
+                self.region.tell(to.clone(), payload).await?;
+                self.sender_routes.took_the_long_way(&to);
+                Ok(())
+            }
+            Tried::Missed {
+                payload,
+                keep: false,
+            } => {
+                self.admit(&to)?;
+                Ok(self.region.tell(to, payload).await?)
+            }
+            Tried::Missed {
+                payload,
+                keep: true,
+            } => {
+                self.admit(&to)?;
+                self.region.tell(to.clone(), payload).await?;
+                self.sender_routes.keep(self, to);
+                Ok(())
+            }
+        }
+    }
+
+    /// How many entities the calling thread keeps a resolved route to, for its tells by
+    /// address (at most `sender_routes_per_thread`): for tests and diagnostics.
+    pub fn sender_routes_here(&self) -> usize {
+        self.sender_routes.kept_here()
     }
 
     /// Sends a one-way message effectively once: the entity runs it at most once per `key`
@@ -66,8 +99,30 @@ impl Node {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, NodeError> {
-        self.admit(&to)?;
-        Ok(self.region.ask(to, payload, Some(timeout)).await?)
+        match self.sender_routes.ask_here(self, &to, payload, timeout)? {
+            Tried::Sent(reply) => Ok(reply.wait().await?),
+            Tried::Admitted(payload) => {
+                let reply = self.region.ask(to.clone(), payload, Some(timeout)).await?;
+                self.sender_routes.took_the_long_way(&to);
+                Ok(reply)
+            }
+            Tried::Missed {
+                payload,
+                keep: false,
+            } => {
+                self.admit(&to)?;
+                Ok(self.region.ask(to, payload, Some(timeout)).await?)
+            }
+            Tried::Missed {
+                payload,
+                keep: true,
+            } => {
+                self.admit(&to)?;
+                let reply = self.region.ask(to.clone(), payload, Some(timeout)).await?;
+                self.sender_routes.keep(self, to);
+                Ok(reply)
+            }
+        }
     }
 
     /// Passivates an entity after its queued messages.

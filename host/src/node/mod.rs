@@ -24,6 +24,7 @@ mod metrics;
 pub mod plane;
 mod rate;
 mod seat;
+mod sender_routes;
 mod tenants;
 
 pub use cluster::{ClusterStatus, MemberView};
@@ -37,6 +38,7 @@ pub use joining::MemberAction;
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;
 pub use rate::RateLimiter;
+pub use sender_routes::{SENDER_ROUTES_PER_THREAD, SENDER_ROUTES_PER_THREAD_LIMIT};
 pub use tenants::{Principal, token_hash};
 
 use crate::entity::Entities;
@@ -69,6 +71,8 @@ pub struct Node {
     remember: RememberWriter,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
+    /// Each thread's resolved routes for its tells by address.
+    sender_routes: sender_routes::SenderRoutes,
     quota_rejections: metrics::QuotaRejections,
     edge: EdgeCounters,
 }

@@ -34,4 +34,5 @@ pub use link::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
 pub use local::{LocalCell, LocalEntities};
 pub use membership::{Member, MemberSet, MemberStatus, Membership};
 pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};
+pub(crate) use region::PendingReply;
 pub use region::{EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, TypeSettings};

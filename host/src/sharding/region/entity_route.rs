@@ -23,6 +23,20 @@ use crate::sharding::local::LocalCell;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+/// The reply to an ask run on the sender's task ([`EntityRoute::ask_here`]), on its way.
+pub(crate) struct PendingReply {
+    receiver: oneshot::Receiver<Reply>,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl PendingReply {
+    /// The reply, or a timeout at the ask's deadline.
+    pub(crate) async fn wait(self) -> Reply {
+        send::await_reply(self.receiver, self.deadline, self.timeout).await
+    }
+}
+
 /// A resolved route to one entity ([`RegionHandle::route_to`]). Sending takes `&mut self`: a
 /// route is one sender's; clone the address into another route for another sender.
 pub struct EntityRoute {
@@ -82,8 +96,10 @@ impl EntityRoute {
     }
 
     /// The short way: runs the tell on this task when the entity's cell is idle here (`None`);
-    /// gives the payload back otherwise.
-    fn tell_here(&mut self, payload: Vec<u8>) -> Result<Option<Vec<u8>>, MessageError> {
+    /// gives the payload back otherwise, not sent, for the long way
+    /// ([`RegionHandle::tell`], then [`took_the_long_way`](Self::took_the_long_way)). An error
+    /// (the type is no longer registered) means it was not sent either.
+    pub(crate) fn tell_here(&mut self, payload: Vec<u8>) -> Result<Option<Vec<u8>>, MessageError> {
         if self.ty.is_retired() {
             self.resolve_again()?;
         }
@@ -123,6 +139,31 @@ impl EntityRoute {
     /// same order with everything else this sender sends to the entity). To an idle entity
     /// live here it runs on the caller's task, as a tell does.
     pub async fn ask(&mut self, payload: Vec<u8>, timeout: Option<Duration>) -> Reply {
+        let payload = match self.ask_here(payload, timeout)? {
+            Ok(pending) => return pending.wait().await,
+            Err(payload) => payload,
+        };
+        let timeout = timeout.unwrap_or(self.region.shared.config.request_timeout);
+        self.drop_cell_if_gone();
+        let reply = self
+            .region
+            .ask(self.address.clone(), payload, Some(timeout))
+            .await;
+        if reply.is_ok() {
+            self.hold_cell();
+        }
+        reply
+    }
+
+    /// The short way of an ask: runs it on this task when the entity's cell is idle here, and
+    /// gives back its reply on the way; gives the payload back otherwise, not sent, for the long
+    /// way ([`RegionHandle::ask`], then [`took_the_long_way`](Self::took_the_long_way)). An
+    /// error (the type is no longer registered) means it was not sent either.
+    pub(crate) fn ask_here(
+        &mut self,
+        payload: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<Result<PendingReply, Vec<u8>>, MessageError> {
         if self.ty.is_retired() {
             self.resolve_again()?;
         }
@@ -137,22 +178,30 @@ impl EntityRoute {
             },
             reply: Some(port),
         };
-        let payload = match self.run_on_cell(envelope) {
+        match self.run_on_cell(envelope) {
             Ok(run) => {
                 run.run();
-                return send::await_reply(receiver, deadline, timeout).await;
+                Ok(Ok(PendingReply {
+                    receiver,
+                    deadline,
+                    timeout,
+                }))
             }
-            Err(envelope) => envelope.payload,
-        };
-        self.drop_cell_if_gone();
-        let reply = self
-            .region
-            .ask(self.address.clone(), payload, Some(timeout))
-            .await;
-        if reply.is_ok() {
-            self.hold_cell();
+            Err(envelope) => Ok(Err(envelope.payload)),
         }
-        reply
+    }
+
+    /// After a message this route gave back went the long way (through
+    /// [`RegionHandle::tell`]) and was taken: let go of the cell if it left, and hold the
+    /// entity's cell for the next message if it is live on this node now.
+    pub(crate) fn took_the_long_way(&mut self) {
+        self.drop_cell_if_gone();
+        self.hold_cell();
+    }
+
+    /// Whether the route holds the cell of an entity live on this node.
+    pub(crate) fn holds_live_cell(&self) -> bool {
+        self.cell.as_ref().is_some_and(|cell| cell.is_live())
     }
 
     /// After a message went the long way and was taken: hold the entity's cell for the next

@@ -20,6 +20,7 @@ mod task;
 mod transfer;
 
 pub use entity_route::EntityRoute;
+pub(crate) use entity_route::PendingReply;
 pub use homes::TypeSettings;
 
 use std::sync::Arc;
