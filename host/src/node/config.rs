@@ -118,8 +118,8 @@ pub struct NodeConfig {
     pub default_quotas: Quotas,
     /// Compiled plugins kept in memory beyond those that types are bound to.
     pub plugin_cache_entries: usize,
-    /// The most resolved routes each thread keeps for its tells by address (`Node::tell`);
-    /// 0 keeps none [default: 1,024; at most 65,536].
+    /// The most resolved routes each thread keeps for its messages by address (`Node::tell`,
+    /// `Node::ask`); 0 keeps none [default: 1,024; at most 65,536].
     pub sender_routes_per_thread: usize,
     /// Set to run as one node of a cluster; left out, the node is a cluster of one.
     pub cluster: Option<ClusterConfig>,

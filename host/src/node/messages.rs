@@ -1,7 +1,7 @@
 //! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
 //! passivation, state inspection, per-type status, the shard table, and shutdown.
 
-use super::sender_routes::Tried;
+use super::sender_routes::{LongWay, Tried};
 use super::{Node, NodeError};
 use crate::contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
 use crate::state::EntityState;
@@ -39,35 +39,51 @@ impl Node {
     ///
     /// An entity this thread sends to again soon is told through a route the node keeps for
     /// the thread (`sender_routes`), as through an [`EntityRef`](super::EntityRef): the same
-    /// quota, routing and order, without the shared tables' lookups. So is an ask.
+    /// quota, routing and order, without the shared tables' lookups. [`ask`](Self::ask) does
+    /// the same.
     pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
         match self.sender_routes.tell_here(self, &to, payload)? {
             Tried::Sent(()) => Ok(()),
-            Tried::Admitted(payload) => {
-                self.region.tell(to.clone(), payload).await?;
-                self.sender_routes.took_the_long_way(&to);
-                Ok(())
-            }
-            Tried::Missed {
-                payload,
-                keep: false,
-            } => {
-                self.admit(&to)?;
-                Ok(self.region.tell(to, payload).await?)
-            }
-            Tried::Missed {
-                payload,
-                keep: true,
-            } => {
-                self.admit(&to)?;
-                self.region.tell(to.clone(), payload).await?;
-                self.sender_routes.keep(self, to);
-                Ok(())
+            Tried::NotSent(payload, long_way) => {
+                let tell = |to, payload| self.region.tell(to, payload);
+                self.the_long_way(to, payload, long_way, tell).await
             }
         }
     }
 
-    /// How many entities the calling thread keeps a resolved route to, for its tells by
+    /// Sends a message by address that this thread's route did not run: admitted here unless
+    /// the route admitted it, then through the region (`send`); afterwards, the route picks the
+    /// entity's cell up, or one is kept for the entity.
+    async fn the_long_way<T, Sending>(
+        &self,
+        to: EntityAddress,
+        payload: Vec<u8>,
+        long_way: LongWay,
+        send: impl FnOnce(EntityAddress, Vec<u8>) -> Sending,
+    ) -> Result<T, NodeError>
+    where
+        Sending: Future<Output = Result<T, MessageError>>,
+    {
+        match long_way {
+            LongWay::Admitted => {
+                let sent = send(to.clone(), payload).await?;
+                self.sender_routes.took_the_long_way(&to);
+                Ok(sent)
+            }
+            LongWay::Missed { keep: false } => {
+                self.admit(&to)?;
+                Ok(send(to, payload).await?)
+            }
+            LongWay::Missed { keep: true } => {
+                self.admit(&to)?;
+                let sent = send(to.clone(), payload).await?;
+                self.sender_routes.keep(self, to);
+                Ok(sent)
+            }
+        }
+    }
+
+    /// How many entities the calling thread keeps a resolved route to, for its messages by
     /// address (at most `sender_routes_per_thread`): for tests and diagnostics.
     pub fn sender_routes_here(&self) -> usize {
         self.sender_routes.kept_here()
@@ -101,26 +117,9 @@ impl Node {
     ) -> Result<Vec<u8>, NodeError> {
         match self.sender_routes.ask_here(self, &to, payload, timeout)? {
             Tried::Sent(reply) => Ok(reply.wait().await?),
-            Tried::Admitted(payload) => {
-                let reply = self.region.ask(to.clone(), payload, Some(timeout)).await?;
-                self.sender_routes.took_the_long_way(&to);
-                Ok(reply)
-            }
-            Tried::Missed {
-                payload,
-                keep: false,
-            } => {
-                self.admit(&to)?;
-                Ok(self.region.ask(to, payload, Some(timeout)).await?)
-            }
-            Tried::Missed {
-                payload,
-                keep: true,
-            } => {
-                self.admit(&to)?;
-                let reply = self.region.ask(to.clone(), payload, Some(timeout)).await?;
-                self.sender_routes.keep(self, to);
-                Ok(reply)
+            Tried::NotSent(payload, long_way) => {
+                let ask = |to, payload| self.region.ask(to, payload, Some(timeout));
+                self.the_long_way(to, payload, long_way, ask).await
             }
         }
     }

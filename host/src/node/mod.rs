@@ -71,7 +71,7 @@ pub struct Node {
     remember: RememberWriter,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
-    /// Each thread's resolved routes for its tells by address.
+    /// Each thread's resolved routes for its messages by address.
     sender_routes: sender_routes::SenderRoutes,
     quota_rejections: metrics::QuotaRejections,
     edge: EdgeCounters,

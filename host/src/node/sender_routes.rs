@@ -1,8 +1,8 @@
 //! [`SenderRoutes`]: each thread's resolved routes to the entities it tells and asks by
 //! address.
 //!
-//! A message by address ([`Node::tell`], [`Node::ask`]) finds its tenant's rate bucket, its type's registration
-//! and its entity's cell in tables every sender shares. A handle
+//! A message by address ([`Node::tell`], [`Node::ask`]) finds its tenant's rate bucket, its
+//! type's registration and its entity's cell in tables every sender shares. A handle
 //! ([`EntityRef`](super::EntityRef)) resolves all of that once. The node keeps such resolved
 //! routes for its senders by address too, in one map per thread. So a message to an entity
 //! this thread sent to before costs one lookup in a map no other thread touches.
@@ -56,12 +56,17 @@ pub(super) enum Tried<T> {
     /// Run (or started) on the sender's task, with what that gives back (an ask's reply on its
     /// way).
     Sent(T),
-    /// Admitted under the tenant's rate, not sent: it goes the long way, by address, and is not
-    /// admitted again.
-    Admitted(Vec<u8>),
-    /// No route: admit it and send it by address; `keep` says whether to keep a route for the
-    /// entity afterwards.
-    Missed { payload: Vec<u8>, keep: bool },
+    /// Not sent: the payload goes the long way, by address.
+    NotSent(Vec<u8>, LongWay),
+}
+
+/// Why a message goes the long way, and what follows it.
+pub(super) enum LongWay {
+    /// The route admitted it under the tenant's rate but could not run it here: it is not
+    /// admitted again, and the route picks the entity's cell up afterwards.
+    Admitted,
+    /// No route: admit it; `keep` says whether to keep a route for the entity afterwards.
+    Missed { keep: bool },
 }
 
 struct Routes {
@@ -139,30 +144,24 @@ impl SenderRoutes {
         send: impl FnOnce(&mut EntityRoute, Vec<u8>) -> SentHere<T>,
     ) -> Result<Tried<T>, NodeError> {
         if self.per_thread_max == 0 {
-            return Ok(Tried::Missed {
-                payload,
-                keep: false,
-            });
+            return Ok(Tried::NotSent(payload, LongWay::Missed { keep: false }));
         }
         let routes = self
             .per_thread
             .get_or(|| RefCell::new(Routes::new(self.per_thread_max)));
         // Busy only if a message run here told again by address from inside: the long way.
         let Ok(mut routes) = routes.try_borrow_mut() else {
-            return Ok(Tried::Missed {
-                payload,
-                keep: false,
-            });
+            return Ok(Tried::NotSent(payload, LongWay::Missed { keep: false }));
         };
         let Some(kept) = routes.routes.get_mut(to) else {
             let keep = routes.missed(to);
-            return Ok(Tried::Missed { payload, keep });
+            return Ok(Tried::NotSent(payload, LongWay::Missed { keep }));
         };
         kept.used = true;
         kept.resolved.admit(node)?;
         match send(&mut kept.resolved.route, payload) {
             Ok(Ok(sent)) => Ok(Tried::Sent(sent)),
-            Ok(Err(payload)) => Ok(Tried::Admitted(payload)),
+            Ok(Err(payload)) => Ok(Tried::NotSent(payload, LongWay::Admitted)),
             Err(error) => {
                 // The type is gone: so is the route.
                 routes.routes.remove(to);
