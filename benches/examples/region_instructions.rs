@@ -110,7 +110,8 @@ where
     }
 }
 
-async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
+/// A node with every entity activated by one ask by address, and the entities' addresses.
+async fn activated_node(dir: &std::path::Path, get: &[u8]) -> (Arc<Node>, Vec<EntityAddress>) {
     let node = open_node(dir).await;
     let addresses: Vec<EntityAddress> = (0..entities()).map(address).collect();
     for to in &addresses {
@@ -118,6 +119,11 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: 
             .await
             .expect("activation");
     }
+    (node, addresses)
+}
+
+async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
+    let (node, addresses) = activated_node(dir, get).await;
     on_senders(addresses, senders, |share| {
         let (node, get) = (node.clone(), get.to_vec());
         async move {
@@ -133,13 +139,7 @@ async fn node_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: 
 /// The node's rounds by address through a sender-local map of handles
 /// (`tessera_tests::tell_round_looked_up`): the floor of any send by address.
 async fn lookup_rounds(dir: &std::path::Path, rounds: usize, senders: usize, get: &[u8]) {
-    let node = open_node(dir).await;
-    let addresses: Vec<EntityAddress> = (0..entities()).map(address).collect();
-    for to in &addresses {
-        node.ask(to.clone(), get.to_vec(), Duration::from_secs(10))
-            .await
-            .expect("activation");
-    }
+    let (node, addresses) = activated_node(dir, get).await;
     on_senders(addresses, senders, |share| {
         let get = get.to_vec();
         let mut handles: HandlesByAddress = share

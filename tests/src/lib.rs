@@ -277,6 +277,26 @@ pub async fn tell_ref_until_taken(target: &mut tessera_host::node::EntityRef, pa
     }
 }
 
+/// Tells through `tell` until the tenant's message rate refuses one, and returns how many were
+/// taken; panics if more than `burst` were, or if a tell fails for another reason.
+pub async fn tells_until_over_rate(
+    burst: i64,
+    mut tell: impl AsyncFnMut() -> Result<(), tessera_host::node::NodeError>,
+) -> i64 {
+    use tessera_host::node::NodeError;
+    let mut taken = 0;
+    loop {
+        match tell().await {
+            Ok(()) => taken += 1,
+            Err(NodeError::Message(error)) if error.kind == ErrorKind::QuotaExceeded => {
+                return taken;
+            }
+            Err(error) => panic!("a tell failed otherwise than over the rate: {error}"),
+        }
+        assert!(taken <= burst, "the burst of {burst} let more through");
+    }
+}
+
 /// [`tell_round`] by address through a sender-local map from each target's address to its
 /// reusable handle ([`EntityRef`](tessera_host::node::EntityRef)), looked up for every message
 /// with a fresh copy of the address, as a caller by address owns one. Finding the entity by its
