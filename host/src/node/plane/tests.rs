@@ -28,6 +28,29 @@ impl CatalogObserver for Recorder {
     }
 }
 
+impl Recorder {
+    /// Waits until the observer has heard of tenant `name`'s creation. A follower's catalog
+    /// holds the tenant before its observer is told, so reading the store first does not mean
+    /// the observer has heard yet.
+    async fn wait_for_tenant(&self, name: &str) {
+        let started = Instant::now();
+        loop {
+            let seen = self.applied.lock().expect("recorder").clone();
+            if seen
+                .iter()
+                .any(|applied| matches!(applied, Applied::Tenant(tenant) if tenant.name == name))
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the observer never heard of tenant {name}: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 struct Voter {
     plane: Option<ReplicatedPlane>,
     transport: Option<Arc<Transport<PlaneMessage>>>,
@@ -167,13 +190,9 @@ async fn a_command_submitted_on_a_backup_commits_on_every_voter() {
     for index in 0..VOTERS.len() {
         harness.wait_for_tenant(index, "acme").await;
     }
+    // Every node's observer hears of the command.
     for voter in &harness.voters {
-        let seen = voter.recorder.applied.lock().expect("recorder").clone();
-        assert!(
-            seen.iter()
-                .any(|applied| matches!(applied, Applied::Tenant(tenant) if tenant.name == "acme")),
-            "every node's observer hears of the command: {seen:?}"
-        );
+        voter.recorder.wait_for_tenant("acme").await;
     }
     let refused = harness.plane(2).submit(tenant("acme")).await;
     assert_eq!(refused, Err(MetadataError::TenantExists("acme".into())));
@@ -257,12 +276,7 @@ async fn a_follower_rebuilds_the_catalog_from_the_voters_and_submits_through_the
         assert!(Instant::now() < deadline, "the follower never caught up");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let seen = recorder.applied.lock().expect("recorder").clone();
-    assert!(
-        seen.iter()
-            .any(|applied| matches!(applied, Applied::Tenant(tenant) if tenant.name == "before")),
-        "{seen:?}"
-    );
+    recorder.wait_for_tenant("before").await;
     // Its own command commits on the voters and is applied here before it is answered.
     let applied = follower.submit(tenant("from-follower")).await;
     assert!(
