@@ -56,7 +56,13 @@ async fn get(target: &mut EntityRef) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_keeps_its_senders_order_across_the_fast_path_the_mailbox_and_passivations() {
     let dir = tempfile::tempdir().unwrap();
-    let node = counter_node(dir.path(), None).await;
+    // The other sender asks as fast as it can: a rate quota that never binds.
+    let roomy = Quotas {
+        messages_per_second: 100_000_000,
+        messages_burst: 100_000_000,
+        ..Quotas::default()
+    };
+    let node = counter_node(dir.path(), Some(roomy)).await;
     let mut target = node.entity_ref(counter("shared")).unwrap();
     assert_eq!(get(&mut target).await, json!(0));
     let done = Arc::new(AtomicBool::new(false));

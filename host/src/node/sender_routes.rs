@@ -204,9 +204,10 @@ impl SenderRoutes {
         }
         routes.routes.insert(
             key,
+            // Used: the message it was kept after counts, so the next sweep keeps it.
             Kept {
                 resolved,
-                used: false,
+                used: true,
             },
         );
         debug_assert!(
