@@ -189,19 +189,24 @@ pub fn node_config(data_dir: &Path, admin_token: &str, instances_max: u32) -> No
     }
 }
 
+/// The default quotas with a message rate that never binds: for a tenant whose senders send as
+/// fast as they can.
+pub fn unbound_rate() -> tessera_host::metadata::Quotas {
+    tessera_host::metadata::Quotas {
+        messages_per_second: 100_000_000,
+        messages_burst: 100_000_000,
+        ..Default::default()
+    }
+}
+
 /// Opens a node with `config`, with tenant `bench` (a message rate that never binds) and
 /// `counter` deployed to it: the node of the local-messaging benchmarks.
 pub async fn counter_bench_node(config: NodeConfig) -> Arc<tessera_host::node::Node> {
-    use tessera_host::metadata::{Quotas, TypeOptions};
+    use tessera_host::metadata::TypeOptions;
     let node = tessera_host::node::Node::open(config)
         .await
         .expect("node opens");
-    let quotas = Quotas {
-        messages_per_second: 100_000_000,
-        messages_burst: 100_000_000,
-        ..Quotas::default()
-    };
-    node.create_tenant("bench", Some(quotas))
+    node.create_tenant("bench", Some(unbound_rate()))
         .await
         .expect("tenant");
     let bytes = std::fs::read(COUNTER).expect("plugin built");

@@ -56,12 +56,8 @@ async fn get(target: &mut EntityRef) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_keeps_its_senders_order_across_the_fast_path_the_mailbox_and_passivations() {
     let dir = tempfile::tempdir().unwrap();
-    // The other sender asks as fast as it can: a rate quota that never binds.
-    let roomy = Quotas {
-        messages_per_second: 100_000_000,
-        messages_burst: 100_000_000,
-        ..Quotas::default()
-    };
+    // The other sender asks as fast as it can.
+    let roomy = tessera_tests::unbound_rate();
     let node = counter_node(dir.path(), Some(roomy)).await;
     let mut target = node.entity_ref(counter("shared")).unwrap();
     assert_eq!(get(&mut target).await, json!(0));
@@ -163,16 +159,13 @@ async fn a_handle_sees_its_tenants_quota_change_and_its_type_deleted_and_redeplo
         messages_burst: 3,
         ..Quotas::default()
     };
-    let node = counter_node(dir.path(), Some(tight.clone())).await;
+    let node = counter_node(dir.path(), Some(tight)).await;
     let mut target = node.entity_ref(counter("q")).unwrap();
     let add = to_msgpack(&json!({"Add": 1}));
     let taken = tells_until_over_rate(3, async || target.tell(add.clone()).await).await;
-    let roomy = Quotas {
-        messages_per_second: 1_000_000,
-        messages_burst: 1_000_000,
-        ..tight
-    };
-    node.update_quotas("acme", roomy).await.unwrap();
+    node.update_quotas("acme", tessera_tests::unbound_rate())
+        .await
+        .unwrap();
     for _ in 0..10 {
         target.tell(add.clone()).await.unwrap();
     }

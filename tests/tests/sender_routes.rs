@@ -126,12 +126,8 @@ async fn a_node_keeping_no_routes_sends_every_tell_by_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tells_by_address_keep_their_order_through_kept_routes_the_mailbox_and_passivations() {
     let dir = tempfile::tempdir().unwrap();
-    // The other sender asks as fast as it can: a rate quota that never binds.
-    let roomy = Quotas {
-        messages_per_second: 100_000_000,
-        messages_burst: 100_000_000,
-        ..Quotas::default()
-    };
+    // The other sender asks as fast as it can.
+    let roomy = tessera_tests::unbound_rate();
     let node = counter_node(dir.path(), 16, Some(roomy)).await;
     assert_eq!(get(&node, "shared").await, json!(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -171,16 +167,13 @@ async fn a_kept_route_sees_its_tenants_quota_change_and_its_type_deleted_and_red
         messages_burst: 3,
         ..Quotas::default()
     };
-    let node = counter_node(dir.path(), 16, Some(tight.clone())).await;
+    let node = counter_node(dir.path(), 16, Some(tight)).await;
     let add = to_msgpack(&json!({"Add": 1}));
     let taken = tells_until_over_rate(3, async || node.tell(counter("q"), add.clone()).await).await;
     assert_eq!(node.sender_routes_here(), 1, "the route was kept");
-    let roomy = Quotas {
-        messages_per_second: 1_000_000,
-        messages_burst: 1_000_000,
-        ..tight
-    };
-    node.update_quotas("acme", roomy).await.unwrap();
+    node.update_quotas("acme", tessera_tests::unbound_rate())
+        .await
+        .unwrap();
     for _ in 0..10 {
         node.tell(counter("q"), add.clone()).await.unwrap();
     }
