@@ -75,22 +75,35 @@ fn node_round(rt: &tokio::runtime::Runtime, node: &Arc<Node>, get: &[u8]) {
     })
 }
 
-/// The same round through reusable handles: each sender task tells its own half of the
-/// counters, each through its handle.
-fn ref_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<EntityRef>>, get: &[u8]) {
+/// Runs `work` on each group on a task of its own, all at once, and puts the groups back (in
+/// the order their tasks end).
+fn on_each_group<G, Work>(
+    rt: &tokio::runtime::Runtime,
+    groups: &mut Vec<G>,
+    work: impl Fn(G) -> Work,
+) where
+    G: Send + 'static,
+    Work: std::future::Future<Output = G> + Send + 'static,
+{
     rt.block_on(async {
         let tasks: Vec<_> = std::mem::take(groups)
             .into_iter()
-            .map(|mut refs| {
-                let get = get.to_vec();
-                tokio::spawn(async move {
-                    tessera_tests::tell_round_refs(&mut refs, &get, TELLS_PER_ENTITY).await;
-                    refs
-                })
-            })
+            .map(|group| tokio::spawn(work(group)))
             .collect();
         for task in tasks {
             groups.push(task.await.unwrap());
+        }
+    })
+}
+
+/// The same round through reusable handles: each sender task tells its own half of the
+/// counters, each through its handle.
+fn ref_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<EntityRef>>, get: &[u8]) {
+    on_each_group(rt, groups, |mut refs| {
+        let get = get.to_vec();
+        async move {
+            tessera_tests::tell_round_refs(&mut refs, &get, TELLS_PER_ENTITY).await;
+            refs
         }
     })
 }
@@ -102,25 +115,12 @@ fn lookup_round(
     groups: &mut Vec<(Vec<EntityAddress>, HandlesByAddress)>,
     get: &[u8],
 ) {
-    rt.block_on(async {
-        let tasks: Vec<_> = std::mem::take(groups)
-            .into_iter()
-            .map(|(targets, mut handles)| {
-                let get = get.to_vec();
-                tokio::spawn(async move {
-                    tessera_tests::tell_round_looked_up(
-                        &mut handles,
-                        &targets,
-                        &get,
-                        TELLS_PER_ENTITY,
-                    )
-                    .await;
-                    (targets, handles)
-                })
-            })
-            .collect();
-        for task in tasks {
-            groups.push(task.await.unwrap());
+    on_each_group(rt, groups, |(targets, mut handles)| {
+        let get = get.to_vec();
+        async move {
+            tessera_tests::tell_round_looked_up(&mut handles, &targets, &get, TELLS_PER_ENTITY)
+                .await;
+            (targets, handles)
         }
     })
 }
@@ -128,23 +128,15 @@ fn lookup_round(
 /// The same round of raw typed calls: one task per group of instances, each called
 /// `TELLS_PER_ENTITY + 1` times.
 fn raw_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<RawInstance>>, get: &[u8]) {
-    rt.block_on(async {
-        let tasks: Vec<_> = std::mem::take(groups)
-            .into_iter()
-            .map(|mut instances| {
-                let get = get.to_vec();
-                tokio::spawn(async move {
-                    for _ in 0..=TELLS_PER_ENTITY {
-                        for instance in instances.iter_mut() {
-                            instance.handle(&get).await.unwrap();
-                        }
-                    }
-                    instances
-                })
-            })
-            .collect();
-        for task in tasks {
-            groups.push(task.await.unwrap());
+    on_each_group(rt, groups, |mut instances| {
+        let get = get.to_vec();
+        async move {
+            for _ in 0..=TELLS_PER_ENTITY {
+                for instance in instances.iter_mut() {
+                    instance.handle(&get).await.unwrap();
+                }
+            }
+            instances
         }
     })
 }

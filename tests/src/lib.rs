@@ -259,10 +259,20 @@ pub async fn tell_round(
             tell_until_taken(node, to, payload).await;
         }
     }
-    let barrier = targets
-        .iter()
-        .map(|to| node.ask(to.clone(), payload.to_vec(), Duration::from_secs(30)));
-    for answer in futures::future::join_all(barrier).await {
+    barrier(
+        targets
+            .iter()
+            .map(|to| node.ask(to.clone(), payload.to_vec(), Duration::from_secs(30))),
+    )
+    .await;
+}
+
+/// A round's completion barrier: awaits `asks` together; panics if one fails.
+async fn barrier<Asked>(asks: impl IntoIterator<Item = Asked>)
+where
+    Asked: std::future::Future<Output = Result<Vec<u8>, tessera_host::node::NodeError>>,
+{
+    for answer in futures::future::join_all(asks).await {
         answer.expect("barrier ask");
     }
 }
@@ -322,12 +332,12 @@ pub async fn tell_round_looked_up<S: std::hash::BuildHasher>(
             tell_ref_until_taken(target, payload).await;
         }
     }
-    let barrier = handles
-        .values_mut()
-        .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30)));
-    for answer in futures::future::join_all(barrier).await {
-        answer.expect("barrier ask");
-    }
+    barrier(
+        handles
+            .values_mut()
+            .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30))),
+    )
+    .await;
 }
 
 /// [`tell_round`] through reusable handles ([`EntityRef`](tessera_host::node::EntityRef)), one
@@ -342,10 +352,10 @@ pub async fn tell_round_refs(
             tell_ref_until_taken(target, payload).await;
         }
     }
-    let barrier = targets
-        .iter_mut()
-        .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30)));
-    for answer in futures::future::join_all(barrier).await {
-        answer.expect("barrier ask");
-    }
+    barrier(
+        targets
+            .iter_mut()
+            .map(|target| target.ask(payload.to_vec(), Duration::from_secs(30))),
+    )
+    .await;
 }

@@ -216,11 +216,11 @@ impl SenderRoutes {
         );
     }
 
-    /// The routes this thread keeps.
+    /// The routes this thread keeps (0 while a message runs here through one of them).
     pub(super) fn kept_here(&self) -> usize {
-        self.per_thread
-            .get()
-            .map_or(0, |routes| routes.borrow().routes.len())
+        self.per_thread.get().map_or(0, |routes| {
+            routes.try_borrow().map_or(0, |routes| routes.routes.len())
+        })
     }
 }
 
