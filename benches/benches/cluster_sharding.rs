@@ -113,7 +113,7 @@ fn address(index: usize) -> EntityAddress {
 async fn touch_all(node: &Node) {
     let add = to_msgpack(&serde_json::json!({"Add": 1}));
     for index in 0..ENTITIES {
-        node.ask(address(index), add.clone(), Duration::from_secs(10))
+        node.ask(&address(index), add.clone(), Duration::from_secs(10))
             .await
             .expect("first add");
     }
@@ -196,7 +196,7 @@ fn bench(c: &mut Criterion) {
         for sample in 0..ASK_SAMPLES {
             let to = remote[sample % remote.len()].clone();
             let started = Instant::now();
-            n1.ask(to, get.clone(), Duration::from_secs(10))
+            n1.ask(&to, get.clone(), Duration::from_secs(10))
                 .await
                 .expect("cross-node ask");
             asks.push(started.elapsed());
@@ -212,7 +212,11 @@ fn bench(c: &mut Criterion) {
     group.bench_function("cross_node_ask", |b| {
         b.iter(|| {
             let (n1, to, get) = (n1.clone(), remote[0].clone(), get.clone());
-            rt.block_on(async move { n1.ask(to, get, Duration::from_secs(10)).await.expect("ask") })
+            rt.block_on(async move {
+                n1.ask(&to, get, Duration::from_secs(10))
+                    .await
+                    .expect("ask")
+            })
         })
     });
     group.bench_function("raw_tcp_round_trip", |b| {
@@ -274,7 +278,7 @@ fn bench(c: &mut Criterion) {
                     while !stop.load(Ordering::Relaxed) {
                         let reply = node
                             .ask(
-                                address(index % ENTITIES),
+                                &address(index % ENTITIES),
                                 add.clone(),
                                 Duration::from_secs(10),
                             )

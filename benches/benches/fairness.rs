@@ -147,7 +147,7 @@ async fn flood(node: Arc<Node>, flooder: usize, stop: Arc<AtomicBool>, sent: Arc
     while !stop.load(Ordering::Relaxed) {
         let to = EntityAddress::new("noisy", "spin", format!("s{}", index % SPINNERS));
         index += FLOODERS;
-        match node.tell(to, spin.clone()).await {
+        match node.tell(&to, spin.clone()).await {
             Ok(()) => {
                 sent.fetch_add(1, Ordering::Relaxed);
                 // A client's next request comes after this one left its socket.

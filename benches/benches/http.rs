@@ -125,7 +125,7 @@ impl Bench {
     async fn node_ask(node: &Node, id: &str) {
         let payload = json_to_msgpack(&json!("Get"));
         node.ask(
-            EntityAddress::new("bench", "counter", id),
+            &EntityAddress::new("bench", "counter", id),
             payload,
             Duration::from_secs(10),
         )

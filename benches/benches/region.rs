@@ -109,7 +109,7 @@ fn ref_round(rt: &tokio::runtime::Runtime, groups: &mut Vec<Vec<EntityRef>>, get
 }
 
 /// The same round by address through each sender's map of handles: each sender task tells
-/// its own half of the counters, looking each handle up by a fresh copy of its address.
+/// its own half of the counters, looking each handle up by its borrowed address.
 fn lookup_round(
     rt: &tokio::runtime::Runtime,
     groups: &mut Vec<(Vec<EntityAddress>, HandlesByAddress)>,
@@ -159,7 +159,7 @@ fn bench_local_messaging(c: &mut Criterion) {
     // Activate every entity first: the benchmark measures messaging, not activation.
     rt.block_on(async {
         for index in 0..ENTITIES {
-            node.ask(address(index), get.clone(), Duration::from_secs(10))
+            node.ask(&address(index), get.clone(), Duration::from_secs(10))
                 .await
                 .unwrap();
         }
@@ -274,7 +274,7 @@ fn bench_local_messaging(c: &mut Criterion) {
         for sample in 0..ASK_SAMPLES {
             let started = Instant::now();
             node.ask(
-                address(sample % ENTITIES),
+                &address(sample % ENTITIES),
                 get.clone(),
                 Duration::from_secs(10),
             )

@@ -115,7 +115,7 @@ async fn activated_node(dir: &std::path::Path, get: &[u8]) -> (Arc<Node>, Vec<En
     let node = open_node(dir).await;
     let addresses: Vec<EntityAddress> = (0..entities()).map(address).collect();
     for to in &addresses {
-        node.ask(to.clone(), get.to_vec(), Duration::from_secs(10))
+        node.ask(to, get.to_vec(), Duration::from_secs(10))
             .await
             .expect("activation");
     }

@@ -234,7 +234,7 @@ pub fn resident_bytes() -> u64 {
 pub async fn tell_until_taken(node: &tessera_host::node::Node, to: &EntityAddress, payload: &[u8]) {
     use tessera_host::node::NodeError;
     loop {
-        match node.tell(to.clone(), payload.to_vec()).await {
+        match node.tell(to, payload.to_vec()).await {
             Ok(()) => return,
             Err(NodeError::Message(error)) if error.kind == ErrorKind::MailboxFull => {
                 tokio::task::yield_now().await
@@ -262,7 +262,7 @@ pub async fn tell_round(
     barrier(
         targets
             .iter()
-            .map(|to| node.ask(to.clone(), payload.to_vec(), Duration::from_secs(30))),
+            .map(|to| node.ask(to, payload.to_vec(), Duration::from_secs(30))),
     )
     .await;
 }
@@ -313,11 +313,11 @@ pub async fn tells_until_over_rate(
 }
 
 /// [`tell_round`] by address through a sender-local map from each target's address to its
-/// reusable handle ([`EntityRef`](tessera_host::node::EntityRef)), looked up for every message
-/// with a fresh copy of the address, as a caller by address owns one. Finding the entity by its
-/// address and then sending as a handle does is the least any send by address can do: the
-/// benchmarks set it beside [`tell_round`] as that path's floor. `handles` holds one handle per
-/// target, which the closing asks go through.
+/// reusable handle ([`EntityRef`](tessera_host::node::EntityRef)), looked up by the borrowed
+/// address for every message, as [`Node::tell`](tessera_host::node::Node::tell) borrows it.
+/// Finding the entity by its address and then sending as a handle does is the least any send
+/// by address can do: the benchmarks set it beside [`tell_round`] as that path's floor.
+/// `handles` holds one handle per target, which the closing asks go through.
 pub async fn tell_round_looked_up<S: std::hash::BuildHasher>(
     handles: &mut HashMap<EntityAddress, tessera_host::node::EntityRef, S>,
     targets: &[EntityAddress],
@@ -327,8 +327,7 @@ pub async fn tell_round_looked_up<S: std::hash::BuildHasher>(
     assert_eq!(handles.len(), targets.len(), "one handle per target");
     for _ in 0..tells_per_entity {
         for to in targets {
-            let to = to.clone();
-            let target = handles.get_mut(&to).expect("a handle for every target");
+            let target = handles.get_mut(to).expect("a handle for every target");
             tell_ref_until_taken(target, payload).await;
         }
     }

@@ -44,7 +44,7 @@ async fn ask(
 ) -> serde_json::Value {
     let reply = node
         .ask(
-            EntityAddress::new("acme", entity_type, id),
+            &EntityAddress::new("acme", entity_type, id),
             json_to_msgpack(&message),
             Duration::from_secs(10),
         )
@@ -110,7 +110,7 @@ async fn messages_sent_around_a_passivation_reach_the_next_activation_in_order()
     let counter = EntityAddress::new("acme", "counter", "p");
     let add = json_to_msgpack(&json!({"Add": 1}));
     for round in 0..50 {
-        node.tell(counter.clone(), add.clone()).await.unwrap();
+        node.tell(&counter, add.clone()).await.unwrap();
         if round % 5 == 0 {
             node.passivate(&counter).await.unwrap();
         }
@@ -228,7 +228,7 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
         tokio::spawn(async move {
             let get = json_to_msgpack(&json!("Get"));
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                node.ask(counter.clone(), get.clone(), Duration::from_secs(10))
+                node.ask(&counter, get.clone(), Duration::from_secs(10))
                     .await
                     .unwrap();
             }
@@ -239,7 +239,7 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
     for round in 1..=ROUNDS {
         tessera_tests::tell_until_taken(&node, &counter, &add).await;
         let seen = node
-            .ask(counter.clone(), get.clone(), Duration::from_secs(10))
+            .ask(&counter, get.clone(), Duration::from_secs(10))
             .await
             .unwrap();
         assert_eq!(
@@ -276,13 +276,12 @@ async fn tells_by_address_follow_their_tenants_quota_as_it_changes() {
     let to = EntityAddress::new("acme", "counter", "q");
     let add = json_to_msgpack(&json!({"Add": 1}));
     let taken =
-        tessera_tests::tells_until_over_rate(3, async || node.tell(to.clone(), add.clone()).await)
-            .await;
+        tessera_tests::tells_until_over_rate(3, async || node.tell(&to, add.clone()).await).await;
     node.update_quotas("acme", tessera_tests::unbound_rate())
         .await
         .unwrap();
     for _ in 0..10 {
-        node.tell(to.clone(), add.clone()).await.unwrap();
+        node.tell(&to, add.clone()).await.unwrap();
     }
     assert_eq!(
         ask(&node, "counter", "q", json!("Get")).await,
@@ -320,7 +319,7 @@ async fn a_message_left_waiting_by_its_sender_runs_before_the_next_one() {
     let node = active_sleepy_node(dir.path()).await;
     let sleepy = EntityAddress::new("acme", "sleepy", "s");
     let started = Instant::now();
-    node.tell(sleepy, json_to_msgpack(&json!({"Sleep": 300})))
+    node.tell(&sleepy, json_to_msgpack(&json!({"Sleep": 300})))
         .await
         .unwrap();
     assert_eq!(
@@ -345,7 +344,7 @@ async fn a_tell_does_not_wait_for_a_long_message_to_finish() {
     let started = Instant::now();
     tokio::time::timeout(
         Duration::from_secs(2),
-        node.tell(sleepy.clone(), json_to_msgpack(&json!({"Sleep": 5_000}))),
+        node.tell(&sleepy, json_to_msgpack(&json!({"Sleep": 5_000}))),
     )
     .await
     .expect("the tell waited for the guest's sleep")

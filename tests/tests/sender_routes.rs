@@ -42,7 +42,7 @@ fn counter(id: &str) -> EntityAddress {
 async fn get(node: &Node, id: &str) -> serde_json::Value {
     let reply = node
         .ask(
-            counter(id),
+            &counter(id),
             to_msgpack(&json!("Get")),
             Duration::from_secs(10),
         )
@@ -169,18 +169,19 @@ async fn a_kept_route_sees_its_tenants_quota_change_and_its_type_deleted_and_red
     };
     let node = counter_node(dir.path(), 16, Some(tight)).await;
     let add = to_msgpack(&json!({"Add": 1}));
-    let taken = tells_until_over_rate(3, async || node.tell(counter("q"), add.clone()).await).await;
+    let taken =
+        tells_until_over_rate(3, async || node.tell(&counter("q"), add.clone()).await).await;
     assert_eq!(node.sender_routes_here(), 1, "the route was kept");
     node.update_quotas("acme", tessera_tests::unbound_rate())
         .await
         .unwrap();
     for _ in 0..10 {
-        node.tell(counter("q"), add.clone()).await.unwrap();
+        node.tell(&counter("q"), add.clone()).await.unwrap();
     }
     assert_eq!(get(&node, "q").await, json!(taken + 10));
 
     node.delete_type("acme", "counter").await.unwrap();
-    let deleted = node.tell(counter("q"), add.clone()).await.unwrap_err();
+    let deleted = node.tell(&counter("q"), add.clone()).await.unwrap_err();
     assert!(
         matches!(&deleted, NodeError::Message(error) if error.kind == ErrorKind::EntityTypeNotRegistered),
         "a tell to a deleted type: {deleted}"
@@ -191,7 +192,7 @@ async fn a_kept_route_sees_its_tenants_quota_change_and_its_type_deleted_and_red
         .await
         .unwrap();
     for _ in 0..3 {
-        node.tell(counter("q"), add.clone()).await.unwrap();
+        node.tell(&counter("q"), add.clone()).await.unwrap();
     }
     let after = get(&node, "q").await;
     assert!(after.is_i64(), "the redeployed type answers: {after}");

@@ -41,8 +41,20 @@ impl Node {
     /// the thread (`sender_routes`), as through an [`EntityRef`](super::EntityRef): the same
     /// quota, routing and order, without the shared tables' lookups. [`ask`](Self::ask) does
     /// the same.
-    pub async fn tell(&self, to: EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
-        match self.sender_routes.tell_here(self, &to, payload)? {
+    ///
+    /// The address is borrowed: a message run here never copies it, and one that goes on
+    /// (queued, buffered, forwarded) takes its own copy.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: &tessera_host::node::Node) -> Result<(), tessera_host::node::NodeError> {
+    /// use tessera_host::contract::EntityAddress;
+    /// let counter = EntityAddress::new("default", "counter", "c-1");
+    /// let add = rmp_serde::to_vec_named(&serde_json::json!({"Add": 5})).unwrap();
+    /// node.tell(&counter, add).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn tell(&self, to: &EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
+        match self.sender_routes.tell_here(self, to, payload)? {
             Tried::Sent(()) => Ok(()),
             Tried::NotSent(payload, long_way) => {
                 let tell = |to, payload| self.region.tell(to, payload);
@@ -56,7 +68,7 @@ impl Node {
     /// entity's cell up, or one is kept for the entity.
     async fn the_long_way<T, Sending>(
         &self,
-        to: EntityAddress,
+        to: &EntityAddress,
         payload: Vec<u8>,
         long_way: LongWay,
         send: impl FnOnce(EntityAddress, Vec<u8>) -> Sending,
@@ -67,17 +79,15 @@ impl Node {
         match long_way {
             LongWay::Admitted => {
                 let sent = send(to.clone(), payload).await?;
-                self.sender_routes.took_the_long_way(&to);
+                self.sender_routes.took_the_long_way(to);
                 Ok(sent)
             }
-            LongWay::Missed { keep: false } => {
-                self.admit(&to)?;
-                Ok(send(to, payload).await?)
-            }
-            LongWay::Missed { keep: true } => {
-                self.admit(&to)?;
+            LongWay::Missed { keep } => {
+                self.admit(to)?;
                 let sent = send(to.clone(), payload).await?;
-                self.sender_routes.keep(self, to);
+                if keep {
+                    self.sender_routes.keep(self, to);
+                }
                 Ok(sent)
             }
         }
@@ -95,15 +105,15 @@ impl Node {
     /// A retry after an error or a lost answer is safe.
     pub async fn tell_once(
         &self,
-        to: EntityAddress,
+        to: &EntityAddress,
         payload: Vec<u8>,
         key: String,
         timeout: Duration,
     ) -> Result<(), NodeError> {
-        self.admit(&to)?;
+        self.admit(to)?;
         let meta = MessageMeta::from_origin(Origin::Client { key });
         self.region
-            .ask_with(to, payload, meta, Some(timeout))
+            .ask_with(to.clone(), payload, meta, Some(timeout))
             .await?;
         Ok(())
     }
@@ -111,11 +121,11 @@ impl Node {
     /// Sends a message and waits for its reply.
     pub async fn ask(
         &self,
-        to: EntityAddress,
+        to: &EntityAddress,
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, NodeError> {
-        match self.sender_routes.ask_here(self, &to, payload, timeout)? {
+        match self.sender_routes.ask_here(self, to, payload, timeout)? {
             Tried::Sent(reply) => Ok(reply.wait().await?),
             Tried::NotSent(payload, long_way) => {
                 let ask = |to, payload| self.region.ask(to, payload, Some(timeout));

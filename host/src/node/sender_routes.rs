@@ -185,10 +185,9 @@ impl SenderRoutes {
 
     /// After a message by address to `to` was taken: keeps a route to it on this thread, if there
     /// is room (or room can be made).
-    pub(super) fn keep(&self, node: &Node, to: EntityAddress) {
-        let key = to.clone();
+    pub(super) fn keep(&self, node: &Node, to: &EntityAddress) {
         // Resolved before the map is borrowed: resolving reads the node's shared tables.
-        let Ok(mut resolved) = node.resolve_route(to) else {
+        let Ok(mut resolved) = node.resolve_route(to.clone()) else {
             return;
         };
         resolved.route.took_the_long_way();
@@ -203,7 +202,7 @@ impl SenderRoutes {
             routes.sweep();
         }
         routes.routes.insert(
-            key,
+            to.clone(),
             // Used: the message it was kept after counts, so the next sweep keeps it.
             Kept {
                 resolved,

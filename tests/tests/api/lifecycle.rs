@@ -102,7 +102,7 @@ async fn a_restarted_node_brings_remembered_entities_back() {
         let address = EntityAddress::new("acme", "counter", id);
         let add = json!({"Add": index as i64 + 10});
         let reply = node
-            .ask(address, json_to_msgpack(&add), Duration::from_secs(10))
+            .ask(&address, json_to_msgpack(&add), Duration::from_secs(10))
             .await
             .unwrap();
         expected.insert(id, msgpack_to_json(&reply).unwrap());
@@ -193,7 +193,7 @@ async fn a_plugin_that_fails_to_load_leaves_only_its_type_unavailable() {
     };
     let deposit = node
         .ask(
-            EntityAddress::new("acme", "bank", "a"),
+            &EntityAddress::new("acme", "bank", "a"),
             json_to_msgpack(&json!({"Deposit": 5})),
             Duration::from_secs(10),
         )
@@ -202,7 +202,7 @@ async fn a_plugin_that_fails_to_load_leaves_only_its_type_unavailable() {
     assert_eq!(msgpack_to_json(&deposit).unwrap(), json!(5));
     let error = node
         .ask(
-            EntityAddress::new("acme", "counter", "c"),
+            &EntityAddress::new("acme", "counter", "c"),
             json_to_msgpack(&json!("Get")),
             Duration::from_secs(10),
         )

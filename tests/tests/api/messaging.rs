@@ -211,11 +211,7 @@ async fn reminders_survive_passivation_and_restart() {
     let address = EntityAddress::new("acme", "reminder", "r1");
     let ask = async |node: &Node, message: Json| {
         let reply = node
-            .ask(
-                address.clone(),
-                json_to_msgpack(&message),
-                Duration::from_secs(10),
-            )
+            .ask(&address, json_to_msgpack(&message), Duration::from_secs(10))
             .await
             .unwrap();
         msgpack_to_json(&reply).unwrap()

@@ -67,11 +67,11 @@ pub async fn tell(
     match key {
         Some(key) => {
             let timeout = Duration::from_millis(node.config().api.ask_timeout_ms_default);
-            node.tell_once(to, payload, key, timeout).await?;
+            node.tell_once(&to, payload, key, timeout).await?;
             Ok((StatusCode::ACCEPTED, Json(json!({ "status": "committed" }))))
         }
         None => {
-            node.tell(to, payload).await?;
+            node.tell(&to, payload).await?;
             Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
         }
     }
@@ -127,7 +127,7 @@ pub async fn ask(
     }
     let payload = message_payload(&headers, &bytes)?;
     let reply = node
-        .ask(to, payload, Duration::from_millis(timeout_ms))
+        .ask(&to, payload, Duration::from_millis(timeout_ms))
         .await?;
     reply_response(&headers, reply)
 }
