@@ -14,8 +14,9 @@
 //! - ask round trip p50 and p99 through the node.
 //!
 //! Both sides run on one two-thread Tokio runtime. The ratio printed at the end is the median
-//! over rounds taken in turns (node, raw, node, raw, ...), so that the machine's speed
-//! drifting during the run does not land on one side only.
+//! over rounds taken in turns (each side's round, then the next side's, in an order that changes
+//! from one round to the next), so that neither the machine's speed drifting during the run
+//! nor the caches left by the round before land on one side only.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::collections::HashMap;
@@ -34,8 +35,15 @@ static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::M
 const ENTITIES: usize = 1_000;
 const TELLS_PER_ENTITY: usize = 20;
 const ASK_SAMPLES: usize = 20_000;
-/// Rounds of the closing run, each a node round then a raw round.
-const PAIRED_ROUNDS: usize = 21;
+/// The sides of the closing run: by address, through handles, handles looked up by address,
+/// raw.
+const SIDES: usize = 4;
+/// The orders the sides take their turns in, round after round: a balanced Latin square, so
+/// that in every `SIDES` rounds each side goes first once and follows each other side once.
+const TURNS: [[usize; SIDES]; SIDES] = [[0, 1, 3, 2], [1, 2, 0, 3], [2, 3, 1, 0], [3, 0, 2, 1]];
+/// Rounds of the closing run, each a round of every side: a multiple of `SIDES`, so that every
+/// order of `TURNS` is taken equally often.
+const PAIRED_ROUNDS: usize = 6 * SIDES;
 /// Worker threads of the runtime both sides run on, and sender tasks / raw instance groups.
 const THREADS: usize = 2;
 
@@ -242,16 +250,23 @@ fn bench_local_messaging(c: &mut Criterion) {
     });
     group.finish();
 
-    // The ratios from rounds taken in turns, node, handles, handles looked up, raw, so that a
-    // change in the machine's speed during the run (other tenants of a shared host) falls on
-    // every side alike.
-    let rounds: Vec<[Duration; 4]> = (0..PAIRED_ROUNDS)
-        .map(|_| {
-            let node_took = timed(|| node_round(&rt, &node, &get));
-            let ref_took = timed(|| ref_round(&rt, &mut ref_groups, &get));
-            let lookup_took = timed(|| lookup_round(&rt, &mut lookup_groups, &get));
-            let raw_took = timed(|| raw_round(&rt, &mut groups, &get));
-            [node_took, ref_took, lookup_took, raw_took]
+    // The ratios from rounds taken in turns (by address, handles, handles looked up, raw), so
+    // that a change in the machine's speed during the run (other tenants of a shared host)
+    // falls on every side alike. The order changes from round to round (`TURNS`): a side finds
+    // the caches full of the data of the side before it, and a fixed order would charge that
+    // to one side only.
+    let rounds: Vec<[Duration; SIDES]> = (0..PAIRED_ROUNDS)
+        .map(|round| {
+            let mut took = [Duration::ZERO; SIDES];
+            for side in TURNS[round % SIDES] {
+                took[side] = match side {
+                    0 => timed(|| node_round(&rt, &node, &get)),
+                    1 => timed(|| ref_round(&rt, &mut ref_groups, &get)),
+                    2 => timed(|| lookup_round(&rt, &mut lookup_groups, &get)),
+                    _ => timed(|| raw_round(&rt, &mut groups, &get)),
+                };
+            }
+            took
         })
         .collect();
     drop((groups, ref_groups, lookup_groups));
@@ -259,7 +274,7 @@ fn bench_local_messaging(c: &mut Criterion) {
     // looked up by address) to raw.
     let median = |side: usize| {
         let mut sorted = rounds.clone();
-        let ratio = |round: &[Duration; 4]| round[3].as_secs_f64() / round[side].as_secs_f64();
+        let ratio = |round: &[Duration; SIDES]| round[3].as_secs_f64() / round[side].as_secs_f64();
         sorted.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
         let round = sorted[sorted.len() / 2];
         (round[side], round[3])
