@@ -25,7 +25,6 @@ use super::{Node, NodeError};
 use crate::contract::{EntityAddress, MessageError};
 use crate::sharding::{EntityRoute, PendingReply};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::time::Duration;
 use thread_local::ThreadLocal;
@@ -71,7 +70,10 @@ pub(super) enum LongWay {
 
 struct Routes {
     max: usize,
-    routes: HashMap<EntityAddress, Kept, foldhash::fast::RandomState>,
+    /// The routes, found by their address's hash and compared with the address each route
+    /// holds: the address is not kept a second time as a key.
+    routes: hashbrown::HashTable<Kept>,
+    hasher: foldhash::fast::RandomState,
     /// A Bloom filter of the recently missed addresses, and how many it holds (cleared at
     /// `2 * max`).
     recent_misses: Box<[u64]>,
@@ -84,12 +86,19 @@ struct Kept {
     used: bool,
 }
 
+impl Kept {
+    fn is_for(&self, to: &EntityAddress) -> bool {
+        self.resolved.route.address() == to
+    }
+}
+
 impl Routes {
     fn new(max: usize) -> Self {
         let bits = 2 * max * RECENT_MISS_BITS_PER_MISS;
         Routes {
             max,
-            routes: HashMap::default(),
+            routes: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             recent_misses: vec![0; bits.div_ceil(64)].into_boxed_slice(),
             recent_miss_count: 0,
         }
@@ -153,8 +162,9 @@ impl SenderRoutes {
         let Ok(mut routes) = routes.try_borrow_mut() else {
             return Ok(Tried::NotSent(payload, LongWay::Missed { keep: false }));
         };
-        let Some(kept) = routes.routes.get_mut(to) else {
-            let keep = routes.missed(to);
+        let hash = routes.hasher.hash_one(to);
+        let Some(kept) = routes.routes.find_mut(hash, |kept| kept.is_for(to)) else {
+            let keep = routes.missed(hash);
             return Ok(Tried::NotSent(payload, LongWay::Missed { keep }));
         };
         kept.used = true;
@@ -164,7 +174,7 @@ impl SenderRoutes {
             Ok(Err(payload)) => Ok(Tried::NotSent(payload, LongWay::Admitted)),
             Err(error) => {
                 // The type is gone: so is the route.
-                routes.routes.remove(to);
+                routes.forget(hash, to);
                 Err(error.into())
             }
         }
@@ -177,7 +187,7 @@ impl SenderRoutes {
             return;
         };
         if let Ok(mut routes) = routes.try_borrow_mut()
-            && let Some(kept) = routes.routes.get_mut(to)
+            && let Some(kept) = routes.find_mut(to)
         {
             kept.resolved.route.took_the_long_way();
         }
@@ -198,17 +208,24 @@ impl SenderRoutes {
         let Ok(mut routes) = routes.try_borrow_mut() else {
             return;
         };
+        // Used: the message it was kept after counts, so the next sweep keeps it.
+        let kept = Kept {
+            resolved,
+            used: true,
+        };
+        // Another task of this thread may have kept one meanwhile: this one replaces it.
+        if let Some(already) = routes.find_mut(to) {
+            *already = kept;
+            return;
+        }
         if routes.routes.len() >= routes.max {
             routes.sweep();
         }
-        routes.routes.insert(
-            to.clone(),
-            // Used: the message it was kept after counts, so the next sweep keeps it.
-            Kept {
-                resolved,
-                used: true,
-            },
-        );
+        let hasher = routes.hasher.clone();
+        let hash = hasher.hash_one(to);
+        routes.routes.insert_unique(hash, kept, |kept| {
+            hasher.hash_one(kept.resolved.route.address())
+        });
         debug_assert!(
             routes.routes.len() <= routes.max,
             "a thread keeps at most its bound of routes"
@@ -224,9 +241,22 @@ impl SenderRoutes {
 }
 
 impl Routes {
-    /// Notes a miss of `to`: whether it was missed recently too (then a route is worth keeping).
-    fn missed(&mut self, to: &EntityAddress) -> bool {
-        let hash = self.routes.hasher().hash_one(to);
+    /// The route to `to`, if this thread keeps one.
+    fn find_mut(&mut self, to: &EntityAddress) -> Option<&mut Kept> {
+        let hash = self.hasher.hash_one(to);
+        self.routes.find_mut(hash, |kept| kept.is_for(to))
+    }
+
+    /// Drops the route to `to` (whose address hashes to `hash`), if this thread keeps one.
+    fn forget(&mut self, hash: u64, to: &EntityAddress) {
+        if let Ok(route) = self.routes.find_entry(hash, |kept| kept.is_for(to)) {
+            route.remove();
+        }
+    }
+
+    /// Notes a miss of the address that hashes to `hash`: whether it was missed recently too
+    /// (then a route is worth keeping).
+    fn missed(&mut self, hash: u64) -> bool {
         // Two bit positions from the two halves of the hash.
         let filter_bits = self.recent_misses.len() * 64;
         let bits = [hash as u32 as usize, (hash >> 32) as usize].map(|half| half % filter_bits);
@@ -251,7 +281,7 @@ impl Routes {
     /// here, leave; if that frees less than a quarter of the map, every route leaves (so that a
     /// sweep, which visits every route, comes at most once per a quarter of the map's inserts).
     fn sweep(&mut self) {
-        self.routes.retain(|_, kept| {
+        self.routes.retain(|kept| {
             let stays = kept.used && kept.resolved.route.holds_live_cell();
             kept.used = false;
             stays
