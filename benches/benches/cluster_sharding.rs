@@ -194,9 +194,9 @@ fn bench(c: &mut Criterion) {
         let message = vec![7u8; envelope_bytes];
         let mut echo = vec![0u8; envelope_bytes];
         for sample in 0..ASK_SAMPLES {
-            let to = remote[sample % remote.len()].clone();
+            let to = &remote[sample % remote.len()];
             let started = Instant::now();
-            n1.ask(&to, get.clone(), Duration::from_secs(10))
+            n1.ask(to, get.clone(), Duration::from_secs(10))
                 .await
                 .expect("cross-node ask");
             asks.push(started.elapsed());
