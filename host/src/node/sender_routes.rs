@@ -162,8 +162,8 @@ impl SenderRoutes {
         let Ok(mut routes) = routes.try_borrow_mut() else {
             return Ok(Tried::NotSent(payload, LongWay::Missed { keep: false }));
         };
-        let hash = routes.hasher.hash_one(to);
-        let Some(kept) = routes.routes.find_mut(hash, |kept| kept.is_for(to)) else {
+        let hash = routes.hash(to);
+        let Some(kept) = routes.find_mut(hash, to) else {
             let keep = routes.missed(hash);
             return Ok(Tried::NotSent(payload, LongWay::Missed { keep }));
         };
@@ -186,9 +186,11 @@ impl SenderRoutes {
         let Some(routes) = self.per_thread.get() else {
             return;
         };
-        if let Ok(mut routes) = routes.try_borrow_mut()
-            && let Some(kept) = routes.find_mut(to)
-        {
+        let Ok(mut routes) = routes.try_borrow_mut() else {
+            return;
+        };
+        let hash = routes.hash(to);
+        if let Some(kept) = routes.find_mut(hash, to) {
             kept.resolved.route.took_the_long_way();
         }
     }
@@ -214,18 +216,15 @@ impl SenderRoutes {
             used: true,
         };
         // Another task of this thread may have kept one meanwhile: this one replaces it.
-        if let Some(already) = routes.find_mut(to) {
+        let hash = routes.hash(to);
+        if let Some(already) = routes.find_mut(hash, to) {
             *already = kept;
             return;
         }
         if routes.routes.len() >= routes.max {
             routes.sweep();
         }
-        let hasher = routes.hasher.clone();
-        let hash = hasher.hash_one(to);
-        routes.routes.insert_unique(hash, kept, |kept| {
-            hasher.hash_one(kept.resolved.route.address())
-        });
+        routes.insert(hash, kept);
         debug_assert!(
             routes.routes.len() <= routes.max,
             "a thread keeps at most its bound of routes"
@@ -241,10 +240,22 @@ impl SenderRoutes {
 }
 
 impl Routes {
-    /// The route to `to`, if this thread keeps one.
-    fn find_mut(&mut self, to: &EntityAddress) -> Option<&mut Kept> {
-        let hash = self.hasher.hash_one(to);
+    /// The hash `to`'s route is found by.
+    fn hash(&self, to: &EntityAddress) -> u64 {
+        self.hasher.hash_one(to)
+    }
+
+    /// The route to `to` (whose address hashes to `hash`), if this thread keeps one.
+    fn find_mut(&mut self, hash: u64, to: &EntityAddress) -> Option<&mut Kept> {
         self.routes.find_mut(hash, |kept| kept.is_for(to))
+    }
+
+    /// Adds a route whose address hashes to `hash` (none for it is kept yet).
+    fn insert(&mut self, hash: u64, kept: Kept) {
+        let hasher = &self.hasher;
+        self.routes.insert_unique(hash, kept, |kept| {
+            hasher.hash_one(kept.resolved.route.address())
+        });
     }
 
     /// Drops the route to `to` (whose address hashes to `hash`), if this thread keeps one.
