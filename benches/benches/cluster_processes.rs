@@ -141,7 +141,7 @@ fn bench_cluster_processes(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let dir = dir.path();
     let all: Vec<&str> = NODES.iter().copied().chain([JOINER]).collect();
-    tessera_host::cluster::create_dev_cluster(&dir.join("certs"), &all).expect("certificates");
+    tessera_cluster::create_dev_cluster(&dir.join("certs"), &all).expect("certificates");
     let mut voters: Vec<Voter> = NODES
         .iter()
         .map(|id| Voter {

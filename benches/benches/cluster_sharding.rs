@@ -21,9 +21,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_contract::EntityAddress;
 use tessera_host::node::{ClusterConfig, Node};
+use tessera_metadata::{Quotas, TypeOptions};
 use tessera_tests::processes::free_address;
 use tessera_tests::to_msgpack;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,7 +63,7 @@ struct Cluster {
 
 async fn start_cluster() -> Cluster {
     let dir = tempfile::tempdir().expect("temporary directory");
-    tessera_host::cluster::create_dev_cluster(&dir.path().join("certs"), &NODES).expect("certs");
+    tessera_cluster::create_dev_cluster(&dir.path().join("certs"), &NODES).expect("certs");
     let n1_cluster = free_address();
     let n1 = Node::open(cluster_config(dir.path(), "n1", n1_cluster, None))
         .await
@@ -122,8 +122,8 @@ async fn touch_all(node: &Node) {
 /// Counters `0..` whose shard `owner` owns, `count` of them.
 async fn owned_by(node: &Node, owner: &str, count: usize) -> Vec<EntityAddress> {
     let table = node.shards().await.expect("shard table");
-    let extractor = tessera_host::sharding::FnvExtractor::new(128);
-    use tessera_host::sharding::ShardExtractor;
+    let extractor = tessera_sharding::FnvExtractor::new(128);
+    use tessera_sharding::ShardExtractor;
     let owners: BTreeMap<u32, String> = table
         .into_iter()
         .filter(|(type_key, _, _, _)| type_key == "bench/counter")

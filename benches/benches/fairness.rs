@@ -13,9 +13,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::TypeOptions;
+use tessera_contract::EntityAddress;
 use tessera_host::node::Node;
+use tessera_metadata::TypeOptions;
 use tessera_tests::to_msgpack as json_to_msgpack;
 
 const ADMIN: &str = "admin-token-for-the-fairness-bench";

@@ -12,12 +12,12 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_contract::EntityAddress;
 use tessera_host::node::Node;
+use tessera_metadata::{Quotas, TypeOptions};
 use tessera_tests::to_msgpack as json_to_msgpack;
 
-/// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
+/// The allocator the `tessera` binary runs with (`crates/host/src/main.rs`), for both sides.
 #[global_allocator]
 static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 

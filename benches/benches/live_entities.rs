@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::{EntityAddress, Envelope, TypeKey};
-use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
-use tessera_host::runtime::{InstanceLimits, Runtime, RuntimeConfig};
-use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_contract::{EntityAddress, Envelope, TypeKey};
+use tessera_entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
+use tessera_runtime::{InstanceLimits, Runtime, RuntimeConfig};
+use tessera_state::{GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::resident_bytes;
 use tessera_tests::to_msgpack as json_to_msgpack;
 

@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_host::contract::{EntityAddress, Envelope, TypeKey};
-use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
-use tessera_host::runtime::baseline::RawInstance;
-use tessera_host::runtime::{InstanceLimits, Runtime, RuntimeConfig};
-use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore};
+use tessera_benches::baseline::RawInstance;
+use tessera_contract::{EntityAddress, Envelope, TypeKey};
+use tessera_entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
+use tessera_runtime::{InstanceLimits, Runtime, RuntimeConfig};
+use tessera_state::{EntityState, GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::resident_bytes;
 use tessera_tests::to_msgpack as json_to_msgpack;
 

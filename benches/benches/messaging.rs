@@ -14,12 +14,10 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::{EntityAddress, Envelope, TypeKey};
-use tessera_host::entity::{
-    Entities, EntityConfig, EntityParts, TellDelivery, TypeBinding, TypeTable,
-};
-use tessera_host::runtime::InstanceLimits;
-use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore};
+use tessera_contract::{EntityAddress, Envelope, TypeKey};
+use tessera_entity::{Entities, EntityConfig, EntityParts, TellDelivery, TypeBinding, TypeTable};
+use tessera_runtime::InstanceLimits;
+use tessera_state::{EntityState, GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::to_msgpack as json_to_msgpack;
 
 const SENDERS: usize = 200;

@@ -12,12 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use tessera_host::cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
-use tessera_host::contract::BoxFuture;
-use tessera_host::metadata::{
+use tessera_cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
+use tessera_contract::BoxFuture;
+use tessera_metadata::replicated_plane::{
+    PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport,
+};
+use tessera_metadata::{
     Applied, CatalogObserver, Command, LocalPlane, MetadataPlane, MetadataStore, Quotas,
 };
-use tessera_host::node::plane::{PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport};
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Sequential commands timed one by one on each side.

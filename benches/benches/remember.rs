@@ -8,9 +8,9 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::TypeKey;
-use tessera_host::state::remember::{RememberConfig, RememberOp, RememberWriter, RememberedId};
-use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_contract::TypeKey;
+use tessera_state::remember::{RememberConfig, RememberOp, RememberWriter, RememberedId};
+use tessera_state::{GroupCommitConfig, LocalState, StateStore};
 
 /// Records per measured write-behind iteration: queued at once, then flushed.
 const WRITE_BEHIND_RECORDS: usize = 20_000;

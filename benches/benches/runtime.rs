@@ -10,11 +10,11 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::{EntityAddress, Envelope, NoRoutes, TypeKey};
-use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
-use tessera_host::runtime::baseline::RawInstance;
-use tessera_host::runtime::{Activation, EntityContext, InstanceLimits};
-use tessera_host::state::{EntityState, GroupCommitConfig, LocalState, StateStore};
+use tessera_benches::baseline::RawInstance;
+use tessera_contract::{EntityAddress, Envelope, NoRoutes, TypeKey};
+use tessera_entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
+use tessera_runtime::{Activation, EntityContext, InstanceLimits};
+use tessera_state::{EntityState, GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::to_msgpack as json_to_msgpack;
 
 const PAYLOAD_BYTES: usize = 64;

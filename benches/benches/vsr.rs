@@ -11,12 +11,12 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use tessera_host::consensus::config::{BATCH_REQUESTS_MAX, Config};
-use tessera_host::consensus::durable::FileJournal;
-use tessera_host::consensus::journal::{InMemoryJournal, Journal};
-use tessera_host::consensus::message::{Message, Request};
-use tessera_host::consensus::replica::{Action, Replica};
-use tessera_host::consensus::state_machine::{KeyValue, KeyValueOperation};
+use tessera_consensus::config::{BATCH_REQUESTS_MAX, Config};
+use tessera_consensus::durable::FileJournal;
+use tessera_consensus::journal::{InMemoryJournal, Journal};
+use tessera_consensus::message::{Message, Request};
+use tessera_consensus::replica::{Action, Replica};
+use tessera_consensus::state_machine::{KeyValue, KeyValueOperation};
 
 /// Replicas in the measured cluster.
 const REPLICA_COUNT: u8 = 3;

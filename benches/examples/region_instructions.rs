@@ -20,13 +20,13 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_host::contract::EntityAddress;
+use tessera_benches::baseline::RawInstance;
+use tessera_contract::EntityAddress;
 use tessera_host::node::{EntityRef, Node};
-use tessera_host::runtime::baseline::RawInstance;
-use tessera_host::runtime::{Runtime, RuntimeConfig};
-use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_runtime::{Runtime, RuntimeConfig};
+use tessera_state::{GroupCommitConfig, LocalState, StateStore};
 
-/// The allocator the `tessera` binary runs with (`host/src/main.rs`), for both sides.
+/// The allocator the `tessera` binary runs with (`crates/host/src/main.rs`), for both sides.
 #[global_allocator]
 static ALLOCATOR: tessera_host::allocator::Mimalloc = tessera_host::allocator::Mimalloc;
 

@@ -42,7 +42,7 @@ impl Cluster {
     /// Certificates for `nodes` (none started yet); the first `voters` of them vote.
     pub fn new(nodes: &[&'static str], voters: usize, child_test: &'static str) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
-        tessera_host::cluster::create_dev_cluster(&dir.path().join("certs"), nodes)
+        tessera_cluster::create_dev_cluster(&dir.path().join("certs"), nodes)
             .expect("certificates");
         let members = nodes
             .iter()

@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tessera_host::contract::{EntityAddress, ErrorKind, MessageError, TypeKey};
-use tessera_host::entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
+use tessera_contract::{EntityAddress, ErrorKind, MessageError, TypeKey};
+use tessera_entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
 use tessera_host::node::NodeConfig;
-use tessera_host::runtime::{InstanceLimits, Plugin, Runtime, RuntimeConfig};
-use tessera_host::state::{GroupCommitConfig, LocalState, StateStore};
+use tessera_runtime::{InstanceLimits, Plugin, Runtime, RuntimeConfig};
+use tessera_state::{GroupCommitConfig, LocalState, StateStore};
 
 /// One engine for the whole test binary, with its compiled plugins cached on disk next to the
 /// test build, so tests neither recompile nor fill the address space with pools.
@@ -155,12 +155,12 @@ impl TestNode {
 /// A JSON value as MessagePack, through the host's codec.
 pub fn to_msgpack(json: &Json) -> Vec<u8> {
     let text = serde_json::to_vec(json).expect("a JSON value serializes");
-    tessera_host::codec::json_to_msgpack(&text).expect("serde_json writes valid JSON")
+    tessera_codec::json_to_msgpack(&text).expect("serde_json writes valid JSON")
 }
 
 /// MessagePack bytes as a JSON value, through the host's codec.
 pub fn from_msgpack(bytes: &[u8]) -> Result<Json, String> {
-    let text = tessera_host::codec::msgpack_to_json(bytes).map_err(|error| error.to_string())?;
+    let text = tessera_codec::msgpack_to_json(bytes).map_err(|error| error.to_string())?;
     serde_json::from_slice(&text).map_err(|error| error.to_string())
 }
 
@@ -191,8 +191,8 @@ pub fn node_config(data_dir: &Path, admin_token: &str, instances_max: u32) -> No
 
 /// The default quotas with a message rate that never binds: for a tenant whose senders send as
 /// fast as they can.
-pub fn unbound_rate() -> tessera_host::metadata::Quotas {
-    tessera_host::metadata::Quotas {
+pub fn unbound_rate() -> tessera_metadata::Quotas {
+    tessera_metadata::Quotas {
         messages_per_second: 100_000_000,
         messages_burst: 100_000_000,
         ..Default::default()
@@ -202,7 +202,7 @@ pub fn unbound_rate() -> tessera_host::metadata::Quotas {
 /// Opens a node with `config`, with tenant `bench` (a message rate that never binds) and
 /// `counter` deployed to it: the node of the local-messaging benchmarks.
 pub async fn counter_bench_node(config: NodeConfig) -> Arc<tessera_host::node::Node> {
-    use tessera_host::metadata::TypeOptions;
+    use tessera_metadata::TypeOptions;
     let node = tessera_host::node::Node::open(config)
         .await
         .expect("node opens");

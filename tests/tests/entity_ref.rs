@@ -7,9 +7,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tessera_host::contract::{EntityAddress, ErrorKind};
-use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_contract::{EntityAddress, ErrorKind};
 use tessera_host::node::{EntityRef, Node, NodeError};
+use tessera_metadata::{Quotas, TypeOptions};
 use tessera_tests::{from_msgpack, tell_ref_until_taken, tells_until_over_rate, to_msgpack};
 
 const ADMIN_TOKEN: &str = "entity-ref-test-admin-token-0123";

@@ -4,10 +4,10 @@
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tessera_host::contract::{ErrorKind, MessageMeta, Origin};
-use tessera_host::entity::EntityConfig;
-use tessera_host::runtime::InstanceLimits;
-use tessera_host::state::EntityState;
+use tessera_contract::{ErrorKind, MessageMeta, Origin};
+use tessera_entity::EntityConfig;
+use tessera_runtime::InstanceLimits;
+use tessera_state::EntityState;
 use tessera_tests::{TestNode, address, from_msgpack, to_msgpack};
 
 fn deploy(node: &TestNode, entity_type: &str, plugin: &str) {

@@ -4,9 +4,9 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_host::contract::EntityAddress;
-use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_contract::EntityAddress;
 use tessera_host::node::Node;
+use tessera_metadata::{Quotas, TypeOptions};
 use tessera_tests::{from_msgpack as msgpack_to_json, to_msgpack as json_to_msgpack};
 
 const ADMIN_TOKEN: &str = "node-test-admin-token-0123";
@@ -201,10 +201,10 @@ async fn a_senders_messages_keep_their_order_across_the_fast_path_and_the_mailbo
     let node = open(dir.path()).await;
     // The other sender asks as fast as it can: a message rate that never binds, so the test
     // is about order, not the quota.
-    let quotas = tessera_host::metadata::Quotas {
+    let quotas = tessera_metadata::Quotas {
         messages_per_second: 100_000_000,
         messages_burst: 100_000_000,
-        ..tessera_host::metadata::Quotas::default()
+        ..tessera_metadata::Quotas::default()
     };
     node.create_tenant("acme", Some(quotas)).await.unwrap();
     deploy(

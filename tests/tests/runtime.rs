@@ -3,9 +3,9 @@
 
 use serde_json::json;
 use std::time::{Duration, Instant};
-use tessera_host::contract::ErrorKind;
-use tessera_host::entity::EntityConfig;
-use tessera_host::runtime::InstanceLimits;
+use tessera_contract::ErrorKind;
+use tessera_entity::EntityConfig;
+use tessera_runtime::InstanceLimits;
 use tessera_tests::{TestNode, address};
 
 fn node() -> (tempfile::TempDir, TestNode) {
@@ -213,7 +213,7 @@ mod plugin {
         let sleeper = address("spin", "s2");
         let sleep = tessera_tests::to_msgpack(&json!({"Sleep": 3_600_000}));
         node.entities
-            .deliver(sleeper, 0, tessera_host::contract::Envelope::tell(sleep))
+            .deliver(sleeper, 0, tessera_contract::Envelope::tell(sleep))
             .unwrap();
         let stopped = tokio::time::timeout(Duration::from_secs(30), node.entities.stop_all()).await;
         assert!(stopped.is_ok(), "the node waited on a sleeping guest");
@@ -234,7 +234,7 @@ mod plugin {
         // 40 × 250 ms queued: 10 s of work if shutdown ran it.
         let mut replies = Vec::new();
         for _ in 0..40 {
-            let (envelope, reply) = tessera_host::contract::Envelope::ask(sleep.clone());
+            let (envelope, reply) = tessera_contract::Envelope::ask(sleep.clone());
             node.entities.deliver(sleeper.clone(), 0, envelope).unwrap();
             replies.push(reply);
         }
@@ -266,7 +266,7 @@ mod plugin {
         node.deploy("spin", tessera_tests::SPIN_FOREVER, 1, limits);
         let spinner = address("spin", "hot");
         let (envelope, reply) =
-            tessera_host::contract::Envelope::ask(tessera_tests::to_msgpack(&json!("Spin")));
+            tessera_contract::Envelope::ask(tessera_tests::to_msgpack(&json!("Spin")));
         node.entities.deliver(spinner, 0, envelope).unwrap();
         // Let it start spinning (the activation comes right before the call; give the call
         // a few epoch ticks to be under way).
@@ -541,8 +541,8 @@ async fn a_full_mailbox_is_backpressure_not_growth() {
         ..InstanceLimits::default()
     };
     node.types.bind(
-        tessera_host::contract::TypeKey::new(tessera_tests::TENANT, "spin"),
-        tessera_host::entity::TypeBinding {
+        tessera_contract::TypeKey::new(tessera_tests::TENANT, "spin"),
+        tessera_entity::TypeBinding {
             plugin: tessera_tests::plugin(tessera_tests::SPIN_FOREVER),
             version: 1,
             limits,
@@ -555,7 +555,7 @@ async fn a_full_mailbox_is_backpressure_not_growth() {
     let payload = tessera_tests::to_msgpack(&json!("Spin"));
     let mut refused = 0;
     for _ in 0..10 {
-        let envelope = tessera_host::contract::Envelope::tell(payload.clone());
+        let envelope = tessera_contract::Envelope::tell(payload.clone());
         if let Err(refused_envelope) = node.entities.deliver(address("spin", "busy"), 0, envelope) {
             assert_eq!(refused_envelope.0.kind, ErrorKind::MailboxFull);
             refused += 1;
@@ -632,25 +632,25 @@ async fn upgrade_happens_at_a_message_boundary_and_keeps_state() {
 #[test]
 fn a_second_start_loads_the_compiled_plugin_from_disk() {
     let cache = tempfile::tempdir().unwrap();
-    let config = tessera_host::runtime::RuntimeConfig {
+    let config = tessera_runtime::RuntimeConfig {
         instances_max: 4,
         compiled_cache_dir: Some(cache.path().to_path_buf()),
         ..Default::default()
     };
     let bytes = std::fs::read(tessera_tests::COUNTER).unwrap();
-    let first = tessera_host::runtime::Runtime::new(config.clone()).unwrap();
+    let first = tessera_runtime::Runtime::new(config.clone()).unwrap();
     let plugin = first.load(&bytes).unwrap();
     assert_eq!(first.compilations(), 1);
     assert!(first.is_cached(plugin.content_hash()));
     drop(first);
-    let second = tessera_host::runtime::Runtime::new(config).unwrap();
+    let second = tessera_runtime::Runtime::new(config).unwrap();
     second.load(&bytes).unwrap();
     assert_eq!(second.compilations(), 0, "the second start recompiled");
 }
 
 #[test]
 fn uploads_that_are_not_entity_components_are_refused() {
-    use tessera_host::runtime::LoadError;
+    use tessera_runtime::LoadError;
     let runtime = tessera_tests::shared_runtime();
     assert!(matches!(
         runtime.load(b"not wasm"),
@@ -706,7 +706,7 @@ async fn invoke_keeps_state_in_its_data_dir_and_stops_at_an_error() {
 /// from 0 and overwrite it. Its activation fails (a trap naming the key) and the value stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_that_no_longer_decodes_is_never_taken_for_absent() {
-    use tessera_host::state::{EntityState, WriteSet};
+    use tessera_state::{EntityState, WriteSet};
     let (_dir, node) = node();
     let counter = address("counter", "c1");
     let mut writes = WriteSet::new(counter.clone());
@@ -741,7 +741,7 @@ async fn an_abandoned_eviction_does_not_leak_the_live_entity_limit() {
         InstanceLimits::default(),
     );
     let tell = |id: &str, message: serde_json::Value| {
-        let envelope = tessera_host::contract::Envelope::tell(tessera_tests::to_msgpack(&message));
+        let envelope = tessera_contract::Envelope::tell(tessera_tests::to_msgpack(&message));
         node.entities
             .deliver(address("spin", id), 0, envelope)
             .unwrap();

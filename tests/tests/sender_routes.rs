@@ -8,9 +8,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tessera_host::contract::{EntityAddress, ErrorKind};
-use tessera_host::metadata::{Quotas, TypeOptions};
+use tessera_contract::{EntityAddress, ErrorKind};
 use tessera_host::node::{Node, NodeConfig, NodeError};
+use tessera_metadata::{Quotas, TypeOptions};
 use tessera_tests::{from_msgpack, tell_until_taken, tells_until_over_rate, to_msgpack};
 
 const ADMIN_TOKEN: &str = "sender-routes-test-admin-token-01";

@@ -1,0 +1,173 @@
+//! What a replica replicates: a deterministic [`StateMachine`] fed committed operations in op
+//! order and able to snapshot and restore its whole state (for checkpoints and state
+//! transfer), and [`KeyValue`], a small key-value store used by the tests and the simulator.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A deterministic state machine: the same operations in the same order give the same results
+/// on every replica. Operations are opaque bytes; a malformed one must yield an error result,
+/// never a panic, since any client can submit it.
+pub trait StateMachine {
+    /// Executes one committed operation and returns its result for the client.
+    fn apply(&mut self, operation: &[u8]) -> Vec<u8>;
+
+    /// Encodes the whole state. Deterministic: replicas in the same state produce the same
+    /// bytes, since checkpoints are compared by checksum.
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// Replaces the whole state with a [`StateMachine::snapshot`]. The bytes come from disk or
+    /// a peer (checksummed, but decoding must still never panic); on error the state is left
+    /// unchanged.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError>;
+}
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RestoreError {
+    /// The bytes are not a snapshot of this state machine.
+    #[error("snapshot does not decode: {0}")]
+    Malformed(String),
+}
+
+/// An operation of the key-value store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyValueOperation {
+    /// Sets `key` to `value`; the result is the previous value.
+    Put {
+        /// The key.
+        key: u64,
+        /// The new value.
+        value: u64,
+    },
+    /// Reads `key`.
+    Get {
+        /// The key.
+        key: u64,
+    },
+}
+
+/// The result of a key-value operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyValueResult {
+    /// The value before a put, or the value read by a get.
+    Value(Option<u64>),
+    /// The operation bytes did not decode.
+    Malformed,
+}
+
+impl KeyValueOperation {
+    /// Encodes the operation for a [`super::message::Request`].
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec(self).unwrap_or_default()
+    }
+}
+
+impl KeyValueResult {
+    /// Decodes a result; anything undecodable reads as [`KeyValueResult::Malformed`].
+    pub fn decode(bytes: &[u8]) -> KeyValueResult {
+        rmp_serde::from_slice(bytes).unwrap_or(KeyValueResult::Malformed)
+    }
+}
+
+/// An in-memory key-value store of `u64` keys and values.
+///
+/// ```
+/// use tessera_consensus::state_machine::{KeyValue, KeyValueOperation, KeyValueResult, StateMachine};
+///
+/// let mut store = KeyValue::default();
+/// store.apply(&KeyValueOperation::Put { key: 1, value: 10 }.encode());
+/// let result = store.apply(&KeyValueOperation::Get { key: 1 }.encode());
+/// assert_eq!(KeyValueResult::decode(&result), KeyValueResult::Value(Some(10)));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyValue {
+    values: BTreeMap<u64, u64>,
+}
+
+impl KeyValue {
+    /// The current value of `key`.
+    pub fn get(&self, key: u64) -> Option<u64> {
+        self.values.get(&key).copied()
+    }
+}
+
+impl StateMachine for KeyValue {
+    fn apply(&mut self, operation: &[u8]) -> Vec<u8> {
+        let result = match rmp_serde::from_slice::<KeyValueOperation>(operation) {
+            Ok(KeyValueOperation::Put { key, value }) => {
+                KeyValueResult::Value(self.values.insert(key, value))
+            }
+            Ok(KeyValueOperation::Get { key }) => KeyValueResult::Value(self.get(key)),
+            Err(_) => KeyValueResult::Malformed,
+        };
+        rmp_serde::to_vec(&result).unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let pairs: Vec<(u64, u64)> = self
+            .values
+            .iter()
+            .map(|(key, value)| (*key, *value))
+            .collect();
+        rmp_serde::to_vec(&pairs)
+            .unwrap_or_else(|error| panic!("pairs of u64 always encode: {error}"))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
+        let pairs: Vec<(u64, u64)> = rmp_serde::from_slice(snapshot)
+            .map_err(|error| RestoreError::Malformed(error.to_string()))?;
+        self.values = pairs.into_iter().collect();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_returns_the_previous_value_and_garbage_is_rejected() {
+        let mut store = KeyValue::default();
+        let first = store.apply(&KeyValueOperation::Put { key: 3, value: 1 }.encode());
+        let second = store.apply(&KeyValueOperation::Put { key: 3, value: 2 }.encode());
+        assert_eq!(KeyValueResult::decode(&first), KeyValueResult::Value(None));
+        assert_eq!(
+            KeyValueResult::decode(&second),
+            KeyValueResult::Value(Some(1))
+        );
+        assert_eq!(
+            KeyValueResult::decode(&store.apply(&[0xc1])),
+            KeyValueResult::Malformed
+        );
+        assert_eq!(store.get(3), Some(2));
+    }
+
+    #[test]
+    fn a_snapshot_restores_the_same_state_and_garbage_leaves_it_unchanged() {
+        let mut store = KeyValue::default();
+        for key in 0..5 {
+            store.apply(
+                &KeyValueOperation::Put {
+                    key,
+                    value: key * 7,
+                }
+                .encode(),
+            );
+        }
+        let mut copy = KeyValue::default();
+        copy.restore(&store.snapshot())
+            .expect("a snapshot restores");
+        assert_eq!(copy, store);
+        assert_eq!(
+            copy.snapshot(),
+            store.snapshot(),
+            "snapshots are deterministic"
+        );
+        assert!(copy.restore(&[0xc1, 0x00]).is_err());
+        assert_eq!(copy, store);
+    }
+}

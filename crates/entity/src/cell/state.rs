@@ -1,0 +1,383 @@
+//! A live entity's working state (`CellState`): its instance and what a message needs of it —
+//! activating or upgrading at a message boundary, its pass through the tenant's gate, giving
+//! the instance back to the pool — and the end of the entity: passivation. One message's way
+//! through it (whether it runs at all, the guest call, the commit of its writes with its tells,
+//! reminders and receipt before the reply) is `message`; its effects beyond its writes are
+//! `effects`.
+
+use super::CellMessage;
+use crate::core::Core;
+use crate::counters::TypeCounters;
+use crate::fairness::CallPass;
+use crate::types::TypeBinding;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tessera_contract::{EntityAddress, ErrorKind, MessageError, ShardId};
+use tessera_runtime::{Activation, CallGate, EntityContext, EntityInstance};
+use tessera_state::remember::{RememberOp, RememberedId};
+use tokio::sync::mpsc;
+
+mod effects;
+mod message;
+
+pub(super) use message::Waiting;
+
+/// The longest a cell waits for a slot of a full instance pool before its message fails with
+/// `unavailable` (retryable).
+const POOL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a cell waiting for a pool slot looks again if no instance was dropped meanwhile.
+const POOL_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What a message needs of a live entity: its instance, the type's binding, the entity's
+/// durable counters and its tenant's gate. Held under the cell's lock by whoever runs a message.
+pub(super) struct CellState {
+    core: Arc<Core>,
+    address: EntityAddress,
+    shard: ShardId,
+    /// Shared with the directory: whether this cell holds an instance now.
+    holds_instance: Arc<std::sync::atomic::AtomicBool>,
+    counters: Arc<TypeCounters>,
+    /// The type's binding as of a type-table generation, so the hot path skips the lookup.
+    binding_cache: Option<(u64, Option<Arc<TypeBinding>>)>,
+    /// Boxed: it moves into each message's guest call and back, and a pointer moves for it.
+    instance: Option<Box<EntityInstance>>,
+    running_version: u32,
+    version_to_record: Option<u32>,
+    activated_before: bool,
+    /// The outbox sequence number of this entity's next tell (durable, read at activation).
+    next_seq: u64,
+    /// The highest timer id this entity committed.
+    last_timer: u64,
+    /// Set by a message or a failed activation: the cell passivates after it.
+    pub(super) passivate_requested: bool,
+    /// This entity's place at its tenant's gate to guest execution, and the same place as
+    /// the runtime's hook for its calls (kept by the instance between messages).
+    pass: Option<(Arc<CallPass>, Arc<dyn CallGate>)>,
+    /// What is left of a message a sender ran as far as it went without waiting, for the
+    /// cell's task to finish before anything else ([`finish_rest`](Self::finish_rest)).
+    rest: Option<Waiting>,
+    /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
+    /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
+    /// worker first.
+    runs_long: bool,
+}
+
+impl CellState {
+    pub(super) fn new(
+        core: Arc<Core>,
+        address: EntityAddress,
+        shard: ShardId,
+        holds_instance: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        let counters = core.counters(&address.type_key());
+        CellState {
+            core,
+            counters,
+            binding_cache: None,
+            address,
+            shard,
+            holds_instance,
+            instance: None,
+            running_version: 0,
+            version_to_record: None,
+            activated_before: false,
+            next_seq: 0,
+            last_timer: 0,
+            passivate_requested: false,
+            pass: None,
+            rest: None,
+            runs_long: false,
+        }
+    }
+
+    pub(super) fn address(&self) -> &EntityAddress {
+        &self.address
+    }
+
+    /// The type's idle timeout (`None`: never passivated for idleness, or the type is gone).
+    pub(super) fn idle_timeout(&mut self) -> Option<std::time::Duration> {
+        self.binding()
+            .ok()
+            .and_then(|binding| binding.passivate_idle)
+    }
+
+    /// Whether the instance is up on the type's active version.
+    pub(super) fn is_ready(&mut self) -> bool {
+        let running = self.running_version;
+        self.instance.is_some()
+            && self
+                .cached_binding()
+                .is_some_and(|binding| binding.version == running)
+    }
+
+    /// Whether a message may run on its sender's task now: the instance is up on the type's
+    /// active version (no activation or upgrade to do), the entity's calls have been short, and
+    /// no passivation or shutdown is under way.
+    pub(super) fn can_run_here(&mut self) -> bool {
+        !self.runs_long && !self.passivate_requested && !self.core.is_closing() && self.is_ready()
+    }
+
+    /// Gives the instance back to the pool (another entity needs the slot); the entity stays
+    /// live and activates afresh on its next message.
+    pub(super) async fn release_instance(&mut self) {
+        if self.instance.is_some() {
+            self.drop_instance().await;
+            self.core
+                .stats
+                .instance_swaps
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The type's binding as of the type table's generation (looked up again only when the
+    /// table changed); `None` once the type is gone.
+    fn cached_binding(&mut self) -> Option<&Arc<TypeBinding>> {
+        let types = &self.core.types;
+        let generation = types.generation();
+        if !matches!(&self.binding_cache, Some((cached, _)) if *cached == generation) {
+            let binding = types.get(&self.address.type_key());
+            self.binding_cache = Some((generation, binding));
+        }
+        self.binding_cache
+            .as_ref()
+            .and_then(|(_, binding)| binding.as_ref())
+    }
+
+    pub(super) fn binding(&mut self) -> Result<Arc<TypeBinding>, MessageError> {
+        let binding = self.cached_binding().cloned();
+        binding.ok_or_else(|| self.type_gone())
+    }
+
+    /// The error of a message to an entity whose type is no longer deployed.
+    fn type_gone(&self) -> MessageError {
+        MessageError::new(
+            ErrorKind::EntityTypeNotRegistered,
+            format!(
+                "entity type {} is no longer deployed in tenant {}",
+                self.address.entity_type, self.address.tenant
+            ),
+        )
+    }
+
+    /// Makes sure an instance of the type's active version is running, activating or
+    /// upgrading it at this message boundary.
+    pub(super) async fn ready(&mut self) -> Result<(), MessageError> {
+        let binding = match self.binding() {
+            Ok(binding) => binding,
+            Err(error) => {
+                self.passivate_requested = true;
+                return Err(error);
+            }
+        };
+        let upgraded_from = match &self.instance {
+            Some(_) if self.running_version == binding.version => return Ok(()),
+            Some(_) => Some(self.running_version),
+            None => None,
+        };
+        if upgraded_from.is_some() {
+            self.drop_instance().await;
+        }
+        let core = self.core.clone();
+        let meta = core
+            .state
+            .meta(&self.address)
+            .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        let sequences = core
+            .state
+            .sequences(&self.address)
+            .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        self.next_seq = sequences.next_seq;
+        self.last_timer = sequences.last_timer;
+        let recorded = meta.version;
+        let reason = match (upgraded_from, recorded) {
+            (Some(from), _) => Activation::Upgraded(from),
+            (None, Some(version)) if version != binding.version => Activation::Upgraded(version),
+            (None, Some(_)) => Activation::Restarted,
+            (None, None) if self.activated_before => Activation::Restarted,
+            (None, None) => Activation::FirstStart,
+        };
+        let context = || EntityContext {
+            state: core.state.clone(),
+            router: core.router.clone(),
+            entity_state_bytes: meta.state_bytes,
+            last_timer: sequences.last_timer,
+            interrupt: core.closing.clone(),
+        };
+        // The pool is a cache of instances over durable state: when it is full, the least
+        // recently used idle entity gives its instance back and this one waits for the slot,
+        // at most `POOL_WAIT_MAX`.
+        let waiting_since = std::time::Instant::now();
+        let mut instance = loop {
+            if core.runtime.pool_is_full() {
+                core.cells.release_lru_instance(&self.address);
+            }
+            let freed = core.runtime.instance_freed();
+            let attempt = core
+                .runtime
+                .instantiate(
+                    &binding.plugin,
+                    self.address.clone(),
+                    binding.limits,
+                    context(),
+                )
+                .await;
+            match attempt {
+                Ok(instance) => break Box::new(instance),
+                Err(error)
+                    if error.kind == ErrorKind::Unavailable
+                        && waiting_since.elapsed() < POOL_WAIT_MAX =>
+                {
+                    core.cells.release_lru_instance(&self.address);
+                    let _ = tokio::time::timeout(POOL_RETRY_INTERVAL, freed).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        let pass = self
+            .gate_pass(&binding)
+            .clone()
+            .enter(&self.core.stats.throttled_calls)
+            .await;
+        if core.is_closing() {
+            return Err(shutting_down());
+        }
+        let call = Box::pin(async move {
+            let activated = instance.activate(reason).await;
+            (instance, activated)
+        });
+        let (instance, activated) = core.runtime.run_call(call, true).await?.0;
+        drop(pass);
+        activated?;
+        self.holds_instance
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let tick = core.uses.load(Ordering::Relaxed);
+        core.cells.took_instance(&self.address, tick);
+        core.stats.activations.fetch_add(1, Ordering::Relaxed);
+        self.counters.activated(reason);
+        tracing::debug!(entity = %self.address, version = binding.version, ?reason, "activated");
+        self.activated_before = true;
+        self.running_version = binding.version;
+        self.version_to_record = (recorded != Some(binding.version)).then_some(binding.version);
+        self.instance = Some(instance);
+        Ok(())
+    }
+
+    /// This entity's pass through its tenant's gate under `binding`'s limits, made once
+    /// (again only if the tenant's cap or budget changes); entering it waits until the tenant
+    /// may run one more guest call.
+    pub(super) fn gate_pass(&mut self, binding: &TypeBinding) -> &Arc<CallPass> {
+        let (cap, budget) = gate_limits(binding);
+        self.gate_pass_for(cap, budget)
+    }
+
+    /// [`gate_pass`](Self::gate_pass) for a cap of `cap` running calls and a budget of
+    /// `cpu_ms_per_second`.
+    pub(super) fn gate_pass_for(&mut self, cap: usize, cpu_ms_per_second: u64) -> &Arc<CallPass> {
+        if !matches!(&self.pass, Some((pass, _)) if pass.fits(cap, cpu_ms_per_second)) {
+            self.pass = None;
+        }
+        let (pass, _) = self.pass.get_or_insert_with(|| {
+            let gate = self.core.gates.gate(&self.address.tenant, cap);
+            let pass = CallPass::new(gate, cpu_ms_per_second, &self.core);
+            let hook: Arc<dyn CallGate> = pass.clone();
+            (pass, hook)
+        });
+        pass
+    }
+
+    /// The gate pass the current call entered through, and its runtime hook.
+    pub(super) fn entered_pass(&self) -> Option<&(Arc<CallPass>, Arc<dyn CallGate>)> {
+        self.pass.as_ref()
+    }
+
+    /// Drops the instance without calling the guest (it failed, or saw effects that did not
+    /// land). Not async, so a message's future does not carry a guest call's state for it.
+    #[cold]
+    pub(super) fn discard_instance(&mut self, error: &MessageError) {
+        self.core
+            .stats
+            .instance_discards
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(entity = %self.address, %error, "instance discarded");
+        if let Some(instance) = self.take_instance() {
+            self.count_dropped_log_lines(&instance);
+        }
+    }
+
+    /// Deactivates the instance (the guest's `deactivate`) and drops it.
+    async fn drop_instance(&mut self) {
+        if let Some(mut instance) = self.take_instance() {
+            instance.deactivate().await;
+            self.count_dropped_log_lines(&instance);
+        }
+    }
+
+    fn take_instance(&mut self) -> Option<Box<EntityInstance>> {
+        self.holds_instance
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.instance.take()
+    }
+
+    fn count_dropped_log_lines(&self, instance: &EntityInstance) {
+        self.core
+            .stats
+            .guest_log_lines_dropped
+            .fetch_add(instance.log_lines_dropped(), Ordering::Relaxed);
+    }
+
+    /// Deactivates the instance and removes the cell (generation `generation`) if no message
+    /// is waiting in `mailbox`. Returns true when the cell is gone; otherwise the waiting
+    /// messages go to a fresh activation. A `stopping` cell (handoff, shutdown) stays
+    /// remembered; a passivated one is forgotten.
+    pub(super) async fn passivate(
+        &mut self,
+        mailbox: &mut mpsc::Receiver<CellMessage>,
+        generation: u64,
+        stopping: bool,
+    ) -> bool {
+        self.drop_instance().await;
+        self.passivate_requested = false;
+        let left = self
+            .core
+            .cells
+            .leave_unless(&self.address, generation, &mut || {
+                if !mailbox.is_empty() {
+                    return true;
+                }
+                mailbox.close();
+                false
+            });
+        if !left {
+            return false;
+        }
+        self.core.stats.passivations.fetch_add(1, Ordering::Relaxed);
+        self.counters.passivations.fetch_add(1, Ordering::Relaxed);
+        if !stopping {
+            self.remember(RememberOp::Forgotten);
+        }
+        tracing::debug!(entity = %self.address, "passivated");
+        true
+    }
+
+    /// Records a start or a passivation for remember-entities, if the type is remembered.
+    pub(super) fn remember(&mut self, op: fn(RememberedId) -> RememberOp) {
+        let remembered = self.binding().is_ok_and(|binding| binding.remember);
+        if let (true, Some(writer)) = (remembered, &self.core.remember) {
+            writer.record(op(RememberedId::new(&self.address, self.shard)));
+        }
+    }
+}
+
+/// The answer to a message the node did not start because it is shutting down.
+pub(super) fn shutting_down() -> MessageError {
+    MessageError::unavailable("the node is shutting down; the message was not run")
+}
+
+/// The cap of running calls and the CPU budget a type's calls pass their tenant's gate under.
+pub(super) fn gate_limits(binding: &TypeBinding) -> (usize, u64) {
+    (
+        binding.limits.concurrent_guests_max.max(1),
+        binding.limits.cpu_ms_per_second,
+    )
+}

@@ -1,0 +1,473 @@
+//! One message through a live entity: what decides whether it runs at all (the node closing,
+//! the ask's deadline passed, a duplicate of an effectively-once message), then the guest call
+//! through the tenant's gate, and the commit of its writes together with its messaging before
+//! the reply.
+//!
+//! A message goes through steps, so that its sender can run it as far as it goes without
+//! waiting and hand only the rest to the cell's task ([`CellState::start_here`]): it is
+//! [`Waiting::Start`] until it has passed its tenant's gate, [`Waiting::Call`] while its guest
+//! call runs and [`Waiting::Commit`] while its writes commit; [`CellState::resume`] takes it
+//! from any of them to its reply.
+
+use super::{CellState, gate_limits, shutting_down};
+use crate::fairness::Entered;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use tessera_contract::envelope::answer;
+use tessera_contract::{
+    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, ReplyPort,
+};
+use tessera_runtime::{Effects, EntityInstance, HandleOutcome, Weight};
+use tessera_state::{Receipt, WriteSet};
+
+/// Where a message stopped when it had to wait (for activation or its tenant's gate, for its
+/// guest call, for its commit); [`CellState::resume`] goes on from there.
+pub(in crate::cell) enum Waiting {
+    /// Nothing of it has run: the instance must be made ready and the gate passed first.
+    Start(Message),
+    /// Its guest call is under way.
+    Call(CallUnderWay),
+    /// Its guest call finished; its writes commit before its reply.
+    /// (Boxed: a commit waits on the disk anyway, and every message's step is moved.)
+    Commit(Box<Committing>),
+}
+
+/// A message that is to run: what it carries past the checks of [`CellState::admit`].
+pub(in crate::cell) struct Message {
+    payload: Vec<u8>,
+    chain: Vec<EntityAddress>,
+    receipt: Option<Box<Receipt>>,
+    reply: Option<ReplyPort>,
+}
+
+/// A message's guest call, begun: the call's future and where its reply goes.
+pub(in crate::cell) struct BegunCall {
+    call: BoxFuture<'static, GuestCall>,
+    receipt: Option<Box<Receipt>>,
+    reply: Option<ReplyPort>,
+}
+
+/// A message's guest call, begun and inside its tenant's gate.
+pub(in crate::cell) struct CallUnderWay {
+    begun: BegunCall,
+    pass: Entered,
+    /// Whether its first (untimed) poll was made: the runtime times the polls after it.
+    first_poll_done: bool,
+}
+
+/// A message whose guest call finished, with writes to commit before its reply.
+pub(in crate::cell) struct Committing {
+    reply: Vec<u8>,
+    effects: Option<Box<Effects>>,
+    writes: Box<WriteSet>,
+    port: Option<ReplyPort>,
+}
+
+impl CellState {
+    /// Processes one message to its reply (the cell's task: it may wait at every step).
+    pub(in crate::cell) async fn process(&mut self, envelope: Envelope) {
+        if let Some(message) = self.admit(envelope) {
+            self.resume(Waiting::Start(message)).await;
+        }
+    }
+
+    /// Runs one message on its sender's task as far as it goes without waiting, polling its
+    /// guest call once with `context`: most messages finish (a short guest call
+    /// and nothing to commit) and `None` is returned. Otherwise what is left, for
+    /// [`resume`](Self::resume) to take on the cell's task — so a message's future is made
+    /// (and boxed) only when it has to wait (an activation or upgrade among them).
+    pub(in crate::cell) fn start_here(
+        &mut self,
+        envelope: Envelope,
+        context: &mut Context<'_>,
+    ) -> Option<Waiting> {
+        let message = self.admit(envelope)?;
+        // Ready when claimed, but a deploy may have moved the type's version (or removed the
+        // type) since: the upgrade at this message boundary has to wait.
+        let (running, has_instance) = (self.running_version, self.instance.is_some());
+        let (cap, budget) = match self.cached_binding() {
+            Some(binding) if has_instance && binding.version == running => gate_limits(binding),
+            _ => return Some(Waiting::Start(message)),
+        };
+        if !self.gate_pass_for(cap, budget).try_enter() {
+            return Some(Waiting::Start(message));
+        }
+        let Some(mut begun) = self.begin_call(message) else {
+            self.leave_gate();
+            return None;
+        };
+        match begun.call.as_mut().poll(context) {
+            Poll::Pending => Some(Waiting::Call(CallUnderWay {
+                begun,
+                pass: self.entered(),
+                first_poll_done: true,
+            })),
+            Poll::Ready(output) => {
+                self.leave_gate();
+                let BegunCall { receipt, reply, .. } = begun;
+                self.after_call(Ok((output, Weight::Light)), receipt, reply)
+            }
+        }
+    }
+
+    /// Leaves what is left of a message a sender ran for the cell's task
+    /// ([`finish_rest`](Self::finish_rest)).
+    pub(in crate::cell) fn leave_rest(&mut self, rest: Waiting) {
+        debug_assert!(
+            self.rest.is_none(),
+            "a sender runs a message only when none is unfinished"
+        );
+        self.rest = Some(rest);
+    }
+
+    /// Finishes what a sender left of its message, if anything: true when there was a rest.
+    pub(in crate::cell) async fn finish_rest(&mut self) -> bool {
+        let Some(rest) = self.rest.take() else {
+            return false;
+        };
+        self.resume(rest).await;
+        true
+    }
+
+    /// Takes a message from where it had to wait to its reply.
+    pub(in crate::cell) async fn resume(&mut self, mut waiting: Waiting) {
+        loop {
+            waiting = match waiting {
+                Waiting::Start(message) => match self.enter(message).await {
+                    Some(call) => Waiting::Call(call),
+                    None => return,
+                },
+                Waiting::Call(call) => {
+                    let CallUnderWay {
+                        begun:
+                            BegunCall {
+                                call,
+                                receipt,
+                                reply,
+                            },
+                        pass,
+                        first_poll_done,
+                    } = call;
+                    let runtime = &self.core.runtime;
+                    let ran = if first_poll_done {
+                        runtime.run_polled_call(call).await
+                    } else {
+                        runtime.run_call(call, !self.runs_long).await
+                    };
+                    drop(pass);
+                    match self.after_call(ran, receipt, reply) {
+                        Some(waiting) => waiting,
+                        None => return,
+                    }
+                }
+                Waiting::Commit(committing) => {
+                    self.commit(*committing).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The checks before a message runs: `None` when it must not (it has been answered).
+    fn admit(&mut self, envelope: Envelope) -> Option<Message> {
+        let Envelope {
+            payload,
+            meta,
+            reply,
+        } = envelope;
+        if let Some(refused) = self.refusal(meta.deadline, meta.origin.as_deref()) {
+            answer(reply, refused);
+            return None;
+        }
+        self.counters.messages.add(1);
+        Some(Message {
+            payload,
+            chain: meta.chain,
+            receipt: meta.origin,
+            reply,
+        })
+    }
+
+    /// The answer to a message that must not run: the node is closing, the asker's deadline
+    /// passed before it started (it is not executed), or it is a duplicate of an
+    /// effectively-once message already applied (answered empty, not run again).
+    fn refusal(
+        &self,
+        deadline: Option<std::time::Instant>,
+        receipt: Option<&Receipt>,
+    ) -> Option<Reply> {
+        if self.core.is_closing() {
+            return Some(Err(shutting_down()));
+        }
+        if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+            return Some(Err(self.expired()));
+        }
+        self.duplicate(receipt?)
+    }
+
+    /// Counts an ask whose deadline passed before it started, and says so.
+    #[cold]
+    fn expired(&self) -> MessageError {
+        self.core.stats.expired_asks.fetch_add(1, Ordering::Relaxed);
+        MessageError::new(
+            ErrorKind::Timeout,
+            "the ask's deadline passed before the entity started it; it was not executed",
+        )
+    }
+
+    /// The answer to an effectively-once message already applied (answered empty), if it is
+    /// one. Out of line: only messages from entities and reminders carry a receipt.
+    #[inline(never)]
+    fn duplicate(&self, receipt: &Receipt) -> Option<Reply> {
+        match self.core.state.is_duplicate(&self.address, receipt) {
+            Ok(true) => {
+                self.core
+                    .stats
+                    .duplicates_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                Some(Ok(Vec::new()))
+            }
+            Ok(false) => None,
+            Err(error) => Some(Err(MessageError::new(
+                ErrorKind::Internal,
+                error.to_string(),
+            ))),
+        }
+    }
+
+    /// Makes the instance ready (activating or upgrading it) and waits at the tenant's gate,
+    /// then begins the guest call; `None` if the message failed on the way (answered).
+    async fn enter(&mut self, message: Message) -> Option<CallUnderWay> {
+        if !self.is_ready() {
+            // Boxed: activation's future is large, and most messages find the instance up.
+            if let Err(error) = Box::pin(self.ready()).await {
+                return self.fail(message, error);
+            }
+        }
+        let pass = match self.binding() {
+            Ok(binding) => self.gate_pass(&binding).clone(),
+            Err(error) => return self.fail(message, error),
+        };
+        let pass = pass.enter(&self.core.stats.throttled_calls).await;
+        // Not begun (the node closing): `pass` leaves the gate as it drops.
+        let begun = self.begin_call(message)?;
+        Some(CallUnderWay {
+            begun,
+            pass,
+            first_poll_done: false,
+        })
+    }
+
+    /// Begins the guest call of `message`, inside its tenant's gate; `None` if the node is
+    /// closing (answered).
+    fn begin_call(&mut self, message: Message) -> Option<BegunCall> {
+        let Message {
+            payload,
+            chain,
+            receipt,
+            reply,
+        } = message;
+        if self.core.is_closing() {
+            self.finish(reply, Err(shutting_down()));
+            return None;
+        }
+        let mut instance = self
+            .instance
+            .take()
+            .expect("invariant: a message begins its call on a ready instance");
+        instance.begin_message(chain, self.entered_pass().map(|(_, hook)| hook));
+        let call = Box::pin(async move {
+            let outcome = instance.handle_begun(&payload).await;
+            (instance, outcome)
+        });
+        Some(BegunCall {
+            call,
+            receipt,
+            reply,
+        })
+    }
+
+    /// The call the cell's gate pass let in
+    /// ([`CallPass::try_enter`](crate::fairness::CallPass::try_enter)), to leave the
+    /// gate when dropped.
+    fn entered(&self) -> Entered {
+        let (pass, _) = self
+            .entered_pass()
+            .expect("invariant: a call that entered the gate entered through the cell's pass");
+        pass.entered()
+    }
+
+    /// The call the cell's gate pass let in leaves the gate.
+    fn leave_gate(&self) {
+        if let Some((pass, _)) = self.entered_pass() {
+            pass.leave();
+        }
+    }
+
+    /// After the guest call: the reply at once when there is nothing to commit (`None`),
+    /// else the commit to wait for.
+    fn after_call(
+        &mut self,
+        ran: Result<(GuestCall, Weight), MessageError>,
+        receipt: Option<Box<Receipt>>,
+        port: Option<ReplyPort>,
+    ) -> Option<Waiting> {
+        match self.settle(ran, receipt) {
+            Err(error) => {
+                self.finish(port, Err(error));
+                None
+            }
+            Ok(Settled {
+                reply,
+                effects,
+                writes: Some(writes),
+            }) => Some(Waiting::Commit(Box::new(Committing {
+                reply,
+                effects,
+                writes,
+                port,
+            }))),
+            Ok(Settled {
+                reply,
+                effects,
+                writes: None,
+            }) => {
+                if let Some(effects) = &effects {
+                    self.carry_out(effects);
+                }
+                self.finish(port, Ok(reply));
+                None
+            }
+        }
+    }
+
+    /// Commits a message's writes with its messaging, then carries its effects out and
+    /// replies.
+    async fn commit(&mut self, committing: Committing) {
+        let Committing {
+            reply,
+            effects,
+            writes,
+            port,
+        } = committing;
+        let started = std::time::Instant::now();
+        let committed = self.core.state.commit(*writes).await;
+        self.counters.committed(started.elapsed());
+        if let Err(error) = committed {
+            // The instance saw writes that did not land: start afresh from durable state.
+            let error = MessageError::new(ErrorKind::Internal, error.to_string());
+            self.discard_instance(&error);
+            self.finish(port, Err(error));
+            return;
+        }
+        self.version_to_record = None;
+        if let Some(effects) = &effects {
+            self.carry_out(effects);
+        }
+        self.finish(port, Ok(reply));
+    }
+
+    /// Answers `message` with `error` before its call began; nothing is left to run.
+    fn fail<T>(&self, message: Message, error: MessageError) -> Option<T> {
+        self.finish(message.reply, Err(error));
+        None
+    }
+
+    /// Answers a message that ran (or failed on the way), counting a failure.
+    fn finish(&self, port: Option<ReplyPort>, outcome: Reply) {
+        if let Err(error) = &outcome {
+            self.counters.failed(error.kind);
+        }
+        answer(port, outcome);
+    }
+
+    /// Takes a finished guest call back: the instance returns to the cell (unless it went
+    /// down), and the message's writes are joined by its messaging (tells, timers, receipt) and
+    /// the version to record, ready to commit.
+    fn settle(
+        &mut self,
+        ran: Result<(GuestCall, Weight), MessageError>,
+        receipt: Option<Box<Receipt>>,
+    ) -> Result<Settled, MessageError> {
+        let (instance, outcome) = match ran {
+            Ok((ran, weight)) => {
+                self.runs_long = weight == Weight::Heavy;
+                ran
+            }
+            Err(error) => {
+                // The instance went down with the call: the cell holds none now.
+                self.discard_instance(&error);
+                return Err(error);
+            }
+        };
+        let instance = self.instance.insert(instance);
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                if instance.is_poisoned() {
+                    self.discard_instance(&error);
+                }
+                return Err(error);
+            }
+        };
+        let HandleOutcome {
+            reply,
+            writes,
+            effects,
+        } = outcome;
+        let messaging = receipt.is_some()
+            || effects
+                .as_ref()
+                .is_some_and(|effects| effects.has_messaging());
+        let mut writes = writes;
+        if messaging {
+            let effects = effects.as_deref().unwrap_or(&NO_EFFECTS);
+            self.join_messaging(&mut writes, effects, receipt)?;
+        }
+        let writes = writes
+            .filter(|writes| !writes.is_empty())
+            .map(|mut writes| {
+                if let Some(version) = self.version_to_record {
+                    writes.set_version(version);
+                }
+                writes
+            });
+        Ok(Settled {
+            reply,
+            effects,
+            writes,
+        })
+    }
+
+    /// Adds a message's messaging (tells, timers, receipt) to its writes. Out of line: most
+    /// messages have none, and the path of those stays short.
+    #[inline(never)]
+    fn join_messaging(
+        &mut self,
+        writes: &mut Option<Box<WriteSet>>,
+        effects: &Effects,
+        receipt: Option<Box<Receipt>>,
+    ) -> Result<(), MessageError> {
+        let writes = writes.get_or_insert_with(|| Box::new(WriteSet::new(self.address.clone())));
+        if let Err(error) = self.add_messaging(writes, effects, receipt.map(|receipt| *receipt)) {
+            // The instance saw a message whose effects will not land: start afresh.
+            self.discard_instance(&error);
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// The effects of a message that asked for none, for what reads them by reference.
+static NO_EFFECTS: Effects = Effects::NONE;
+
+/// What a message's guest call gives back: the instance, and the call's outcome.
+type GuestCall = (Box<EntityInstance>, Result<HandleOutcome, MessageError>);
+
+/// A message whose guest call finished: its reply, its effects to carry out after the commit,
+/// and what to commit (`None`: nothing).
+struct Settled {
+    reply: Vec<u8>,
+    effects: Option<Box<Effects>>,
+    writes: Option<Box<WriteSet>>,
+}

@@ -1,0 +1,197 @@
+//! The delivery service: sends every committed outbox tell to its receiver and retries until
+//! the receiver acknowledges its own commit of it, then removes it from the outbox.
+//!
+//! One task per sender with a non-empty outbox delivers its entries strictly in sequence
+//! order, one at a time, so the order per sender–receiver pair is kept and the receiver can
+//! drop duplicates by the highest sequence number it committed. Senders are woken by their
+//! cell after a commit and, so nothing is left behind after a restart or a missed wake, by a
+//! sweep that pages through the outbox table. At most [`DELIVERY_SENDERS_MAX`] senders deliver
+//! at once; the rest wait for the next sweep.
+
+pub(crate) mod config;
+pub(crate) mod senders;
+
+pub use config::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
+
+use super::core::Core;
+use config::is_retryable;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tessera_contract::{MessageMeta, Origin};
+use tessera_state::{OutboxEntry, WriteSet};
+
+/// Starts delivering `sender`'s outbox, or notes that it has more if it is being delivered.
+pub(crate) fn wake(core: &Arc<Core>, sender: &tessera_contract::EntityAddress) {
+    if !core.messaging_started.load(Ordering::Acquire) {
+        // Delivery has not started; its first sweep finds this outbox.
+        return;
+    }
+    {
+        let mut active = core.delivery.active();
+        if let Some(again) = active.get_mut(sender) {
+            *again = true;
+            return;
+        }
+        if active.len() >= DELIVERY_SENDERS_MAX {
+            // The sweep finds it once a slot is free.
+            return;
+        }
+        active.insert(sender.clone(), false);
+    }
+    tokio::spawn(deliver_sender(Arc::downgrade(core), sender.clone()));
+}
+
+/// Starts the sweep that finds outboxes nobody woke (after a restart, or while the service was
+/// full). Ends when the directory is dropped.
+pub(crate) fn start_sweep(core: &Arc<Core>) {
+    let weak = Arc::downgrade(core);
+    let interval = Duration::from_millis(core.config.delivery.sweep_interval_ms.max(1));
+    tokio::spawn(async move {
+        loop {
+            let Some(core) = weak.upgrade() else { return };
+            sweep(&core);
+            drop(core);
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+fn sweep(core: &Arc<Core>) {
+    let mut after = None;
+    loop {
+        if core.delivery.active_senders() >= DELIVERY_SENDERS_MAX {
+            return;
+        }
+        let senders = match core.state.outbox_senders(after.as_ref(), 256) {
+            Ok(senders) => senders,
+            Err(error) => {
+                tracing::warn!(%error, "outbox sweep failed");
+                return;
+            }
+        };
+        let Some(last) = senders.last().cloned() else {
+            return;
+        };
+        for sender in &senders {
+            wake(core, sender);
+        }
+        after = Some(last);
+    }
+}
+
+async fn deliver_sender(weak: Weak<Core>, sender: tessera_contract::EntityAddress) {
+    loop {
+        let Some(core) = weak.upgrade() else { return };
+        let entries = match core.state.outbox(&sender, DELIVERY_BATCH_MAX) {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::warn!(%sender, %error, "outbox read failed; the sweep retries");
+                core.delivery.active().remove(&sender);
+                return;
+            }
+        };
+        if entries.is_empty() {
+            let mut active = core.delivery.active();
+            match active.get_mut(&sender) {
+                Some(again) if *again => {
+                    *again = false;
+                    continue;
+                }
+                _ => {
+                    active.remove(&sender);
+                    return;
+                }
+            }
+        }
+        drop(core);
+        let mut acked = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let seq = entry.seq;
+            if !deliver_one(&weak, &sender, entry).await {
+                // The directory is gone: the outbox stays for the next start.
+                break;
+            }
+            acked.push(seq);
+        }
+        let Some(core) = weak.upgrade() else { return };
+        if acked.is_empty() {
+            continue;
+        }
+        let mut writes = WriteSet::new(sender.clone());
+        writes.messaging_mut().acked = acked;
+        if let Err(error) = core.state.commit(writes).await {
+            // The entries stay; they are sent again and dropped as duplicates.
+            tracing::warn!(%sender, %error, "outbox acknowledgement failed");
+            tokio::time::sleep(Duration::from_millis(core.config.delivery.retry_min_ms)).await;
+        }
+    }
+}
+
+/// Sends one entry until the receiver commits it (or it is given up). False if the directory
+/// is gone.
+async fn deliver_one(
+    weak: &Weak<Core>,
+    sender: &tessera_contract::EntityAddress,
+    entry: OutboxEntry,
+) -> bool {
+    let started = Instant::now();
+    let mut wait: Option<Duration> = None;
+    loop {
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+        let Some(mut core) = weak.upgrade() else {
+            return false;
+        };
+        if wait.is_some() {
+            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
+        }
+        // Tells leave at the sender's tenant's message rate: a fan-out waits in the durable
+        // outbox instead of filling shared inboxes.
+        if let Some(binding) = core.types.get(&sender.type_key()) {
+            let limits = binding.limits;
+            let gate = core
+                .gates
+                .gate(&sender.tenant, limits.concurrent_guests_max.max(1));
+            drop(core);
+            let waited = gate
+                .take_message_token(limits.messages_per_second, limits.messages_burst)
+                .await;
+            let Some(again) = weak.upgrade() else {
+                return false;
+            };
+            if waited {
+                again.stats.throttled_tells.fetch_add(1, Ordering::Relaxed);
+            }
+            core = again;
+        }
+        let config = &core.config.delivery;
+        let meta = MessageMeta::from_origin(Origin::Entity {
+            sender: sender.clone(),
+            seq: entry.seq,
+        });
+        let timeout = Duration::from_millis(config.ack_timeout_ms);
+        let reply = core
+            .router
+            .ask(entry.to.clone(), entry.payload.clone(), meta, timeout)
+            .await;
+        let give_up_after = Duration::from_millis(config.give_up_after_ms);
+        match reply {
+            Ok(_) => return true,
+            Err(error) if is_retryable(error.kind) && started.elapsed() < give_up_after => {
+                let (min, max) = (config.retry_min_ms, config.retry_max_ms);
+                let next = wait.map_or(Duration::from_millis(min), |wait| {
+                    (wait * 2).min(Duration::from_millis(max))
+                });
+                wait = Some(next);
+                tracing::debug!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell not acknowledged; retrying");
+            }
+            Err(error) => {
+                core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
+                return true;
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! What the reminder clock keeps between its ticks ([`ReminderClock`]): the reminders it is
+//! firing or will retry, and the bell a commit rings when it stored one. It lives in the entity
+//! layer's shared core, where a cell's commit finds the bell.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tessera_contract::EntityAddress;
+use tokio::sync::Notify;
+
+/// Reminders in flight or waiting for a retry, and the bell a commit rings when it stored one.
+#[derive(Default)]
+pub(crate) struct ReminderClock {
+    /// `(entity, timer)` being fired, or waiting until the given ms to be fired again.
+    pub(super) busy: Mutex<HashMap<(EntityAddress, u64), Busy>>,
+    pub(super) bell: Arc<Notify>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Busy {
+    Firing,
+    RetryAt { ms: u64, wait: Duration },
+}
+
+/// Milliseconds since the Unix epoch, the unit reminders are due in.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+impl ReminderClock {
+    pub(super) fn busy(&self) -> MutexGuard<'_, HashMap<(EntityAddress, u64), Busy>> {
+        self.busy.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the clock a reminder was stored (it may be due sooner than it is sleeping).
+    pub(crate) fn ring(&self) {
+        self.bell.notify_one();
+    }
+}

@@ -1,0 +1,162 @@
+//! The reminder clock: fires each durable reminder when it is due, effectively once.
+//!
+//! Reminders live in the state store, indexed by due time, so the clock holds nothing but the
+//! reminders it is firing right now (at most [`REMINDERS_IN_FLIGHT_MAX`]). A firing is a message
+//! to the entity whose origin names the timer: the entity activates if needed, handles it, and
+//! its commit deletes the reminder in the same transaction — so a reminder fired twice (a lost
+//! acknowledgement, a crash before the reply) runs once. A firing that fails for a reason that
+//! may pass (busy, unavailable) is retried with backoff; one the entity answers with an error
+//! is given up, counted and its reminder deleted.
+
+pub(crate) mod clock;
+
+use super::core::Core;
+use super::delivery::config::is_retryable;
+use clock::{Busy, now_ms};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tessera_contract::{EntityAddress, MessageMeta, Origin};
+use tessera_state::WriteSet;
+
+/// Reminders being fired at once.
+pub const REMINDERS_IN_FLIGHT_MAX: usize = 256;
+
+/// The longest the clock sleeps before looking at the table again.
+const CLOCK_IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Starts the clock. It ends when the directory is dropped.
+pub(crate) fn start(core: &Arc<Core>) {
+    let weak = Arc::downgrade(core);
+    let bell = core.reminders.bell.clone();
+    tokio::spawn(async move {
+        loop {
+            let notified = bell.notified();
+            let Some(core) = weak.upgrade() else { return };
+            let sleep = tick(&core);
+            drop(core);
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = notified => {}
+            }
+        }
+    });
+}
+
+/// Fires what is due and returns how long to sleep.
+fn tick(core: &Arc<Core>) -> Duration {
+    let now = now_ms();
+    let due = match core.state.due_reminders(now, REMINDERS_IN_FLIGHT_MAX * 2) {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::warn!(%error, "reading due reminders failed");
+            return CLOCK_IDLE_CHECK;
+        }
+    };
+    let mut firing = {
+        let mut busy = core.reminders.busy();
+        // A retry entry for a reminder cancelled meanwhile is never looked up again.
+        busy.retain(|_, state| match state {
+            Busy::RetryAt { ms, .. } => ms.saturating_add(60_000) > now,
+            Busy::Firing => true,
+        });
+        busy.values().filter(|b| matches!(b, Busy::Firing)).count()
+    };
+    for reminder in due {
+        let key = (reminder.entity.clone(), reminder.timer);
+        {
+            let mut busy = core.reminders.busy();
+            if firing >= REMINDERS_IN_FLIGHT_MAX {
+                break;
+            }
+            match busy.get(&key) {
+                Some(Busy::Firing) => continue,
+                Some(Busy::RetryAt { ms, .. }) if *ms > now => continue,
+                _ => {}
+            }
+            let wait = match busy.get(&key) {
+                Some(Busy::RetryAt { wait, .. }) => Some(*wait),
+                _ => None,
+            };
+            busy.insert(key.clone(), Busy::Firing);
+            firing += 1;
+            tokio::spawn(fire(Arc::downgrade(core), key, wait));
+        }
+    }
+    let next = match core.state.next_due() {
+        Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)),
+        Ok(None) => CLOCK_IDLE_CHECK,
+        Err(_) => CLOCK_IDLE_CHECK,
+    };
+    let retry_soonest = core
+        .reminders
+        .busy()
+        .values()
+        .filter_map(|busy| match busy {
+            Busy::RetryAt { ms, .. } => Some(Duration::from_millis(ms.saturating_sub(now))),
+            Busy::Firing => None,
+        })
+        .min();
+    // Never spin: something due now but busy is looked at again shortly.
+    next.min(retry_soonest.unwrap_or(CLOCK_IDLE_CHECK))
+        .clamp(Duration::from_millis(5), CLOCK_IDLE_CHECK)
+}
+
+async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration>) {
+    let Some(core) = weak.upgrade() else { return };
+    let (entity, timer) = key.clone();
+    let reminder = match core.state.reminder(&entity, timer) {
+        Ok(Some(reminder)) => reminder,
+        Ok(None) => {
+            // Cancelled or fired meanwhile.
+            core.reminders.busy().remove(&key);
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%entity, timer, %error, "reading a reminder failed");
+            retry_later(&core, key, wait);
+            return;
+        }
+    };
+    let meta = MessageMeta::from_origin(Origin::Reminder { timer });
+    let timeout = Duration::from_millis(core.config.delivery.ack_timeout_ms);
+    let router = core.router.clone();
+    drop(core);
+    let reply = router
+        .ask(entity.clone(), reminder.payload, meta, timeout)
+        .await;
+    let Some(core) = weak.upgrade() else { return };
+    match reply {
+        Ok(_) => {
+            core.stats.reminders_fired.fetch_add(1, Ordering::Relaxed);
+            core.reminders.busy().remove(&key);
+        }
+        Err(error) if is_retryable(error.kind) => {
+            tracing::debug!(%entity, timer, %error, "reminder not acknowledged; retrying");
+            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
+            retry_later(&core, key, wait);
+        }
+        Err(error) => {
+            core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%entity, timer, %error, "reminder given up (dead letter)");
+            let mut writes = WriteSet::new(entity.clone());
+            writes.messaging_mut().cancels.push(timer);
+            if let Err(error) = core.state.commit(writes).await {
+                tracing::warn!(%entity, timer, %error, "deleting a given-up reminder failed");
+            }
+            core.reminders.busy().remove(&key);
+        }
+    }
+    core.reminders.ring();
+}
+
+fn retry_later(core: &Arc<Core>, key: (EntityAddress, u64), wait: Option<Duration>) {
+    let config = &core.config.delivery;
+    let wait = wait.map_or(Duration::from_millis(config.retry_min_ms), |wait| {
+        (wait * 2).min(Duration::from_millis(config.retry_max_ms))
+    });
+    let ms = now_ms() + wait.as_millis() as u64;
+    core.reminders
+        .busy()
+        .insert(key, Busy::RetryAt { ms, wait });
+}

@@ -1,0 +1,136 @@
+//! `/v1/types`: deploy versions of a tenant's entity types, list them, roll back or forward,
+//! delete (tenant token).
+
+use super::{ApiError, ReadQuery, path, query, read_consistency};
+use crate::api::auth::TenantAuth;
+use crate::api::body::{RequestBody, media_type, parse_json};
+use crate::node::Node;
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use tessera_metadata::{TypeOptions, TypeRecord, VersionRecord};
+
+/// The query of `POST /v1/types/{type}/versions`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployQuery {
+    /// Remember started entities across restarts.
+    #[serde(default)]
+    pub remember: bool,
+    /// Passivate entities idle this long.
+    pub passivate_idle_ms: Option<u64>,
+}
+
+/// The answer to a deploy.
+#[derive(Debug, Serialize)]
+pub struct Deployed {
+    /// The type.
+    #[serde(rename = "type")]
+    pub entity_type: String,
+    /// The new version and its details.
+    #[serde(flatten)]
+    pub version: VersionRecord,
+}
+
+/// The body of `PUT /v1/types/{type}/active`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetActive {
+    /// The version to make active.
+    pub version: u32,
+}
+
+/// `POST /v1/types/{type}/versions` with the component as the body → 201.
+pub async fn deploy(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    entity_type: Result<Path<String>, PathRejection>,
+    options: Result<Query<DeployQuery>, QueryRejection>,
+    headers: HeaderMap,
+    RequestBody(bytes): RequestBody,
+) -> Result<(StatusCode, Json<Deployed>), ApiError> {
+    let entity_type = path(entity_type)?;
+    tracing::Span::current().record("entity_type", entity_type.as_str());
+    let options = query(options)?;
+    match media_type(&headers, header::CONTENT_TYPE).as_deref() {
+        None | Some("application/wasm") | Some("application/octet-stream") => {}
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("upload the component as application/wasm, not {other}"),
+            ));
+        }
+    }
+    let options = TypeOptions {
+        remember: options.remember,
+        passivate_idle_ms: options.passivate_idle_ms,
+    };
+    let version = node
+        .deploy(&tenant, &entity_type, Vec::from(bytes), options)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(Deployed {
+            entity_type,
+            version,
+        }),
+    ))
+}
+
+/// `GET /v1/types` → `{"types": [...]}`.
+pub async fn list(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    read_consistency(&node, consistency).await?;
+    let types = node.types(&tenant)?;
+    Ok(Json(serde_json::json!({ "types": types })))
+}
+
+/// `GET /v1/types/{type}`.
+pub async fn show(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    entity_type: Result<Path<String>, PathRejection>,
+    consistency: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<Json<TypeRecord>, ApiError> {
+    let entity_type = path(entity_type)?;
+    tracing::Span::current().record("entity_type", entity_type.as_str());
+    read_consistency(&node, consistency).await?;
+    Ok(Json(node.entity_type(&tenant, &entity_type)?))
+}
+
+/// `PUT /v1/types/{type}/active` with `{"version": n}`.
+pub async fn set_active(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    entity_type: Result<Path<String>, PathRejection>,
+    RequestBody(bytes): RequestBody,
+) -> Result<Json<TypeRecord>, ApiError> {
+    let entity_type = path(entity_type)?;
+    tracing::Span::current().record("entity_type", entity_type.as_str());
+    let request: SetActive = parse_json(&bytes)?;
+    node.entity_type(&tenant, &entity_type)?;
+    Ok(Json(
+        node.set_active_version(&tenant, &entity_type, request.version)
+            .await?,
+    ))
+}
+
+/// `DELETE /v1/types/{type}`: its entities stop; their state stays.
+pub async fn delete(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    entity_type: Result<Path<String>, PathRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let entity_type = path(entity_type)?;
+    tracing::Span::current().record("entity_type", entity_type.as_str());
+    node.entity_type(&tenant, &entity_type)?;
+    node.delete_type(&tenant, &entity_type).await?;
+    Ok(Json(serde_json::json!({ "deleted": entity_type })))
+}

@@ -1,0 +1,184 @@
+//! The cluster commands: `tessera cluster status` (one request to a node, admin token) and
+//! `tessera certs create` (local files: the cluster CA and node certificates that mutual TLS
+//! between nodes needs).
+
+use super::client::{Client, ClientArgs, ClientError, Role, segment};
+use super::output::outln;
+use serde_json::Value as Json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `tessera cluster ...` (admin token).
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ClusterCommand {
+    /// Members with their state, roles and shards; voters, primary, view and commit number.
+    Status,
+    /// Declare a member down (crashed or cut off for good): it owns no new shards and its
+    /// next join is refused until it is removed.
+    Down {
+        /// The member's node id.
+        node: String,
+    },
+    /// Remove a down or exiting member; it may join again later as a new member. This
+    /// declares the state of the shards it owns lost: once its lease has run out they restart
+    /// empty on other nodes. Refused without `--state-lost`.
+    Remove {
+        /// The member's node id.
+        node: String,
+        /// Confirms that the state of the shards the member owns is lost.
+        #[arg(long)]
+        state_lost: bool,
+    },
+}
+
+/// `tessera certs ...` (no node needed).
+#[derive(Debug, clap::Args)]
+pub(crate) struct CertsArgs {
+    #[command(subcommand)]
+    command: CertsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum CertsCommand {
+    /// Create the cluster CA (if the directory has none) and a certificate for each node that
+    /// has none. Existing files are kept; key files are readable by their owner only.
+    Create {
+        /// Where the PEM files go.
+        #[arg(long, default_value = ".tessera/certs")]
+        dir: PathBuf,
+        /// Node ids, comma-separated (each one lowercase DNS label).
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+    },
+}
+
+pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
+    let result = match args.command {
+        ClusterCommand::Status => status(&args.client),
+        ClusterCommand::Down { node } => act(&args.client, &node, "down"),
+        ClusterCommand::Remove {
+            node,
+            state_lost: false,
+        } => Err(ClientError::Usage(format!(
+            "removing {node} declares the state of the shards it owns lost (they restart empty \
+             on other nodes): add --state-lost to confirm"
+        ))),
+        ClusterCommand::Remove { node, .. } => act(&args.client, &node, "remove?state_lost=true"),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => error.report(),
+    }
+}
+
+fn act(client_args: &ClientArgs, node: &str, action: &str) -> Result<(), ClientError> {
+    let path = format!("/v1/cluster/members/{}/{action}", segment(node));
+    let member = Client::new(client_args, Role::Admin)?.json(
+        ureq::http::Method::POST,
+        &path,
+        &Json::Null,
+    )?;
+    if client_args.json {
+        outln!("{member}");
+    } else {
+        let state = member["state"].as_str().unwrap_or("-");
+        outln!("{node} is {state}");
+        if action.starts_with("remove") {
+            outln!(
+                "the state of {node}'s shards is declared lost: once its lease has run out \
+                 (about 6.5 s) they restart empty on other nodes"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
+    let status = Client::new(client_args, Role::Admin)?.get("/v1/cluster")?;
+    if client_args.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&status).unwrap_or_else(|_| status.to_string())
+        );
+        return Ok(());
+    }
+    let text = |value: &Json| value.as_str().unwrap_or("-").to_string();
+    outln!(
+        "answered by {}; primary {}; view {}; commit {}",
+        text(&status["node"]),
+        text(&status["primary"]),
+        status["view"],
+        status["commit"]
+    );
+    let voters: Vec<String> = status["voters"]
+        .as_array()
+        .map(|voters| voters.iter().map(text).collect())
+        .unwrap_or_default();
+    outln!("voters: {}", voters.join(", "));
+    outln!(
+        "{:<20} {:<9} {:<10} {:<7} {:<6} {:<22} {}",
+        "NODE",
+        "STATE",
+        "REACHABLE",
+        "SHARDS",
+        "LAG",
+        "API",
+        "ROLES"
+    );
+    for member in status["members"].as_array().cloned().unwrap_or_default() {
+        let roles: Vec<String> = member["roles"]
+            .as_array()
+            .map(|roles| roles.iter().map(text).collect())
+            .unwrap_or_default();
+        let reachable = if member["reachable"].as_bool().unwrap_or(true) {
+            "yes"
+        } else {
+            "no"
+        };
+        let lag = member["lag"]
+            .as_u64()
+            .map_or_else(|| "-".to_string(), |lag| lag.to_string());
+        outln!(
+            "{:<20} {:<9} {:<10} {:<7} {:<6} {:<22} {}",
+            text(&member["node"]),
+            text(&member["state"]),
+            reachable,
+            member["shards"].as_u64().unwrap_or(0),
+            lag,
+            text(&member["api_address"]),
+            roles.join(",")
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn certs(args: CertsArgs) -> ExitCode {
+    match args.command {
+        CertsCommand::Create { dir, nodes } => {
+            let ids: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            match tessera_cluster::create_dev_cluster(&dir, &ids) {
+                Ok(()) => {
+                    outln!(
+                        "certificates for {} in {} (CA: {})",
+                        nodes.join(", "),
+                        dir.display(),
+                        dir.join(tessera_cluster::CA_CERT_FILE).display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

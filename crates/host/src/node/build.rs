@@ -1,0 +1,191 @@
+//! Building a node in one pass: database, state, catalog, runtime, entities and region (built
+//! together, the region handing the entities their router), the catalog observer, the metadata
+//! plane, membership and the coordinator's seat — each part constructed once with everything
+//! it needs, nothing wired afterwards. A cluster node also starts its mesh first (the
+//! switchboard's way to other nodes) and runs the replicated plane over it.
+
+use super::catalog::{MemberFollowers, NodeCatalog};
+use super::joining;
+use super::mesh::Mesh;
+use super::seat::{CoordinatorSeat, SeatParts};
+use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
+use std::sync::Arc;
+use tessera_entity::{Entities, EntityParts, TypeTable};
+use tessera_metadata::{LocalPlane, MetadataStore};
+use tessera_runtime::{Runtime, RuntimeConfig};
+use tessera_sharding::lease::{LeaseConfig, NodeLease};
+use tessera_sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
+use tessera_state::remember::RememberWriter;
+use tessera_state::{LocalState, ShardStates, StateStore};
+
+impl Node {
+    /// Opens the node's data directory, loads its tenants and types and makes it ready to
+    /// serve. `admin_token` must be set (from config or the environment).
+    pub async fn open(mut config: NodeConfig) -> Result<Arc<Node>, NodeError> {
+        config.validate().map_err(NodeError::Config)?;
+        if config.cluster.is_some() {
+            // Each node keeps its shards' state: shards move with it, by handoff.
+            config.sharding.moves = ShardMoves::OwnerHoldsState(LeaseConfig::default());
+        }
+        let admin_token = config.admin_token.clone().ok_or_else(|| {
+            NodeError::Config(
+                "no admin token: set admin_token in the config or TESSERA_ADMIN_TOKEN".into(),
+            )
+        })?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| NodeError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let database = redb::Database::create(config.data_dir.join("tessera.redb"))
+            .map_err(|error| tessera_state::StoreError::Open(error.to_string()))?;
+        let database = Arc::new(database);
+        let store = StateStore::from_database(database.clone())?;
+        let state = Arc::new(LocalState::new(store, config.commit.clone()));
+        let metadata = MetadataStore::open(database)?;
+        let runtime = Arc::new(open_runtime(&config)?);
+        let remember = RememberWriter::start(state.clone(), &config.sharding.remember);
+        let types = Arc::new(TypeTable::default());
+        let mut entity_config = config.entities.clone();
+        if entity_config.active_entities_max.is_none() {
+            entity_config.active_entities_max = config.sharding.max_active_entities;
+        }
+        let entity_parts = EntityParts {
+            runtime: runtime.clone(),
+            state: state.clone(),
+            types: types.clone(),
+            remember: Some(remember.clone()),
+            config: entity_config,
+        };
+        let switchboard = Arc::new(Switchboard::new());
+        let mesh = match &config.cluster {
+            Some(cluster) => {
+                joining::check_data_dir(&config, cluster, &metadata)?;
+                let (mesh, inbound) = Mesh::start(&config.node_id, cluster).await?;
+                switchboard.set_remote(mesh.clone());
+                Some((mesh, inbound))
+            }
+            None => None,
+        };
+        let lease = config
+            .cluster
+            .is_some()
+            .then(|| Arc::new(NodeLease::new(LeaseConfig::default())));
+        let region_parts = RegionParts {
+            node: config.node_id.clone(),
+            config: config.sharding.clone(),
+            switchboard: switchboard.clone(),
+            remember: Some(remember.clone()),
+            shard_states: config
+                .cluster
+                .is_some()
+                .then(|| state.clone() as Arc<dyn ShardStates>),
+            lease: lease.clone(),
+        };
+        let (region, entities) = Region::start(region_parts, |router| {
+            let entities = Entities::new(entity_parts, router);
+            (
+                Arc::new(entities.clone()) as Arc<dyn LocalEntities>,
+                entities,
+            )
+        })?;
+        let membership = Arc::new(Membership::new());
+        let catalog = Arc::new(NodeCatalog::new(
+            metadata.clone(),
+            runtime.clone(),
+            types,
+            region.clone(),
+            entities.clone(),
+            MemberFollowers {
+                membership: Arc::downgrade(&membership),
+                mesh: mesh.as_ref().map(|(mesh, _)| mesh.clone()),
+            },
+            &config,
+        ));
+        // A restarted node is an up member already: the coordinator must see it from its first
+        // request on (remembered entities ask for their shards as soon as types are bound).
+        let seat_parts = SeatParts {
+            node: config.node_id.clone(),
+            config: config.sharding.clone(),
+            members: membership.subscribe(),
+            switchboard: switchboard.clone(),
+            plane: Arc::new(LocalPlane::new(metadata.clone(), catalog.clone())),
+        };
+        let (plane, seat, mesh) = match (mesh, &config.cluster) {
+            (Some((mesh, inbound)), Some(cluster)) => {
+                let started = joining::start_plane(
+                    &config,
+                    cluster,
+                    metadata,
+                    &catalog,
+                    &mesh,
+                    inbound,
+                    &switchboard,
+                )?;
+                catalog.show_members()?;
+                let (plane, status) = started;
+                let parts = SeatParts {
+                    plane: plane.clone(),
+                    ..seat_parts
+                };
+                let seat = CoordinatorSeat::following(parts, status, mesh.clone());
+                tokio::spawn(mesh.clone().show_reachability(Arc::downgrade(&membership)));
+                (plane, seat, Some(mesh))
+            }
+            _ => {
+                catalog.show_members()?;
+                let plane = seat_parts.plane.clone();
+                (plane, CoordinatorSeat::always(seat_parts)?, None)
+            }
+        };
+        catalog.load().await?;
+        joining::join_as_member(&config, plane.as_ref(), lease.as_deref()).await?;
+        if let Some(lease) = lease {
+            super::lease::keep(
+                config.node_id.clone(),
+                Arc::downgrade(&plane),
+                lease,
+                LeaseConfig::default(),
+            );
+        }
+        // Only now is every deployed type bound: outboxes and reminders left by the last run
+        // would otherwise meet "type not registered" and be given up.
+        entities.start_messaging();
+        let sender_routes =
+            super::sender_routes::SenderRoutes::new(config.sender_routes_per_thread);
+        Ok(Arc::new(Node {
+            admin_token_sha256: token_hash(&admin_token),
+            config,
+            runtime,
+            state,
+            catalog,
+            plane,
+            entities,
+            region,
+            _seat: seat,
+            mesh,
+            membership,
+            remember,
+            deploy_lock: tokio::sync::Mutex::new(()),
+            rate: RateLimiter::default(),
+            sender_routes,
+            quota_rejections: Default::default(),
+            edge: EdgeCounters::default(),
+        }))
+    }
+}
+
+/// The engine, with the compiled-plugin cache in the data directory unless the config names
+/// one (tests share one).
+fn open_runtime(config: &NodeConfig) -> Result<Runtime, NodeError> {
+    let runtime_config = RuntimeConfig {
+        compiled_cache_dir: Some(
+            config
+                .runtime
+                .compiled_cache_dir
+                .clone()
+                .unwrap_or_else(|| config.data_dir.join("compiled")),
+        ),
+        ..config.runtime.clone()
+    };
+    Runtime::new(runtime_config).map_err(|error| NodeError::Engine(format!("{error:#}")))
+}

@@ -1,0 +1,199 @@
+//! The operators' view of the cluster from this node: every committed member with its state,
+//! roles and the shards it owns, and where the metadata plane is (view, commit number,
+//! primary, voters). `GET /v1/cluster`, `tessera cluster status` and `/metrics` read it.
+
+use super::metric_families::{Kind, Sample, Snapshot};
+use super::{Node, NodeError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tessera_metadata::{Command, MemberRecord, MemberState};
+
+/// One member as the cluster view shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberView {
+    /// The committed record.
+    #[serde(flatten)]
+    pub record: MemberRecord,
+    /// Shards the committed allocation table gives it.
+    pub shards: u64,
+    /// Catalog commands it has applied, as it last told the answering node (reported every
+    /// second; the answering node's own for itself; none before a member first reported).
+    pub commit: Option<u64>,
+    /// How many commands it trails the most advanced member known here.
+    pub lag: Option<u64>,
+    /// Whether the answering node trusts it now: false while the phi accrual failure detector
+    /// suspects it (its progress reports stopped for longer than their rhythm explains) or its
+    /// connection has been down longer than the peer-down grace (3 s), as the coordinator's
+    /// view on this node has it (brought in step every 500 ms). Observed, not committed: the
+    /// member's state does not change by it, but an unreachable member is given no new shards.
+    pub reachable: bool,
+}
+
+/// The cluster as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterStatus {
+    /// The node answering.
+    pub node: String,
+    /// Every member, by node id.
+    pub members: Vec<MemberView>,
+    /// The nodes that vote on catalog commands.
+    pub voters: Vec<String>,
+    /// The node ordering catalog commands now, if known.
+    pub primary: Option<String>,
+    /// The metadata plane's view number.
+    pub view: u64,
+    /// Catalog commands this node has applied.
+    pub commit: u64,
+}
+
+impl Node {
+    /// The cluster as this node sees it: committed members and the metadata plane's progress.
+    /// Read from the local catalog, so it may trail the primary by the commands in flight.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, NodeError> {
+        let table = self.plane.store().shard_table()?;
+        let mut shards: BTreeMap<String, u64> = BTreeMap::new();
+        for allocation in table.values() {
+            *shards.entry(allocation.node.clone()).or_default() += 1;
+        }
+        let unreachable = self
+            .mesh
+            .as_ref()
+            .map(|mesh| mesh.unreachable())
+            .unwrap_or_default();
+        // For members that may own shards, the view the coordinator allocates by.
+        let view = self.membership.snapshot();
+        let reachable = |node: &str| match view.members().find(|member| member.node == node) {
+            Some(member) => member.reachable,
+            None => !unreachable.iter().any(|peer| peer == node),
+        };
+        let plane = self.plane.status();
+        let mut progress = self
+            .mesh
+            .as_ref()
+            .map(|mesh| mesh.progress())
+            .unwrap_or_default();
+        progress.insert(self.config.node_id.clone(), plane.commit);
+        let newest = progress.values().copied().max().unwrap_or(0);
+        let members = self
+            .plane
+            .store()
+            .members()?
+            .into_iter()
+            .map(|record| {
+                let commit = progress.get(&record.node).copied();
+                MemberView {
+                    shards: shards.get(&record.node).copied().unwrap_or(0),
+                    reachable: reachable(&record.node),
+                    commit,
+                    lag: commit.map(|commit| newest.saturating_sub(commit)),
+                    record,
+                }
+            })
+            .collect();
+        // A single node's plane has no voters: the node orders its own commands.
+        let (voters, primary) = if plane.voters.is_empty() {
+            let this = self.config.node_id.clone();
+            (vec![this.clone()], Some(this))
+        } else {
+            (plane.voters, plane.primary)
+        };
+        Ok(ClusterStatus {
+            node: self.config.node_id.clone(),
+            members,
+            voters,
+            primary,
+            view: plane.view,
+            commit: plane.commit,
+        })
+    }
+}
+
+impl Node {
+    /// Makes the next catalog read on this node linearizable: in a cluster, a barrier command
+    /// commits through the primary and is applied here before this returns, so a read after
+    /// it sees every write acknowledged before the call. A single node's catalog is
+    /// linearizable already.
+    pub async fn sync_catalog(&self) -> Result<(), NodeError> {
+        if self.config.cluster.is_some() {
+            self.plane.submit(Command::Barrier).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Node {
+    /// Members by state and the metadata plane's progress, for `/metrics`.
+    pub(super) fn snapshot_cluster(&self, snapshot: &mut Snapshot) {
+        match self.plane.store().members() {
+            Ok(members) => {
+                let by_state = snapshot.family(
+                    "tessera_cluster_members",
+                    "Committed cluster members, by life-cycle state.",
+                    Kind::Gauge,
+                );
+                for state in MemberState::ALL {
+                    let count = members
+                        .iter()
+                        .filter(|member| member.state == state)
+                        .count();
+                    by_state.push(Sample::gauge(
+                        vec![("state", state.as_str().to_string())],
+                        count as i64,
+                    ));
+                }
+            }
+            Err(error) => tracing::warn!(%error, "members could not be read for metrics"),
+        }
+        let plane = self.plane.status();
+        snapshot
+            .family(
+                "tessera_metadata_commit",
+                "Catalog commands this node has applied (its commit number).",
+                Kind::Gauge,
+            )
+            .push(Sample::gauge(Vec::new(), plane.commit as i64));
+        snapshot
+            .family(
+                "tessera_metadata_view",
+                "The metadata plane's consensus view (0 on a single node).",
+                Kind::Gauge,
+            )
+            .push(Sample::gauge(Vec::new(), plane.view as i64));
+        snapshot
+            .family(
+                "tessera_metadata_checkpoints",
+                "Metadata-plane checkpoints this voter took since it started.",
+                Kind::Counter,
+            )
+            .push(Sample::counter(Vec::new(), plane.checkpoints_taken));
+        snapshot
+            .family(
+                "tessera_metadata_states_installed",
+                "Checkpoints this node installed since it started (state transfer, or a \
+                 follower's catch-up past the voters' trimmed log).",
+                Kind::Counter,
+            )
+            .push(Sample::counter(Vec::new(), plane.states_installed));
+        if let Some(mesh) = &self.mesh {
+            let newest = mesh.progress().into_values().max().unwrap_or(0);
+            snapshot
+                .family(
+                    "tessera_metadata_lag",
+                    "Catalog commands this node trails the most advanced peer it hears from.",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(
+                    Vec::new(),
+                    newest.saturating_sub(plane.commit) as i64,
+                ));
+            snapshot
+                .family(
+                    "tessera_cluster_unreachable_members",
+                    "Members this node cannot reach now (disconnected past the peer-down grace).",
+                    Kind::Gauge,
+                )
+                .push(Sample::gauge(Vec::new(), mesh.unreachable().len() as i64));
+            mesh.snapshot(snapshot);
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! How a node becomes, and stops being, a member: the checks on its data directory, the start
+//! of its side of the metadata plane (a voter's replica or a non-voting member's follower),
+//! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
+//! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
+
+use super::catalog::NodeCatalog;
+use super::mesh::{Mesh, PeerMessage, plane_queue};
+use super::{ClusterConfig, Node, NodeConfig, NodeError};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_cluster::Inbound;
+use tessera_metadata::replicated_plane::{PlaneConfig, PlaneError, ReplicatedPlane};
+use tessera_metadata::{
+    Applied, Command, MemberRecord, MemberState, MetadataError, MetadataPlane, MetadataStore,
+    PlaneStatus,
+};
+use tessera_sharding::Switchboard;
+use tessera_sharding::lease::NodeLease;
+use tokio::sync::watch;
+
+/// How long a cluster node waits between tries to join while no quorum answers.
+const JOIN_RETRY: Duration = Duration::from_millis(250);
+
+/// Checks that the data directory may start as a node of `cluster`: one that was a node of
+/// another cluster, or holds a single node's catalog (which the cluster's catalog would
+/// replace), or is a voter's whose journal is gone (a voter must never forget what it
+/// promised), is refused with the reason rather than silently emptied.
+pub(super) fn check_data_dir(
+    config: &NodeConfig,
+    cluster: &ClusterConfig,
+    metadata: &MetadataStore,
+) -> Result<(), NodeError> {
+    let marker = cluster_marker(config);
+    let journal = metadata_journal(config);
+    let voter = cluster.voters.contains(&config.node_id);
+    let data_dir = config.data_dir.display();
+    match std::fs::read_to_string(&marker) {
+        Ok(id) if id.trim() != cluster.id => Err(NodeError::Config(format!(
+            "{data_dir} belongs to cluster {}, not {}",
+            id.trim(),
+            cluster.id
+        ))),
+        Ok(_) if voter && !journal.exists() => Err(NodeError::Config(format!(
+            "{data_dir} was a node of cluster {} but its metadata journal ({}) is gone: a voter \
+             must not restart without it (it would forget what it acknowledged); start it on \
+             an empty data directory as a new node instead",
+            cluster.id,
+            journal.display()
+        ))),
+        Ok(_) => Ok(()),
+        Err(_) if metadata.applied_commands()? > 0 => Err(NodeError::Config(format!(
+            "{data_dir} holds a single node's catalog: a node of cluster {} starts from an \
+             empty data directory and takes its catalog from the cluster",
+            cluster.id
+        ))),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Names the cluster this data directory belongs to (once its plane has started).
+fn write_cluster_marker(config: &NodeConfig, cluster: &ClusterConfig) -> Result<(), NodeError> {
+    std::fs::write(cluster_marker(config), &cluster.id).map_err(|source| NodeError::DataDir {
+        path: cluster_marker(config),
+        source,
+    })
+}
+
+fn cluster_marker(config: &NodeConfig) -> PathBuf {
+    config.data_dir.join("cluster")
+}
+
+fn metadata_journal(config: &NodeConfig) -> PathBuf {
+    config.data_dir.join("metadata.journal")
+}
+
+/// Starts this node's side of the metadata plane over the mesh — a voter's replica, or a
+/// non-voting member's follower — and the task that hands every received frame to the plane,
+/// the region or the coordinator.
+pub(super) fn start_plane(
+    config: &NodeConfig,
+    cluster: &ClusterConfig,
+    metadata: MetadataStore,
+    catalog: &Arc<NodeCatalog>,
+    mesh: &Arc<Mesh>,
+    inbound: Inbound<PeerMessage>,
+    switchboard: &Arc<Switchboard>,
+) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
+    let (to_plane, plane_inbound) = plane_queue();
+    let plane_config = PlaneConfig {
+        voters: cluster.voters.clone(),
+        node: config.node_id.clone(),
+        journal: metadata_journal(config),
+        tick: Duration::from_millis(cluster.tick_ms),
+        checkpoint_interval_ops: cluster.checkpoint_interval_ops,
+    };
+    let refused = |error: PlaneError| NodeError::Config(format!("metadata plane: {error}"));
+    let start = if cluster.voters.contains(&config.node_id) {
+        ReplicatedPlane::start
+    } else {
+        ReplicatedPlane::follow
+    };
+    let plane = start(
+        plane_config,
+        metadata,
+        catalog.clone(),
+        mesh.clone(),
+        plane_inbound,
+    )
+    .map_err(refused)?;
+    let status = plane.watch_status();
+    let started: (Arc<dyn MetadataPlane>, _) = (Arc::new(plane), status);
+    write_cluster_marker(config, cluster)?;
+    tokio::spawn(
+        mesh.clone()
+            .dispatch(inbound, to_plane, Arc::downgrade(switchboard)),
+    );
+    tokio::spawn(mesh.clone().send_progress(started.1.clone()));
+    Ok(started)
+}
+
+/// Makes this node an up member of the catalog: joins (or, restarted, refreshes its
+/// addresses) and promotes itself. A cluster node retries while no quorum answers, up to
+/// its join timeout (the other voters may still be starting).
+pub(super) async fn join_as_member(
+    config: &NodeConfig,
+    plane: &dyn MetadataPlane,
+    lease: Option<&NodeLease>,
+) -> Result<(), NodeError> {
+    let now_ms = super::tenants::now_ms();
+    let join = Command::JoinMember {
+        node: config.node_id.clone(),
+        cluster_address: config
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.advertised().to_string())
+            .unwrap_or_default(),
+        api_address: config.http.to_string(),
+        roles: advertised_roles(config),
+        joined_ms: now_ms,
+    };
+    let joined = submit_patiently(config, plane, join).await?;
+    if let Some(lease) = lease {
+        // A lease before `Up`: the coordinator may give this node shards the moment `Up`
+        // commits, and it must be able to serve them then.
+        let deadline = Instant::now() + join_timeout(config);
+        while let Err(error) = super::lease::renew(&config.node_id, plane, lease).await {
+            if Instant::now() >= deadline {
+                return Err(NodeError::Config(format!(
+                    "no lease on this node's shards within the join timeout: {error}"
+                )));
+            }
+            tokio::time::sleep(JOIN_RETRY).await;
+        }
+    }
+    if let Applied::Member(member) = joined
+        && member.state == MemberState::Joining
+    {
+        let up = Command::SetMemberState {
+            node: config.node_id.clone(),
+            state: MemberState::Up,
+            updated_ms: now_ms,
+        };
+        submit_patiently(config, plane, up).await?;
+    }
+    Ok(())
+}
+
+fn join_timeout(config: &NodeConfig) -> Duration {
+    config.cluster.as_ref().map_or(Duration::ZERO, |cluster| {
+        Duration::from_millis(cluster.join_timeout_ms)
+    })
+}
+
+/// The roles this node advertises: the cluster section's, or (a single node, or a cluster
+/// section without roles) the sharding role constraint, so a node always qualifies for the
+/// shards it is configured to host.
+fn advertised_roles(config: &NodeConfig) -> std::collections::BTreeSet<String> {
+    match &config.cluster {
+        Some(cluster) if !cluster.roles.is_empty() => cluster.roles.iter().cloned().collect(),
+        _ => config.sharding.role_constraint.iter().cloned().collect(),
+    }
+}
+
+/// Submits `command`; in a cluster, tries again while the plane answers `Unavailable`, until
+/// the join timeout.
+async fn submit_patiently(
+    config: &NodeConfig,
+    plane: &dyn MetadataPlane,
+    command: Command,
+) -> Result<Applied, NodeError> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(plane.submit(command).await?);
+    };
+    let deadline = Instant::now() + Duration::from_millis(cluster.join_timeout_ms);
+    loop {
+        match plane.submit(command.clone()).await {
+            Err(MetadataError::Unavailable(reason)) if Instant::now() < deadline => {
+                tracing::info!(%reason, "waiting for the cluster's voters to join");
+                tokio::time::sleep(JOIN_RETRY).await;
+            }
+            Err(MetadataError::Unavailable(reason)) => {
+                return Err(NodeError::Config(format!(
+                    "could not join cluster {} within {} ms: {reason}",
+                    cluster.id, cluster.join_timeout_ms
+                )));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
+/// How long a leaving node keeps forwarding after its last handoff was announced: envelopes
+/// routed to it just before are passed on, not lost with the process.
+pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
+
+/// How long a leaving node waits for its shards to be handed off before it exits anyway.
+pub const LEAVE_HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What an operator may do to another member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberAction {
+    /// Declares it down (it crashed, or is cut off): it owns no new shards, its lease renewals
+    /// are refused, and the shards it owns wait for it (answered `shard_unavailable`). Its
+    /// next join is refused until it is removed.
+    Down,
+    /// Removes a down or exiting member from the catalog, declaring the state of the shards it
+    /// owns lost: once its lease has run out they restart empty on other nodes. It may join
+    /// again later as a new member.
+    Remove,
+}
+
+impl Node {
+    /// Moves member `node` down or removes it: one committed `SetMemberState`. A step the
+    /// member's life cycle does not allow (removing an up member, say) is refused.
+    pub async fn act_on_member(
+        &self,
+        node: &str,
+        action: MemberAction,
+    ) -> Result<MemberRecord, NodeError> {
+        let state = match action {
+            MemberAction::Down => MemberState::Down,
+            MemberAction::Remove => MemberState::Removed,
+        };
+        let command = Command::SetMemberState {
+            node: node.to_string(),
+            state,
+            updated_ms: super::tenants::now_ms(),
+        };
+        match self.plane.submit(command).await? {
+            Applied::Member(member) => {
+                tracing::info!(%node, ?state, "member state set by an operator");
+                Ok(member)
+            }
+            other => Err(NodeError::Catalog(MetadataError::Storage(format!(
+                "a member command applied as {other:?}"
+            )))),
+        }
+    }
+
+    /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
+    /// shards come to it, and the coordinator hands every shard it owns to another node, state
+    /// and buffered messages with it), then — once it holds no shard, or after
+    /// `LEAVE_HANDOFF_TIMEOUT` — its entities stopped, `Exiting`, `Removed`. A shard still held
+    /// at the timeout stays allocated to this node and answers `shard_unavailable` until it
+    /// joins again. A voter stays a member (the voters are configuration) and a single node
+    /// has no cluster to leave: for them this does nothing.
+    pub async fn leave(&self) -> Result<(), NodeError> {
+        let Some(cluster) = &self.config.cluster else {
+            return Ok(());
+        };
+        if cluster.voters.contains(&self.config.node_id) {
+            return Ok(());
+        }
+        for state in [
+            MemberState::Leaving,
+            MemberState::Exiting,
+            MemberState::Removed,
+        ] {
+            if state == MemberState::Exiting {
+                self.wait_for_handoffs().await?;
+                self.entities.stop_all().await;
+            }
+            let step = Command::SetMemberState {
+                node: self.config.node_id.clone(),
+                state,
+                updated_ms: super::tenants::now_ms(),
+            };
+            self.plane.submit(step).await?;
+            tracing::info!(node = %self.config.node_id, ?state, "leaving the cluster");
+        }
+        Ok(())
+    }
+
+    /// Waits until the committed table gives this node no shard and its region holds none.
+    async fn wait_for_handoffs(&self) -> Result<(), NodeError> {
+        let deadline = Instant::now() + LEAVE_HANDOFF_TIMEOUT;
+        loop {
+            let table = self.plane.store().shard_table()?;
+            let owned = table
+                .values()
+                .filter(|allocation| allocation.node == self.config.node_id)
+                .count();
+            let held = self.region.held_shards();
+            let handing_off = self
+                .plane
+                .store()
+                .shard_handoffs()?
+                .values()
+                .filter(|from| **from == self.config.node_id)
+                .count();
+            if owned == 0 && held == 0 && handing_off == 0 {
+                // Every move is committed complete and announced; envelopes other regions
+                // routed here before they heard are still forwarded for a moment.
+                tokio::time::sleep(LEAVE_LINGER).await;
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(owned, held, "leaving with shards not handed off");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

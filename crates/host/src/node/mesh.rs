@@ -1,0 +1,481 @@
+//! The node's connections to the other nodes of its cluster: one [`Transport`] carrying every
+//! kind of [`PeerMessage`] — the metadata plane's, the regions' link messages and commands to
+//! the shard coordinator — and the task that hands each received message to its owner. The
+//! mesh is the switchboard's way to other processes ([`RemoteLinks`]): a region or coordinator
+//! never knows whether the one it talks to is in this process. Peers come from the config's
+//! seeds and, as members commit, from the catalog.
+
+use super::metric_families::{Kind, Sample, Snapshot};
+use crate::node::{ClusterConfig, NodeError};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
+use tessera_cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
+use tessera_contract::NodeId;
+use tessera_metadata::replicated_plane::{
+    PLANE_INBOUND_MAX, PlaneInbound, PlaneMessage, PlaneOutbox,
+};
+use tessera_metadata::{MemberRecord, MemberState};
+use tessera_sharding::link::{LinkError, Refused};
+use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks, Switchboard};
+use tokio::sync::mpsc;
+
+/// How long sends to a peer that stays disconnected are queued before they fail at once
+/// (and asks routed to it answer `unavailable` instead of waiting out their deadline).
+const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
+
+/// Largest frame between nodes: a deploy carries its plugin (up to the API's 64 MiB upload
+/// bound by default) inside a catalog command, with room for the protocol around it.
+const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
+
+/// One frame between two nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerMessage {
+    /// The metadata plane's.
+    Plane(PlaneMessage),
+    /// To the receiver's region.
+    Region(LinkMessage),
+    /// To the shard coordinator, which runs on the metadata primary.
+    Coordinator(CoordinatorCommand),
+    /// The sender's metadata commit number, sent to every peer each [`PROGRESS_EVERY`], so
+    /// the cluster view can show how far each member trails.
+    Progress {
+        /// Catalog commands the sender has applied.
+        commit: u64,
+    },
+}
+
+/// How often the coordinator's membership view is brought in step with reachability.
+pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
+
+/// What the mesh dropped, by reason.
+#[derive(Debug, Default)]
+pub(crate) struct MeshCounters {
+    /// Plane messages dropped because the plane's inbound queue was full.
+    pub(crate) plane_dropped: AtomicU64,
+    /// Region messages dropped because this node's region could not take them.
+    pub(crate) region_dropped: AtomicU64,
+    /// Coordinator commands that reached a node not running the coordinator, or that named
+    /// another node as the requester.
+    pub(crate) coordinator_misdirected: AtomicU64,
+}
+
+/// The node's side of the cluster transport.
+pub(crate) struct Mesh {
+    node: NodeId,
+    /// The metadata plane's voters: a non-voting member dials them (they cannot know its
+    /// address before it joins); among voters, or among the others, the smaller id dials.
+    voters: Vec<NodeId>,
+    transport: Transport<PeerMessage>,
+    /// The metadata primary as this node last saw it: where coordinator commands go.
+    primary: RwLock<Option<NodeId>>,
+    /// Each peer's metadata commit number, as it last told this node (peers only: bounded by
+    /// the transport's peer table).
+    progress: RwLock<HashMap<NodeId, u64>>,
+    /// Judges each peer by the rhythm of its progress reports.
+    detector: RwLock<PhiDetector>,
+    pub(crate) counters: MeshCounters,
+}
+
+impl Mesh {
+    /// Loads this node's certificate, binds the cluster listener and adds every seed as a
+    /// peer. Returns the mesh and what it received, for [`Mesh::dispatch`].
+    pub(crate) async fn start(
+        node: &str,
+        config: &ClusterConfig,
+    ) -> Result<(Arc<Mesh>, Inbound<PeerMessage>), NodeError> {
+        let identity = load_identity(&config.certs_dir, node).map_err(|error| {
+            NodeError::Config(format!(
+                "cluster certificate of {node} in {}: {error} (create it with `tessera certs create`)",
+                config.certs_dir.display()
+            ))
+        })?;
+        let mut transport_config = TransportConfig::new(config.id.clone(), config.listen);
+        transport_config.peer_down_drop_after = PEER_DOWN_FAIL_AFTER;
+        // Voters take joining members that dial them before the catalog names them.
+        transport_config.admit_unknown_peers = config.voters.iter().any(|voter| voter == node);
+        transport_config.max_frame_bytes = MESH_FRAME_BYTES_MAX;
+        let (transport, inbound) = Transport::start(transport_config, identity)
+            .await
+            .map_err(|error| NodeError::Config(format!("cluster transport: {error}")))?;
+        let mesh = Arc::new(Mesh {
+            node: node.to_string(),
+            voters: config.voters.clone(),
+            transport,
+            primary: RwLock::new(None),
+            progress: RwLock::default(),
+            detector: RwLock::default(),
+            counters: MeshCounters::default(),
+        });
+        for (peer, address) in &config.seeds {
+            mesh.add_peer(peer, *address);
+        }
+        Ok((mesh, inbound))
+    }
+
+    /// The address the cluster listener is bound to.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.transport.local_addr()
+    }
+
+    fn add_peer(&self, peer: &str, address: SocketAddr) {
+        if peer == self.node {
+            return;
+        }
+        let voter = |node: &str| self.voters.iter().any(|voter| voter == node);
+        let direction = match (voter(&self.node), voter(peer)) {
+            (true, false) => Direction::Accept,
+            (false, true) => Direction::Dial,
+            _ => Direction::ByNodeId,
+        };
+        if let Err(error) = self.transport.add_peer_with(peer, address, direction) {
+            tracing::warn!(%peer, %address, %error, "peer not added");
+        }
+    }
+
+    /// Follows a committed member: dials it at its cluster address, or forgets it once it
+    /// is removed.
+    pub(crate) fn show_member(&self, member: &MemberRecord) {
+        if member.node == self.node {
+            return;
+        }
+        if member.state == MemberState::Removed {
+            // A voter stays a peer: the voters are configuration, and the plane needs it.
+            if !self.voters.contains(&member.node) {
+                self.transport.remove_peer(&member.node);
+            }
+            return;
+        }
+        match member.cluster_address.parse::<SocketAddr>() {
+            Ok(address) => self.add_peer(&member.node, address),
+            Err(_) if member.cluster_address.is_empty() => {}
+            Err(error) => {
+                tracing::warn!(node = %member.node, address = %member.cluster_address, %error, "member has no usable cluster address");
+            }
+        }
+    }
+
+    /// Peers this node cannot reach now: suspected by the failure detector (silent for longer
+    /// than their rhythm of progress reports explains), or disconnected longer than the
+    /// peer-down grace. Sorted.
+    pub(crate) fn unreachable(&self) -> Vec<NodeId> {
+        let peers = self.transport.peers();
+        let now = Instant::now();
+        let mut unreachable = self.transport.unreachable_peers();
+        {
+            let mut detector = write(&self.detector);
+            detector.retain(&peers);
+            unreachable.extend(
+                peers
+                    .iter()
+                    .filter(|peer| detector.suspects(peer, now))
+                    .cloned(),
+            );
+        }
+        unreachable.sort();
+        unreachable.dedup();
+        unreachable
+    }
+
+    /// Notes the metadata primary (coordinator commands go there).
+    pub(crate) fn set_primary(&self, primary: Option<NodeId>) {
+        *self.primary.write().unwrap_or_else(|p| p.into_inner()) = primary;
+    }
+
+    fn primary(&self) -> Option<NodeId> {
+        self.primary
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Hands every received message to its owner until the transport closes: the plane's to
+    /// `plane`, the region's to this node's region, the coordinator's to the coordinator if it
+    /// runs here. Nothing waits: a full queue drops the message and counts it (every sender
+    /// retries what matters).
+    pub(crate) async fn dispatch(
+        self: Arc<Mesh>,
+        mut inbound: Inbound<PeerMessage>,
+        plane: mpsc::Sender<(String, PlaneMessage)>,
+        switchboard: Weak<Switchboard>,
+    ) {
+        let node = self.node.clone();
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        while let Some(incoming) = inbound.recv().await {
+            let Some(mesh) = weak.upgrade() else { return };
+            let Some(switchboard) = switchboard.upgrade() else {
+                return;
+            };
+            let from = incoming.from;
+            match incoming.message {
+                PeerMessage::Plane(message) => {
+                    if plane.try_send((from, message)).is_err() {
+                        bump(&mesh.counters.plane_dropped);
+                    }
+                }
+                PeerMessage::Region(message) => {
+                    if let Err(refused) = switchboard.deliver_local(&node, message) {
+                        bump(&mesh.counters.region_dropped);
+                        tracing::debug!(%from, error = %refused.0, "region message dropped");
+                    }
+                }
+                PeerMessage::Progress { commit } => {
+                    if mesh.transport.peers().contains(&from) {
+                        write(&mesh.detector).report(&from, Instant::now());
+                        write(&mesh.progress).insert(from, commit);
+                    }
+                }
+                PeerMessage::Coordinator(command) => {
+                    let honest = match &command {
+                        CoordinatorCommand::Allocate { requester, .. } => *requester == from,
+                        _ => true,
+                    };
+                    if !honest
+                        || !switchboard.has_local_coordinator()
+                        || switchboard.command_local(command).is_err()
+                    {
+                        bump(&mesh.counters.coordinator_misdirected);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells every peer this node's commit number each [`PROGRESS_EVERY`], until the mesh or
+    /// the plane is gone.
+    pub(crate) async fn send_progress(
+        self: Arc<Mesh>,
+        mut status: tokio::sync::watch::Receiver<tessera_metadata::PlaneStatus>,
+    ) {
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        let mut every = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            every.tick().await;
+            let Some(mesh) = weak.upgrade() else { return };
+            if status.has_changed().is_err() {
+                return; // the plane stopped
+            }
+            let commit = status.borrow_and_update().commit;
+            for peer in mesh.transport.peers() {
+                let _ = mesh
+                    .transport
+                    .send(&peer, &PeerMessage::Progress { commit });
+            }
+        }
+    }
+
+    /// Keeps the coordinator's membership view in step with reachability every
+    /// [`REACHABILITY_EVERY`]: an unreachable member owns no new shards (and a shard it owns is
+    /// answered `unavailable` at once) until it is trusted again. Ends with the mesh or the view.
+    pub(crate) async fn show_reachability(self: Arc<Mesh>, membership: Weak<Membership>) {
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        let mut every = tokio::time::interval(REACHABILITY_EVERY);
+        loop {
+            every.tick().await;
+            let (Some(mesh), Some(membership)) = (weak.upgrade(), membership.upgrade()) else {
+                return;
+            };
+            let unreachable = mesh.unreachable();
+            for member in membership.snapshot().members() {
+                let suspected = unreachable.contains(&member.node);
+                if suspected == member.reachable {
+                    tracing::info!(node = %member.node, unreachable = suspected, "member reachability changed");
+                    membership.set_unreachable(&member.node, suspected);
+                }
+            }
+        }
+    }
+
+    /// Each peer's commit number as it last said, by node (forgotten peers dropped).
+    pub(crate) fn progress(&self) -> HashMap<NodeId, u64> {
+        let peers = self.transport.peers();
+        let mut progress = write(&self.progress);
+        progress.retain(|node, _| peers.contains(node));
+        progress.clone()
+    }
+
+    /// Closes every connection (the node is stopping).
+    pub(crate) fn close(&self) {
+        self.transport.close();
+    }
+}
+
+/// The plane's inbound queue, to hand to [`Mesh::dispatch`] and the plane.
+pub(crate) fn plane_queue() -> (mpsc::Sender<(String, PlaneMessage)>, PlaneInbound) {
+    mpsc::channel(PLANE_INBOUND_MAX)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn link_error(peer: &str, error: &SendError) -> LinkError {
+    match error {
+        SendError::QueueFull(_) => LinkError::Full(peer.to_string()),
+        _ => LinkError::Unreachable(format!("{peer} ({error})")),
+    }
+}
+
+impl PlaneOutbox for Mesh {
+    fn send(&self, to: &str, message: PlaneMessage) {
+        let _ = self.transport.send(to, &PeerMessage::Plane(message));
+    }
+}
+
+impl RemoteLinks for Mesh {
+    fn send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>> {
+        // A peer the failure detector suspects is not sent to: what waits on it would only
+        // time out (or, queued, reach it much later), where the sender can answer now.
+        if write(&self.detector).suspects(node, Instant::now()) {
+            return Err(Box::new((
+                LinkError::Unreachable(node.to_string()),
+                message,
+            )));
+        }
+        let frame = PeerMessage::Region(message);
+        match self.transport.send(node, &frame) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                let PeerMessage::Region(message) = frame else {
+                    unreachable!("the frame was built as a region message above");
+                };
+                Err(Box::new((link_error(node, &error), message)))
+            }
+        }
+    }
+
+    fn send_to_coordinator(&self, command: CoordinatorCommand) -> Result<(), LinkError> {
+        let Some(primary) = self.primary() else {
+            return Err(LinkError::Unreachable(
+                "the coordinator (the metadata plane has no primary now)".into(),
+            ));
+        };
+        if primary == self.node {
+            // This node is the primary but its coordinator has not started yet.
+            return Err(LinkError::Unreachable(
+                "the coordinator (starting on this node)".into(),
+            ));
+        }
+        self.transport
+            .send(&primary, &PeerMessage::Coordinator(command))
+            .map_err(|error| link_error(&primary, &error))
+    }
+
+    fn regions(&self) -> Vec<NodeId> {
+        self.transport.peers()
+    }
+}
+
+/// A counter family of one label: name, help, label name, and a value per label value.
+type CounterFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<(&'static str, u64)>,
+);
+
+impl Mesh {
+    /// The transport's and the mesh's counters, for `/metrics` (every label listed, zeros
+    /// included).
+    pub(super) fn snapshot(&self, snapshot: &mut Snapshot) {
+        let stats = self.transport.stats();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let families: [CounterFamily; 5] = [
+            (
+                "tessera_peer_frames",
+                "Frames exchanged with other nodes.",
+                "direction",
+                vec![
+                    ("sent", stats.frames_sent),
+                    ("received", stats.frames_received),
+                ],
+            ),
+            (
+                "tessera_peer_bytes",
+                "Bytes of frames exchanged with other nodes.",
+                "direction",
+                vec![
+                    ("sent", stats.bytes_sent),
+                    ("received", stats.bytes_received),
+                ],
+            ),
+            (
+                "tessera_peer_dropped",
+                "Messages between nodes dropped, by reason.",
+                "reason",
+                vec![
+                    ("send_queue_full", stats.send_dropped_queue_full),
+                    ("peer_down", stats.send_dropped_peer_down),
+                    ("inbound_full", stats.inbound_dropped_full),
+                    ("plane_queue_full", load(&self.counters.plane_dropped)),
+                    ("region_refused", load(&self.counters.region_dropped)),
+                    (
+                        "coordinator_misdirected",
+                        load(&self.counters.coordinator_misdirected),
+                    ),
+                ],
+            ),
+            (
+                "tessera_peer_connection_events",
+                "Connection events with other nodes.",
+                "event",
+                vec![
+                    ("established", stats.connections_established),
+                    ("ended", stats.connections_ended),
+                    ("reconnect", stats.reconnects),
+                    ("dial_failure", stats.dial_failures),
+                    ("accept_busy", stats.accepts_dropped_busy),
+                ],
+            ),
+            (
+                "tessera_peer_refused",
+                "Connections and frames refused from peers, by reason; a peer that sent bad \
+                 input is disconnected.",
+                "reason",
+                vec![
+                    ("bad_magic", stats.refusals.bad_magic),
+                    ("wrong_version", stats.refusals.wrong_version),
+                    ("wrong_cluster", stats.refusals.wrong_cluster),
+                    ("node_id_mismatch", stats.refusals.node_id_mismatch),
+                    ("tls_failure", stats.refusals.tls_failure),
+                    ("unknown_peer", stats.refusals.unknown_peer),
+                    ("wrong_direction", stats.refusals.wrong_direction),
+                    ("bad_hello", stats.refusals.bad_hello),
+                    ("malformed_frame", stats.malformed_frames),
+                    ("oversized_frame", stats.oversized_frames),
+                    ("refused_by_peer", stats.refused_by_peer),
+                ],
+            ),
+        ];
+        for (name, help, label, values) in families {
+            let family = snapshot.family(name, help, Kind::Counter);
+            for (value_label, value) in values {
+                family.push(Sample::counter(
+                    vec![(label, value_label.to_string())],
+                    value,
+                ));
+            }
+        }
+        snapshot
+            .family(
+                "tessera_peers_disconnected_bad_input",
+                "Peers disconnected for a malformed or oversized frame.",
+                Kind::Counter,
+            )
+            .push(Sample::counter(
+                Vec::new(),
+                stats.peers_disconnected_bad_input,
+            ));
+    }
+}

@@ -1,0 +1,266 @@
+//! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
+//! passivation, state inspection, per-type status, the shard table, and shutdown.
+
+use super::sender_routes::{LongWay, Tried};
+use super::{Node, NodeError};
+use std::time::Duration;
+use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
+use tessera_state::EntityState;
+
+/// The most keys one state inspection returns, so inspecting a huge entity cannot exhaust host
+/// memory.
+pub const ENTITY_ENTRIES_MAX: usize = 10_000;
+
+/// The state of one entity type, for `tessera status`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TypeStatus {
+    /// Type name.
+    pub entity_type: String,
+    /// The active version.
+    pub active_version: u32,
+    /// Versions deployed.
+    pub versions: usize,
+    /// Whether started entities are remembered.
+    pub remember: bool,
+    /// Live entities on this node.
+    pub live_entities: usize,
+    /// Remembered entities.
+    pub remembered_entities: usize,
+    /// The version this node runs, once it has bound (compiled) it: in a cluster it trails
+    /// `active_version` for as long as this node takes to apply and compile a deploy made
+    /// through another node.
+    pub bound_version: Option<u32>,
+}
+
+impl Node {
+    /// Sends a one-way message, after the tenant's rate quota admits it. Returns once the
+    /// message is in the entity's mailbox, buffered for its shard, forwarded, or started on
+    /// this task (an idle local entity's message runs here as far as it can without waiting).
+    ///
+    /// An entity this thread sends to again soon is told through a route the node keeps for
+    /// the thread (`sender_routes`), as through an [`EntityRef`](super::EntityRef): the same
+    /// quota, routing and order, without the shared tables' lookups. [`ask`](Self::ask) does
+    /// the same.
+    ///
+    /// The address is borrowed: a message run here never copies it, and one that goes on
+    /// (queued, buffered, forwarded) takes its own copy.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: &tessera_host::node::Node) -> Result<(), tessera_host::node::NodeError> {
+    /// use tessera_contract::EntityAddress;
+    /// let counter = EntityAddress::new("default", "counter", "c-1");
+    /// let add = rmp_serde::to_vec_named(&serde_json::json!({"Add": 5})).unwrap();
+    /// node.tell(&counter, add).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn tell(&self, to: &EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
+        match self.sender_routes.tell_here(self, to, payload)? {
+            Tried::Sent(()) => Ok(()),
+            Tried::NotSent(payload, long_way) => {
+                let tell = |to, payload| self.region.tell(to, payload);
+                self.the_long_way(to, payload, long_way, tell).await
+            }
+        }
+    }
+
+    /// Sends a message by address that this thread's route did not run: admitted here unless
+    /// the route admitted it, then through the region (`send`); afterwards, the route picks the
+    /// entity's cell up, or one is kept for the entity.
+    async fn the_long_way<T, Sending>(
+        &self,
+        to: &EntityAddress,
+        payload: Vec<u8>,
+        long_way: LongWay,
+        send: impl FnOnce(EntityAddress, Vec<u8>) -> Sending,
+    ) -> Result<T, NodeError>
+    where
+        Sending: Future<Output = Result<T, MessageError>>,
+    {
+        match long_way {
+            LongWay::Admitted => {
+                let sent = send(to.clone(), payload).await?;
+                self.sender_routes.took_the_long_way(to);
+                Ok(sent)
+            }
+            LongWay::Missed { keep } => {
+                self.admit(to)?;
+                let sent = send(to.clone(), payload).await?;
+                if keep {
+                    self.sender_routes.keep(self, to);
+                }
+                Ok(sent)
+            }
+        }
+    }
+
+    /// How many entities the calling thread keeps a resolved route to, for its messages by
+    /// address (at most `sender_routes_per_thread`): for tests and diagnostics.
+    pub fn sender_routes_here(&self) -> usize {
+        self.sender_routes.kept_here()
+    }
+
+    /// Sends a one-way message effectively once: the entity runs it at most once per `key`
+    /// (within [`CLIENT_KEY_HORIZON_MS`](tessera_state::messaging::CLIENT_KEY_HORIZON_MS)),
+    /// and this returns once it is committed — or once an earlier send with the same key was.
+    /// A retry after an error or a lost answer is safe.
+    pub async fn tell_once(
+        &self,
+        to: &EntityAddress,
+        payload: Vec<u8>,
+        key: String,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        self.admit(to)?;
+        let meta = MessageMeta::from_origin(Origin::Client { key });
+        self.region
+            .ask_with(to.clone(), payload, meta, Some(timeout))
+            .await?;
+        Ok(())
+    }
+
+    /// Sends a message and waits for its reply.
+    pub async fn ask(
+        &self,
+        to: &EntityAddress,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, NodeError> {
+        match self.sender_routes.ask_here(self, to, payload, timeout)? {
+            Tried::Sent(reply) => Ok(reply.wait().await?),
+            Tried::NotSent(payload, long_way) => {
+                let ask = |to, payload| self.region.ask(to, payload, Some(timeout));
+                self.the_long_way(to, payload, long_way, ask).await
+            }
+        }
+    }
+
+    /// Passivates an entity after its queued messages.
+    pub async fn passivate(&self, entity: &EntityAddress) -> Result<(), NodeError> {
+        self.require_type(entity)?;
+        Ok(self.region.passivate(entity.clone()).await?)
+    }
+
+    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys).
+    pub fn entity_state(
+        &self,
+        entity: &EntityAddress,
+    ) -> Result<Vec<(String, Vec<u8>)>, NodeError> {
+        self.require_type(entity)?;
+        Ok(self.state.entries(entity, ENTITY_ENTRIES_MAX)?)
+    }
+
+    /// Per type of `tenant`: active version, live and remembered entities.
+    pub fn status(&self, tenant: &str) -> Result<Vec<TypeStatus>, NodeError> {
+        let live = self.entities.live_by_type();
+        Ok(self
+            .types(tenant)?
+            .into_iter()
+            .map(|record| {
+                let key = TypeKey::new(record.tenant.clone(), record.name.clone());
+                TypeStatus {
+                    bound_version: self.entities.types().get(&key).map(|bound| bound.version),
+                    remember: record
+                        .active()
+                        .is_some_and(|version| version.options.remember),
+                    live_entities: live.get(&key).copied().unwrap_or(0),
+                    remembered_entities: self.remembered_count(&key),
+                    active_version: record.active_version,
+                    versions: record.versions.len(),
+                    entity_type: record.name,
+                }
+            })
+            .collect())
+    }
+
+    /// The shard allocation table: `(tenant/type, shard) -> (node, generation)`.
+    pub async fn shards(&self) -> Result<Vec<(String, u32, String, u64)>, NodeError> {
+        let table = self.plane.store().shard_table()?;
+        Ok(table
+            .into_iter()
+            .map(|(key, allocation)| {
+                (
+                    key.type_key.to_string(),
+                    key.shard,
+                    allocation.node,
+                    allocation.generation,
+                )
+            })
+            .collect())
+    }
+
+    /// Shards being handed off now, as this node's catalog has it (committed moves whose
+    /// completion is not committed yet).
+    pub fn shards_moving(&self) -> Result<usize, NodeError> {
+        Ok(self.plane.store().shard_handoffs()?.len())
+    }
+
+    /// Stops every entity (their commits complete first), flushes remembered ids and stops
+    /// the region (graceful shutdown). Stopped entities stay remembered.
+    pub async fn shutdown(&self) {
+        self.entities.stop_all().await;
+        if let Err(error) = self.region.flush_remembered().await {
+            tracing::warn!(%error, "remembered ids could not be flushed");
+        }
+        self.region.shutdown().await;
+        if let Some(mesh) = &self.mesh {
+            mesh.close();
+        }
+        tracing::info!("node stopped");
+    }
+
+    fn remembered_count(&self, key: &TypeKey) -> usize {
+        let store = self.state.store();
+        let Ok(shards) = store.remembered_shards(key) else {
+            return 0;
+        };
+        shards
+            .into_iter()
+            .filter_map(|shard| store.remembered_ids(key, shard).ok())
+            .map(|ids| ids.len())
+            .sum()
+    }
+
+    /// Admits a client message by the tenant's rate quota.
+    /// The tenant's quota is read from the catalog only when the tenant records changed since
+    /// its bucket last confirmed it (the generation is read first, so a change after it is
+    /// seen by the next message).
+    fn admit(&self, to: &EntityAddress) -> Result<(), NodeError> {
+        let generation = self.catalog.tenants_generation();
+        let taken = match self.rate.try_take_known(&to.tenant, generation) {
+            Some(taken) => taken,
+            None => {
+                let (per_second, burst) = self
+                    .catalog
+                    .message_rate(&to.tenant)
+                    .ok_or_else(|| NodeError::NotFound(format!("no tenant {}", to.tenant)))?;
+                self.rate
+                    .try_take_confirmed(&to.tenant, per_second, burst, generation)
+            }
+        };
+        if !taken {
+            self.count_quota_rejection(&to.tenant, Some(&to.entity_type), "message_rate");
+            let per_second = self
+                .catalog
+                .message_rate(&to.tenant)
+                .map_or(0, |(per_second, _)| per_second);
+            return Err(NodeError::Message(MessageError::new(
+                ErrorKind::QuotaExceeded,
+                format!(
+                    "tenant {} is over its message rate of {per_second} per second",
+                    to.tenant
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    fn require_type(&self, entity: &EntityAddress) -> Result<(), NodeError> {
+        if self.entities.types().get(&entity.type_key()).is_none() {
+            return Err(NodeError::NotFound(format!(
+                "no entity type {} in tenant {}",
+                entity.entity_type, entity.tenant
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,108 @@
+//! A node: every layer built in one pass over one data directory (`build`), and the operations
+//! the API and CLI offer — tenants and tokens (`tenants`), deploys, rollbacks and deletes
+//! (`deploy`), messages to entities and inspection (`messages`), reusable handles on entities
+//! (`entity_ref`), the cluster view (`cluster`), metrics (`metrics`) and the HTTP edge's
+//! counters (`edge`). Catalog changes go through the metadata plane; its one observer
+//! (`catalog`) updates what the layers below run, so live entities switch version at their next
+//! message boundary.
+
+mod build;
+mod catalog;
+mod cluster;
+mod config;
+mod deploy;
+mod edge;
+mod entity_ref;
+mod error;
+mod joining;
+mod lease;
+mod mesh;
+mod messages;
+mod metric_families;
+mod metrics;
+mod rate;
+mod seat;
+mod sender_routes;
+mod tenants;
+
+pub use cluster::{ClusterStatus, MemberView};
+pub use config::{
+    API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
+};
+pub use edge::{EdgeCounters, EdgeSnapshot};
+pub use entity_ref::EntityRef;
+pub use error::NodeError;
+pub use joining::MemberAction;
+pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
+pub use metrics::METRICS_CONTENT_TYPE;
+pub use rate::RateLimiter;
+pub use sender_routes::{SENDER_ROUTES_PER_THREAD, SENDER_ROUTES_PER_THREAD_LIMIT};
+pub use tenants::{Principal, token_hash};
+
+use catalog::NodeCatalog;
+use std::sync::Arc;
+use tessera_entity::Entities;
+use tessera_metadata::MetadataPlane;
+use tessera_runtime::Runtime;
+use tessera_sharding::{Membership, RegionHandle};
+use tessera_state::LocalState;
+use tessera_state::remember::RememberWriter;
+
+/// A running node.
+pub struct Node {
+    config: NodeConfig,
+    admin_token_sha256: String,
+    runtime: Arc<Runtime>,
+    state: Arc<LocalState>,
+    catalog: Arc<NodeCatalog>,
+    plane: Arc<dyn MetadataPlane>,
+    entities: Entities,
+    region: RegionHandle,
+    /// Where the shard coordinator runs: always here, or (in a cluster) on the metadata
+    /// primary.
+    _seat: seat::CoordinatorSeat,
+    /// The connections to the other nodes of the cluster, if this node is in one.
+    mesh: Option<Arc<mesh::Mesh>>,
+    /// The membership view the coordinator follows; the catalog updates it through a weak
+    /// handle, so dropping the node ends the coordinator.
+    membership: Arc<Membership>,
+    remember: RememberWriter,
+    deploy_lock: tokio::sync::Mutex<()>,
+    rate: RateLimiter,
+    /// Each thread's resolved routes for its messages by address.
+    sender_routes: sender_routes::SenderRoutes,
+    quota_rejections: metrics::QuotaRejections,
+    edge: EdgeCounters,
+}
+
+impl Node {
+    /// The configuration the node runs with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The node's entities (for embedding and tests).
+    pub fn entities(&self) -> &Entities {
+        &self.entities
+    }
+
+    /// The node's sharding region (for embedding and benchmarks).
+    pub fn region(&self) -> &RegionHandle {
+        &self.region
+    }
+
+    /// The counters of the HTTP edge, which the api bumps and `/metrics` reads.
+    pub fn edge_counters(&self) -> &EdgeCounters {
+        &self.edge
+    }
+
+    /// The address this node's cluster listener is bound to (`None` outside a cluster).
+    pub fn cluster_addr(&self) -> Option<std::net::SocketAddr> {
+        self.mesh.as_ref().map(|mesh| mesh.local_addr())
+    }
+
+    /// The node's wasm runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+}

@@ -1,0 +1,388 @@
+//! The catalog's state machine: applies one [`Command`] inside one redb write transaction, or
+//! refuses it and changes nothing. Deterministic — the same commands in the same order give the
+//! same tables on every replica.
+
+use super::command::{Applied, Command};
+use super::error::{MetadataError, storage};
+use super::limits::VERSIONS_PER_TYPE_MAX;
+use super::member_state::MemberState;
+use super::members::{MemberRecord, join_member, renew_lease, set_member_state};
+use super::records::validate_name;
+use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
+use super::store::{
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS,
+    SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES, decode, encode,
+};
+use redb::{ReadableTable, WriteTransaction};
+use tessera_contract::{Allocation, NodeId, ShardKey};
+
+impl MetadataStore {
+    /// Applies one command durably, or refuses it and changes nothing.
+    pub fn apply(&self, command: Command) -> Result<Applied, MetadataError> {
+        let transaction = self.database.begin_write().map_err(storage)?;
+        let applied = apply_in(&transaction, command)?;
+        count_applied(&transaction)?;
+        transaction.commit().map_err(storage)?;
+        Ok(applied)
+    }
+}
+
+fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied, MetadataError> {
+    match command {
+        Command::CreateTenant {
+            name,
+            token_sha256,
+            quotas,
+            created_ms,
+        } => create_tenant(transaction, name, token_sha256, quotas, created_ms),
+        Command::UpdateQuotas { name, quotas } => update_quotas(transaction, name, quotas),
+        Command::DeployVersion {
+            tenant,
+            entity_type,
+            sha256,
+            plugin,
+            size_bytes,
+            options,
+            deployed_ms,
+        } => {
+            let version = VersionRecord {
+                version: 0,
+                sha256,
+                size_bytes,
+                options,
+                deployed_ms,
+            };
+            deploy_version(transaction, tenant, entity_type, version, plugin)
+        }
+        Command::SetActiveVersion {
+            tenant,
+            entity_type,
+            version,
+        } => set_active_version(transaction, tenant, entity_type, version),
+        Command::DeleteType {
+            tenant,
+            entity_type,
+        } => delete_type(transaction, tenant, entity_type),
+        Command::AssignShards { assignments } => assign_shards(transaction, assignments),
+        Command::MoveShards { moves } => move_shards(transaction, moves),
+        Command::CompleteHandoff { key, generation } => {
+            complete_handoff(transaction, &key, generation)
+        }
+        Command::Barrier => Ok(Applied::Barrier),
+        Command::RenewLease { node } => {
+            renew_lease(transaction, &node).map(|_| Applied::LeaseRenewed)
+        }
+        Command::JoinMember {
+            node,
+            cluster_address,
+            api_address,
+            roles,
+            joined_ms,
+        } => {
+            let record = MemberRecord {
+                node,
+                cluster_address,
+                api_address,
+                roles,
+                state: MemberState::Joining,
+                joined_ms,
+                updated_ms: joined_ms,
+            };
+            join_member(transaction, record).map(Applied::Member)
+        }
+        Command::SetMemberState {
+            node,
+            state,
+            updated_ms,
+        } => set_member_state(transaction, &node, state, updated_ms).map(Applied::Member),
+    }
+}
+
+/// Counts one more applied command, in the command's own transaction.
+fn count_applied(transaction: &WriteTransaction) -> Result<(), MetadataError> {
+    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
+    let applied = counters
+        .get(APPLIED_COMMANDS)
+        .map_err(storage)?
+        .map_or(0, |count| count.value());
+    counters
+        .insert(APPLIED_COMMANDS, applied + 1)
+        .map_err(storage)?;
+    Ok(())
+}
+
+fn create_tenant(
+    transaction: &WriteTransaction,
+    name: String,
+    token_sha256: String,
+    quotas: Quotas,
+    created_ms: u64,
+) -> Result<Applied, MetadataError> {
+    validate_name(&name)?;
+    quotas.validate().map_err(MetadataError::InvalidQuotas)?;
+    let mut tenants = transaction.open_table(TENANTS).map_err(storage)?;
+    if tenants.get(name.as_str()).map_err(storage)?.is_some() {
+        return Err(MetadataError::TenantExists(name));
+    }
+    let tenant = Tenant {
+        name,
+        token_sha256,
+        quotas,
+        created_ms,
+    };
+    tenants
+        .insert(tenant.name.as_str(), encode(&tenant).as_slice())
+        .map_err(storage)?;
+    let mut tokens = transaction.open_table(TOKENS).map_err(storage)?;
+    tokens
+        .insert(tenant.token_sha256.as_str(), tenant.name.as_str())
+        .map_err(storage)?;
+    Ok(Applied::Tenant(tenant))
+}
+
+fn update_quotas(
+    transaction: &WriteTransaction,
+    name: String,
+    quotas: Quotas,
+) -> Result<Applied, MetadataError> {
+    quotas.validate().map_err(MetadataError::InvalidQuotas)?;
+    let mut tenants = transaction.open_table(TENANTS).map_err(storage)?;
+    let mut tenant: Tenant = match tenants.get(name.as_str()).map_err(storage)? {
+        Some(bytes) => decode(bytes.value())?,
+        None => return Err(MetadataError::NoTenant(name)),
+    };
+    tenant.quotas = quotas;
+    tenants
+        .insert(tenant.name.as_str(), encode(&tenant).as_slice())
+        .map_err(storage)?;
+    Ok(Applied::Tenant(tenant))
+}
+
+fn deploy_version(
+    transaction: &WriteTransaction,
+    tenant: String,
+    entity_type: String,
+    mut version: VersionRecord,
+    plugin: Option<Vec<u8>>,
+) -> Result<Applied, MetadataError> {
+    validate_name(&entity_type)?;
+    require_tenant(transaction, &tenant)?;
+    let mut record = read_type(transaction, &tenant, &entity_type)?.unwrap_or(TypeRecord {
+        tenant: tenant.clone(),
+        name: entity_type.clone(),
+        active_version: 0,
+        versions: Vec::new(),
+    });
+    if record.versions.len() >= VERSIONS_PER_TYPE_MAX {
+        return Err(MetadataError::TooManyVersions(entity_type));
+    }
+    store_plugin(transaction, &version.sha256, plugin)?;
+    add_plugin_ref(transaction, &version.sha256, 1)?;
+    version.version = record.versions.last().map_or(1, |last| last.version + 1);
+    record.active_version = version.version;
+    record.versions.push(version);
+    write_type(transaction, &record)?;
+    Ok(Applied::Type(record))
+}
+
+/// Stores `plugin` under `sha256` unless it is there; refuses when neither is the case.
+fn store_plugin(
+    transaction: &WriteTransaction,
+    sha256: &str,
+    plugin: Option<Vec<u8>>,
+) -> Result<(), MetadataError> {
+    let mut plugins = transaction.open_table(PLUGINS).map_err(storage)?;
+    if plugins.get(sha256).map_err(storage)?.is_some() {
+        return Ok(());
+    }
+    let bytes = plugin.ok_or_else(|| MetadataError::NoPlugin(sha256.to_string()))?;
+    plugins.insert(sha256, bytes.as_slice()).map_err(storage)?;
+    Ok(())
+}
+
+/// Adds `delta` to the number of versions using `sha256`; at zero its bytes go.
+fn add_plugin_ref(
+    transaction: &WriteTransaction,
+    sha256: &str,
+    delta: i64,
+) -> Result<(), MetadataError> {
+    let mut refs = transaction.open_table(PLUGIN_REFS).map_err(storage)?;
+    let current = refs.get(sha256).map_err(storage)?.map_or(0, |r| r.value());
+    let next = (i64::from(current) + delta).max(0) as u32;
+    if next == 0 {
+        refs.remove(sha256).map_err(storage)?;
+        let mut plugins = transaction.open_table(PLUGINS).map_err(storage)?;
+        plugins.remove(sha256).map_err(storage)?;
+    } else {
+        refs.insert(sha256, next).map_err(storage)?;
+    }
+    Ok(())
+}
+
+fn set_active_version(
+    transaction: &WriteTransaction,
+    tenant: String,
+    entity_type: String,
+    version: u32,
+) -> Result<Applied, MetadataError> {
+    let Some(mut record) = read_type(transaction, &tenant, &entity_type)? else {
+        return Err(MetadataError::NoType(tenant, entity_type));
+    };
+    if record.version(version).is_none() {
+        return Err(MetadataError::NoVersion(entity_type, version));
+    }
+    record.active_version = version;
+    write_type(transaction, &record)?;
+    Ok(Applied::Type(record))
+}
+
+fn delete_type(
+    transaction: &WriteTransaction,
+    tenant: String,
+    entity_type: String,
+) -> Result<Applied, MetadataError> {
+    let Some(record) = read_type(transaction, &tenant, &entity_type)? else {
+        return Err(MetadataError::NoType(tenant, entity_type));
+    };
+    for version in &record.versions {
+        add_plugin_ref(transaction, &version.sha256, -1)?;
+    }
+    let mut types = transaction.open_table(TYPES).map_err(storage)?;
+    types
+        .remove((tenant.as_str(), entity_type.as_str()))
+        .map_err(storage)?;
+    Ok(Applied::TypeDeleted {
+        tenant,
+        entity_type,
+    })
+}
+
+/// Assigns like [`assign_shards`] and records each move as a handoff in flight.
+fn move_shards(
+    transaction: &WriteTransaction,
+    moves: Vec<(ShardKey, NodeId, NodeId)>,
+) -> Result<Applied, MetadataError> {
+    let mut from_of = Vec::with_capacity(moves.len());
+    let mut assignments = Vec::with_capacity(moves.len());
+    for (key, from, to) in moves {
+        from_of.push((key.clone(), from));
+        assignments.push((key, to));
+    }
+    let applied = assign_shards(transaction, assignments)?;
+    let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+    for (key, from) in &from_of {
+        let row = (
+            key.type_key.tenant.as_str(),
+            key.type_key.entity_type.as_str(),
+            key.shard,
+        );
+        handoffs.insert(row, from.as_str()).map_err(storage)?;
+    }
+    Ok(applied)
+}
+
+/// Ends `key`'s handoff if its allocation is still `generation`.
+fn complete_handoff(
+    transaction: &WriteTransaction,
+    key: &ShardKey,
+    generation: u64,
+) -> Result<Applied, MetadataError> {
+    let row = (
+        key.type_key.tenant.as_str(),
+        key.type_key.entity_type.as_str(),
+        key.shard,
+    );
+    let current = transaction
+        .open_table(SHARDS)
+        .map_err(storage)?
+        .get(row)
+        .map_err(storage)?
+        .map(|value| value.value().1);
+    if current != Some(generation) {
+        return Ok(Applied::HandoffCompleted { ended: false });
+    }
+    let removed = transaction
+        .open_table(SHARD_HANDOFFS)
+        .map_err(storage)?
+        .remove(row)
+        .map_err(storage)?
+        .is_some();
+    Ok(Applied::HandoffCompleted { ended: removed })
+}
+
+/// Assigns shards; an assignment (not a move) ends any handoff of the shard.
+fn assign_shards(
+    transaction: &WriteTransaction,
+    assignments: Vec<(ShardKey, NodeId)>,
+) -> Result<Applied, MetadataError> {
+    {
+        let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+        for (key, _) in &assignments {
+            let row = (
+                key.type_key.tenant.as_str(),
+                key.type_key.entity_type.as_str(),
+                key.shard,
+            );
+            handoffs.remove(row).map_err(storage)?;
+        }
+    }
+    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
+    let mut next = counters
+        .get(NEXT_GENERATION)
+        .map_err(storage)?
+        .map_or(1, |value| value.value());
+    let mut shards = transaction.open_table(SHARDS).map_err(storage)?;
+    let mut assigned = Vec::with_capacity(assignments.len());
+    for (key, node) in assignments {
+        let allocation = Allocation {
+            node,
+            generation: next,
+        };
+        next += 1;
+        shards
+            .insert(
+                (
+                    key.type_key.tenant.as_str(),
+                    key.type_key.entity_type.as_str(),
+                    key.shard,
+                ),
+                (allocation.node.as_str(), allocation.generation),
+            )
+            .map_err(storage)?;
+        assigned.push((key, allocation));
+    }
+    counters.insert(NEXT_GENERATION, next).map_err(storage)?;
+    Ok(Applied::ShardsAssigned(assigned))
+}
+
+fn require_tenant(transaction: &WriteTransaction, tenant: &str) -> Result<(), MetadataError> {
+    let tenants = transaction.open_table(TENANTS).map_err(storage)?;
+    if tenants.get(tenant).map_err(storage)?.is_none() {
+        return Err(MetadataError::NoTenant(tenant.to_string()));
+    }
+    Ok(())
+}
+
+fn read_type(
+    transaction: &WriteTransaction,
+    tenant: &str,
+    entity_type: &str,
+) -> Result<Option<TypeRecord>, MetadataError> {
+    let types = transaction.open_table(TYPES).map_err(storage)?;
+    let record = types.get((tenant, entity_type)).map_err(storage)?;
+    record.map(|bytes| decode(bytes.value())).transpose()
+}
+
+fn write_type(transaction: &WriteTransaction, record: &TypeRecord) -> Result<(), MetadataError> {
+    let mut types = transaction.open_table(TYPES).map_err(storage)?;
+    types
+        .insert(
+            (record.tenant.as_str(), record.name.as_str()),
+            encode(record).as_slice(),
+        )
+        .map_err(storage)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,157 @@
+//! The commands that change the catalog and what applying one produced. Commands are
+//! deterministic: everything they need (times, hashes, plugin bytes) is inside them, so every
+//! replica that applies the same sequence ends in the same state.
+
+use super::member_state::MemberState;
+use super::members::MemberRecord;
+use super::records::{Quotas, Tenant, TypeOptions, TypeRecord};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use tessera_contract::{Allocation, NodeId, ShardKey};
+
+/// A change to the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Command {
+    /// Creates a tenant.
+    CreateTenant {
+        /// Name.
+        name: String,
+        /// Hex SHA-256 of its token.
+        token_sha256: String,
+        /// Limits.
+        quotas: Quotas,
+        /// Creation time.
+        created_ms: u64,
+    },
+    /// Replaces a tenant's quotas.
+    UpdateQuotas {
+        /// Tenant.
+        name: String,
+        /// New limits.
+        quotas: Quotas,
+    },
+    /// Adds a version to a type (creating the type) and makes it active, storing the plugin
+    /// bytes in the same transaction when they are not stored yet. Refused (changing nothing)
+    /// when the bytes are neither stored nor given, or the type has too many versions.
+    DeployVersion {
+        /// Tenant.
+        tenant: String,
+        /// Type name.
+        entity_type: String,
+        /// Hex SHA-256 of the plugin.
+        sha256: String,
+        /// The component, when the catalog may not have it yet.
+        #[serde(with = "serde_bytes")]
+        plugin: Option<Vec<u8>>,
+        /// Plugin size.
+        size_bytes: u64,
+        /// Type options.
+        options: TypeOptions,
+        /// Deploy time.
+        deployed_ms: u64,
+    },
+    /// Makes an existing version active (rollback or roll forward).
+    SetActiveVersion {
+        /// Tenant.
+        tenant: String,
+        /// Type name.
+        entity_type: String,
+        /// The version to run.
+        version: u32,
+    },
+    /// Deletes a type and its versions; plugin bytes no version uses any more go with it.
+    /// Entity state and shard allocations stay (see `docs/api.md`).
+    DeleteType {
+        /// Tenant.
+        tenant: String,
+        /// Type name.
+        entity_type: String,
+    },
+    /// Assigns shards to nodes (first allocation or a move); each assignment gets the next
+    /// generation of the catalog.
+    AssignShards {
+        /// `(shard, new owner)`, applied in order.
+        assignments: Vec<(ShardKey, NodeId)>,
+    },
+    /// Moves shards by handoff: each gets the next generation on its new owner, like
+    /// [`Command::AssignShards`], and is recorded as a handoff in flight from the losing node
+    /// until [`Command::CompleteHandoff`].
+    MoveShards {
+        /// `(shard, losing node, new owner)`, applied in order.
+        moves: Vec<(ShardKey, NodeId, NodeId)>,
+    },
+    /// Ends the handoff of `key` if its allocation is still `generation` (the new owner holds
+    /// the state); a stale completion changes nothing.
+    CompleteHandoff {
+        /// The shard.
+        key: ShardKey,
+        /// The generation of the move that completed.
+        generation: u64,
+    },
+    /// Adds a node as a joining member, or refreshes the addresses and roles of a member that
+    /// is joining or up already (a restart). Refused for a member leaving, exiting or down.
+    JoinMember {
+        /// The node's id.
+        node: NodeId,
+        /// Where peers reach it.
+        cluster_address: String,
+        /// Where clients reach its HTTP API.
+        api_address: String,
+        /// The roles it advertises.
+        roles: BTreeSet<String>,
+        /// Join time.
+        joined_ms: u64,
+    },
+    /// Moves a member along its life cycle (see [`MemberState::may_become`]); refused, changing
+    /// nothing, for any other step.
+    SetMemberState {
+        /// The node's id.
+        node: NodeId,
+        /// Its next state.
+        state: MemberState,
+        /// Time of the change.
+        updated_ms: u64,
+    },
+    /// Changes nothing. A node that has applied it has applied every command committed
+    /// before it was submitted: a linearizable read submits one and then reads locally.
+    Barrier,
+    /// Renews `node`'s lease on its shards: committed (so a majority was reached) and granted
+    /// while the member is up, leaving or exiting; refused otherwise. Changes nothing.
+    RenewLease {
+        /// The member renewing.
+        node: NodeId,
+    },
+}
+
+/// What applying a command produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Applied {
+    /// A tenant was created or changed.
+    Tenant(Tenant),
+    /// A type changed (deploy, rollback).
+    Type(TypeRecord),
+    /// A type was deleted.
+    TypeDeleted {
+        /// Tenant.
+        tenant: String,
+        /// Type name.
+        entity_type: String,
+    },
+    /// Shards were assigned, with their new allocations.
+    ShardsAssigned(Vec<(ShardKey, Allocation)>),
+    /// A member joined or changed state (`Removed`: its record is gone).
+    Member(MemberRecord),
+    /// The whole catalog was replaced by a snapshot (state transfer): reload everything.
+    Restored,
+    /// A [`Command::Barrier`] passed.
+    Barrier,
+    /// A [`Command::RenewLease`] was granted.
+    LeaseRenewed,
+    /// A [`Command::CompleteHandoff`] was applied: `ended` unless it was stale.
+    HandoffCompleted {
+        /// Whether a handoff record was removed.
+        ended: bool,
+    },
+}

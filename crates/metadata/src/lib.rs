@@ -1,0 +1,38 @@
+//! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes by
+//! hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by
+//! a deterministic state machine over redb ([`MetadataStore::apply`]).
+//!
+//! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group
+//! (the simulators of `tessera-sim` run it as a workload of the VSR simulator), and
+//! [`replicated_plane`] runs that group among a cluster's voters over the cluster transport.
+//!
+//! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
+//! applies them in order; in a cluster the same commands are ordered by consensus and applied
+//! on every node. Either way the node's [`CatalogObserver`] hears of each applied command and
+//! updates what the layers below run. Commands carry every input (times, hashes, bytes) so
+//! applying the same sequence anywhere gives the same catalog.
+//!
+//! Uses `tessera-contract`, `tessera-consensus` and `tessera-cluster`. Sharding and the node use
+//! it; the entity layer, the runtime and the state layer never do.
+
+mod apply;
+mod command;
+mod error;
+mod limits;
+mod member_state;
+mod members;
+mod plane;
+mod records;
+mod replicated;
+pub mod replicated_plane;
+mod store;
+
+pub use command::{Applied, Command};
+pub use error::MetadataError;
+pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
+pub use member_state::MemberState;
+pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord};
+pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
+pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
+pub use replicated::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
+pub use store::MetadataStore;

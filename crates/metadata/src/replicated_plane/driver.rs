@@ -1,0 +1,260 @@
+//! The task that runs one voter of the metadata plane: it ticks the replica, carries its messages
+//! over the transport, takes commands submitted on this node to the primary (again after
+//! `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
+//! submitted, and hands every applied command to the node's observer in order. One command of this
+//! node is in flight at a time (a VSR client session has one outstanding request).
+
+use super::session::{ClientSession, Due, Submission};
+use super::wire::PlaneMessage;
+use super::{PlaneConfig, PlaneError, PlaneOutbox};
+use crate::{CatalogMachine, CatalogObserver, MetadataStore, PlaneStatus};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use tessera_consensus::config::Config;
+use tessera_consensus::durable::FileJournal;
+use tessera_consensus::message::{ClientId, Message, Request, Status};
+use tessera_consensus::replica::{Action, Replica};
+use tokio::sync::{mpsc, watch};
+
+/// Client sessions of other nodes whose replies this voter routes (their origin node).
+const ORIGINS_MAX: usize = 1024;
+
+type PlaneReplica = Replica<FileJournal, CatalogMachine>;
+
+/// Opens the voter's journal (creating it on the first start) and rebuilds the catalog from it.
+pub(super) fn open_replica(
+    config: Config,
+    journal: &Path,
+    store: MetadataStore,
+) -> Result<PlaneReplica, PlaneError> {
+    let fresh = !journal.exists();
+    let file =
+        FileJournal::open(journal).map_err(|error| PlaneError::Journal(error.to_string()))?;
+    let mut catalog = CatalogMachine::new(store);
+    catalog
+        .reset()
+        .map_err(|error| PlaneError::Journal(error.to_string()))?;
+    let replica = if fresh {
+        Replica::format(config, file, catalog)
+    } else {
+        Replica::open(config, file, catalog, rand::random::<u64>())
+    };
+    replica.map_err(|error| PlaneError::Journal(error.to_string()))
+}
+
+pub(super) struct Driver {
+    config: PlaneConfig,
+    replica: PlaneReplica,
+    observer: Arc<dyn CatalogObserver>,
+    outbox: Arc<dyn PlaneOutbox>,
+    inbound: mpsc::Receiver<(String, PlaneMessage)>,
+    submitted: mpsc::Receiver<Submission>,
+    status: watch::Sender<PlaneStatus>,
+    /// This node's client session.
+    session: ClientSession,
+    origins: BTreeMap<ClientId, String>,
+    tick: u64,
+}
+
+impl Driver {
+    pub(super) fn new(
+        config: PlaneConfig,
+        replica: PlaneReplica,
+        observer: Arc<dyn CatalogObserver>,
+        outbox: Arc<dyn PlaneOutbox>,
+        inbound: mpsc::Receiver<(String, PlaneMessage)>,
+        submitted: mpsc::Receiver<Submission>,
+        status: watch::Sender<PlaneStatus>,
+    ) -> Driver {
+        Driver {
+            session: ClientSession::new(config.node.clone()),
+            config,
+            replica,
+            observer,
+            outbox,
+            inbound,
+            submitted,
+            status,
+            origins: BTreeMap::new(),
+            tick: 0,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        // Whatever the replica applied while opening (its journal's committed suffix).
+        self.observe_applied().await;
+        let mut ticker = tokio::time::interval(self.config.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.tick += 1;
+                    let actions = self.replica.tick();
+                    self.carry_out(actions).await;
+                    self.resend_if_due().await;
+                }
+                incoming = self.inbound.recv() => match incoming {
+                    Some((from, message)) => self.receive(from, message).await,
+                    None => return,
+                },
+                submission = self.submitted.recv(), if self.session.is_idle() => match submission {
+                    Some(submission) => self.begin(submission).await,
+                    None => return,
+                },
+            }
+            if let Some(fault) = self.replica.state_machine().fault() {
+                tracing::error!(%fault, "the metadata plane stops on this node");
+                return;
+            }
+            self.publish_status();
+        }
+    }
+
+    async fn begin(&mut self, submission: Submission) {
+        let request = self.session.begin(submission, self.tick);
+        self.send_request(request).await;
+    }
+
+    /// Sends the command in flight to every voter; only the primary acts on it.
+    async fn send_request(&mut self, request: Request) {
+        self.session
+            .send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
+        let actions = self.replica.on_message(Message::Request(request));
+        self.carry_out(actions).await;
+    }
+
+    async fn resend_if_due(&mut self) {
+        if let Due::Resend(request) = self.session.due(self.tick) {
+            self.send_request(request).await;
+        }
+    }
+
+    async fn receive(&mut self, from: String, message: PlaneMessage) {
+        match message {
+            PlaneMessage::Replica(message) => {
+                if self.config.voters.contains(&from) {
+                    let actions = self.replica.on_message(message);
+                    self.carry_out(actions).await;
+                }
+            }
+            PlaneMessage::Submit { origin, request } => {
+                if origin != from {
+                    tracing::warn!(%from, %origin, "a peer submitted for another node; dropped");
+                    return;
+                }
+                if self.origins.len() >= ORIGINS_MAX && !self.origins.contains_key(&request.client)
+                {
+                    self.origins.pop_first();
+                }
+                self.origins.insert(request.client, origin);
+                let actions = self.replica.on_message(Message::Request(request));
+                self.carry_out(actions).await;
+            }
+            PlaneMessage::Reply(reply) => self.session.on_reply(reply, self.tick),
+            PlaneMessage::Follow { after } => self.answer_follower(&from, after),
+            // A voter follows the log itself.
+            PlaneMessage::Entries { .. } | PlaneMessage::Checkpoint { .. } => {}
+        }
+    }
+
+    /// Sends a non-voting member what it lacks: the committed entries after `after` (at most
+    /// [`FOLLOW_BATCH_BYTES`](super::FOLLOW_BATCH_BYTES), at least one), or this voter's
+    /// checkpoint if they were trimmed.
+    fn answer_follower(&self, from: &str, after: u64) {
+        if self.config.voters.iter().any(|voter| voter == from) {
+            return;
+        }
+        let view = self.replica.view();
+        let applied = self.replica.applied();
+        let base = self.replica.log_base();
+        if after < base {
+            let checkpoint = self.replica.checkpoint().clone();
+            self.outbox
+                .send(from, PlaneMessage::Checkpoint { view, checkpoint });
+            return;
+        }
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        for entry in self.replica.log() {
+            if entry.op <= after || entry.op > applied {
+                continue;
+            }
+            let size: usize = entry
+                .requests
+                .iter()
+                .map(|request| request.operation.len() + 64)
+                .sum();
+            if !entries.is_empty() && bytes + size > super::FOLLOW_BATCH_BYTES {
+                break;
+            }
+            bytes += size;
+            entries.push(entry.clone());
+        }
+        let commit = self.replica.commit();
+        self.outbox.send(
+            from,
+            PlaneMessage::Entries {
+                view,
+                commit,
+                entries,
+            },
+        );
+    }
+
+    async fn carry_out(&mut self, actions: Vec<Action>) {
+        let mut applied_requests = Vec::new();
+        for action in actions {
+            match action {
+                Action::Send { to, message } => {
+                    if let Some(voter) = self.config.voters.get(usize::from(to)) {
+                        self.outbox.send(voter, PlaneMessage::Replica(message));
+                    }
+                }
+                Action::Reply(reply) if reply.client == self.session.client() => {
+                    self.session.on_reply(reply, self.tick)
+                }
+                Action::Reply(reply) => {
+                    if let Some(origin) = self.origins.get(&reply.client) {
+                        self.outbox.send(origin, PlaneMessage::Reply(reply));
+                    }
+                }
+                // A restored state reaches the observer as `Applied::Restored`; a command of
+                // ours it covered is answered after `APPLIED_HERE_WAIT_TICKS`.
+                Action::Checkpoint { .. } => {}
+                Action::Applied { requests, .. } => applied_requests.extend(requests),
+            }
+        }
+        // The observer first: a caller answered next reads its own write here.
+        self.observe_applied().await;
+        self.session.applied(&applied_requests);
+    }
+
+    /// Hands what the catalog applied to the node's observer, in order.
+    async fn observe_applied(&mut self) {
+        for applied in self.replica.state_machine_mut().take_applied() {
+            self.observer.applied(&applied).await;
+        }
+    }
+
+    fn publish_status(&self) {
+        let view = self.replica.view();
+        let primary = (self.replica.status() == Status::Normal).then(|| {
+            let index = view % self.config.voters.len() as u64;
+            self.config.voters[index as usize].clone()
+        });
+        let status = PlaneStatus {
+            view,
+            commit: self.replica.commit(),
+            primary,
+            voters: self.config.voters.clone(),
+            checkpoints_taken: self.replica.counters().checkpoints_taken,
+            states_installed: self.replica.counters().states_installed,
+        };
+        self.status.send_if_modified(|current| {
+            let changed = *current != status;
+            *current = status;
+            changed
+        });
+    }
+}

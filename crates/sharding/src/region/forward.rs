@@ -1,0 +1,242 @@
+//! Forwarding to other regions: an envelope for a remote shard goes to its owner as a
+//! [`WireEnvelope`], hop-bounded, queued per owner and sent in batches of at most
+//! [`FORWARD_BATCH_MAX`] when the region task has handled what was ready (the seed's
+//! forward / batch-result shape: the owner answers each batch with the envelopes it refused).
+//! A local ask's reply port is kept, under a request id, until the owner's reply message comes
+//! back or the ask's deadline passes.
+
+use std::collections::HashMap;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::route::{Waiting, refuse};
+use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
+use crate::link::{
+    FORWARD_BATCH_MAX, FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody, WireEnvelope,
+    WireReply,
+};
+use tessera_contract::NodeId;
+use tessera_contract::{Allocation, MessageError, Reply, ReplyPort};
+
+/// An envelope queued for a peer, and the local ask it answers (if any).
+struct Queued {
+    envelope: WireEnvelope,
+    local_ask: Option<u64>,
+}
+
+/// An ask forwarded to another region, waiting for its reply message.
+struct PendingAsk {
+    port: ReplyPort,
+    deadline: Instant,
+}
+
+/// The asks a region forwarded and still waits on, and the envelopes queued per peer.
+pub(crate) struct Forwarder {
+    pending_asks: HashMap<u64, PendingAsk>,
+    next_request_id: u64,
+    queued: HashMap<NodeId, Vec<Queued>>,
+    next_batch: u64,
+}
+
+impl Forwarder {
+    pub(crate) fn new() -> Self {
+        Forwarder {
+            pending_asks: HashMap::new(),
+            next_request_id: 1,
+            queued: HashMap::new(),
+            next_batch: 1,
+        }
+    }
+
+    /// A peer's per-envelope result for one batch: refusals are counted (the asks among them
+    /// were answered by the peer).
+    pub(crate) fn on_delivered(&self, shared: &Shared, refused: &[(u32, MessageError)]) {
+        shared.stats.count_forwards_refused(refused.len() as u64);
+    }
+
+    /// Sends every queued batch.
+    pub(crate) fn flush(&mut self, shared: &Shared) {
+        let nodes: Vec<NodeId> = self.queued.keys().cloned().collect();
+        for node in nodes {
+            self.flush_node(shared, &node);
+        }
+    }
+
+    fn flush_node(&mut self, shared: &Shared, node: &str) {
+        let Some(queued) = self.queued.remove(node) else {
+            return;
+        };
+        if queued.is_empty() {
+            return;
+        }
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        let count = queued.len();
+        let (envelopes, asks): (Vec<WireEnvelope>, Vec<Option<u64>>) = queued
+            .into_iter()
+            .map(|queued| (queued.envelope, queued.local_ask))
+            .unzip();
+        let message = LinkMessage::Deliver {
+            from: shared.node.clone(),
+            batch,
+            envelopes,
+        };
+        match shared.switchboard.try_send_to_region(node, message) {
+            Ok(()) => shared.stats.count_forwarded(count as u64),
+            Err(refused) => {
+                let (link_error, message) = *refused;
+                let why = format!("cannot forward to {node}: {link_error}");
+                // When owners hold their shards' state, an owner out of reach means nobody
+                // else can serve the shard: say so.
+                let error = match (&link_error, &shared.shard_states) {
+                    (LinkError::Unreachable(_), Some(_)) => MessageError::shard_unavailable(why),
+                    _ => MessageError::unavailable(why),
+                };
+                let LinkMessage::Deliver { envelopes, .. } = message else {
+                    return;
+                };
+                for (envelope, local_ask) in envelopes.into_iter().zip(asks) {
+                    self.fail(shared, node, envelope, local_ask, &error);
+                }
+            }
+        }
+    }
+
+    /// Answers one envelope that could not be sent.
+    fn fail(
+        &mut self,
+        shared: &Shared,
+        node: &str,
+        envelope: WireEnvelope,
+        local_ask: Option<u64>,
+        error: &MessageError,
+    ) {
+        let remote = match &envelope.body {
+            WireBody::Message {
+                reply_to: Some(reply_to),
+                ..
+            } => Some(reply_to.clone()),
+            _ => None,
+        };
+        let one_way = local_ask.is_none() && remote.is_none();
+        shared.stats.count_refused(error.kind, one_way);
+        if let Some(pending) = local_ask.and_then(|id| self.pending_asks.remove(&id)) {
+            let _ = pending.port.send(Err(error.clone()));
+        } else if let Some(reply_to) = remote {
+            let reply = LinkMessage::AskReply {
+                request_id: reply_to.request_id,
+                reply: WireReply::Err(error.clone()),
+            };
+            let _ = shared.switchboard.send_to_region(&reply_to.node, reply);
+        } else {
+            tracing::warn!(%node, %error, "forwarded tell dropped");
+        }
+    }
+
+    /// Hands a remote reply to the ask that waits for it (if it still does).
+    pub(crate) fn answer(&mut self, request_id: u64, reply: Reply) {
+        if let Some(pending) = self.pending_asks.remove(&request_id) {
+            let _ = pending.port.send(reply);
+        }
+    }
+
+    /// Drops the ports of asks whose deadline passed (their askers gave up).
+    pub(crate) fn forget_expired(&mut self, now: Instant) {
+        self.pending_asks
+            .retain(|_, pending| pending.deadline > now);
+    }
+
+    /// Sends `item` to the region of `allocation.node`, keeping a local ask's port until its
+    /// reply comes back. On failure the envelope is answered and counted.
+    pub(crate) fn forward(
+        &mut self,
+        shared: &Shared,
+        item: Buffered,
+        allocation: Allocation,
+        waiting: Waiting,
+    ) -> Result<(), MessageError> {
+        if item.hops >= FORWARD_HOPS_MAX {
+            let error = MessageError::unavailable(format!(
+                "shard {} was forwarded {} times without reaching its owner",
+                item.key(),
+                item.hops
+            ));
+            refuse(shared, item, error.clone(), waiting);
+            return Err(error);
+        }
+        let local_ask = matches!(
+            &item.body,
+            BufferedBody::Message {
+                reply: ReplyRoute::Local { .. },
+                ..
+            }
+        );
+        if local_ask && self.pending_asks.len() >= shared.config.command_buffer {
+            let error = MessageError::unavailable(format!(
+                "{} asks already wait for remote replies (command_buffer)",
+                self.pending_asks.len()
+            ));
+            refuse(shared, item, error.clone(), waiting);
+            return Err(error);
+        }
+        let key = item.key();
+        let Buffered {
+            address,
+            hops,
+            body,
+            ..
+        } = item;
+        let request_id = self.next_request_id;
+        let (wire_body, local_port) = match body {
+            BufferedBody::Passivate => (WireBody::Passivate, None),
+            BufferedBody::Message {
+                payload,
+                meta,
+                reply,
+            } => {
+                let (reply_to, local_port) = match reply {
+                    ReplyRoute::None => (None, None),
+                    ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
+                    ReplyRoute::Local { port, deadline } => {
+                        let remaining = deadline.saturating_duration_since(Instant::now());
+                        let reply_to = ReplyTo {
+                            node: shared.node.clone(),
+                            request_id,
+                            timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+                        };
+                        (Some(reply_to), Some((port, deadline)))
+                    }
+                };
+                let body = WireBody::Message {
+                    payload,
+                    meta,
+                    reply_to,
+                };
+                (body, local_port)
+            }
+        };
+        let node = allocation.node.clone();
+        let envelope = WireEnvelope {
+            address,
+            key,
+            allocation,
+            hops: hops + 1,
+            body: wire_body,
+        };
+        let local_ask = local_port.map(|(port, deadline)| {
+            self.next_request_id += 1;
+            self.pending_asks
+                .insert(request_id, PendingAsk { port, deadline });
+            request_id
+        });
+        let queue = self.queued.entry(node.clone()).or_default();
+        queue.push(Queued {
+            envelope,
+            local_ask,
+        });
+        if queue.len() >= FORWARD_BATCH_MAX {
+            self.flush_node(shared, &node);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! Routing one envelope under its shard's slot lock — the one decision both a sender (the local
+//! fast path) and the region task make: deliver to the local entity, hold in the slot's buffer,
+//! start an allocation, or hand it to the region task for forwarding. Also how a failed
+//! envelope is answered.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::homes::{Home, RegisteredType};
+use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
+use crate::link::{LinkMessage, ReplyTo, WireReply};
+use tessera_contract::{
+    Allocation, Envelope, ErrorKind, MessageError, Reply, ReplyPort, ShardId, ShardKey, TypeKey,
+};
+use tessera_entity::ClaimedRun;
+use tessera_state::remember::RememberWriter;
+
+/// What routing one envelope decided.
+pub(crate) enum Routed {
+    /// Delivered to a local mailbox, or held in the slot's buffer.
+    Done,
+    /// For a [`Waiting::SenderHere`]: the local entity was idle and the message is claimed
+    /// for the sender to run, once the slot lock is released ([`ClaimedRun::run`]).
+    RunHere(ClaimedRun<'static>),
+    /// The slot was unknown; it now waits for an allocation with the envelope held, and the
+    /// region task must ask the coordinator.
+    Allocate(ShardKey),
+    /// The shard lives on another node: the region task forwards the envelope.
+    Remote(Buffered, Allocation),
+}
+
+/// Who learns of a refusal: the sender waiting on this very call, or nobody but the counters
+/// and the envelope's reply port (an envelope drained from a buffer or forwarded by a peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    Sender,
+    /// The sender, on its own task, which may also run a local entity's message there.
+    SenderHere,
+    Nobody,
+}
+
+/// Routes `item` by the slot `home` of its shard (locked by the caller). On `Err` the envelope
+/// has been answered with the error already (asks) and counted.
+pub(crate) fn route_in_slot(
+    shared: &Shared,
+    ty: &RegisteredType,
+    home: &mut Home,
+    item: Buffered,
+    waiting: Waiting,
+) -> Result<Routed, MessageError> {
+    match home {
+        Home::Local { .. } => deliver_local(shared, ty, item, waiting)
+            .map(|run| run.map_or(Routed::Done, Routed::RunHere)),
+        Home::Remote(allocation) => Ok(Routed::Remote(item, allocation.clone())),
+        Home::Allocating { buffer, .. } => hold(shared, buffer, item, "allocation", waiting),
+        Home::HandingOff { buffer, .. } => hold(shared, buffer, item, "handoff", waiting),
+        Home::Unknown => {
+            let key = item.key();
+            let mut buffer = ShardBuffer::new(shared.config.allocation_buffer);
+            // A fresh buffer has room for one: `allocation_buffer` is validated non-zero.
+            let pushed = buffer.push(item);
+            debug_assert!(
+                pushed.is_ok(),
+                "a fresh shard buffer takes its first envelope"
+            );
+            *home = Home::Allocating {
+                since: Instant::now(),
+                buffer,
+            };
+            Ok(Routed::Allocate(key))
+        }
+    }
+}
+
+fn hold(
+    shared: &Shared,
+    buffer: &mut ShardBuffer,
+    item: Buffered,
+    phase: &str,
+    waiting: Waiting,
+) -> Result<Routed, MessageError> {
+    match buffer.push(item) {
+        Ok(()) => Ok(Routed::Done),
+        Err(item) => {
+            let error = overflow(&item.key(), phase);
+            refuse(shared, *item, error.clone(), waiting);
+            Err(error)
+        }
+    }
+}
+
+/// Hands `item` to the entity layer of this node; for a [`Waiting::SenderHere`], possibly as
+/// a run for the sender to drive.
+fn deliver_local(
+    shared: &Shared,
+    ty: &RegisteredType,
+    item: Buffered,
+    waiting: Waiting,
+) -> Result<Option<ClaimedRun<'static>>, MessageError> {
+    if let Some(error) = local_refusal(shared, ty, item.shard) {
+        refuse(shared, item, error.clone(), waiting);
+        return Err(error);
+    }
+    let Buffered {
+        address,
+        shard,
+        body,
+        ..
+    } = item;
+    let (payload, mut meta, reply) = match body {
+        BufferedBody::Passivate => {
+            shared.local.passivate(&address);
+            return Ok(None);
+        }
+        BufferedBody::Message {
+            payload,
+            meta,
+            reply,
+        } => (payload, meta, reply),
+    };
+    let port = match reply {
+        ReplyRoute::None => None,
+        ReplyRoute::Local { port, deadline } => {
+            meta.deadline = Some(deadline.into_std());
+            Some(port)
+        }
+        ReplyRoute::Remote(reply_to) => {
+            let remaining = std::time::Duration::from_millis(reply_to.timeout_ms);
+            meta.deadline = std::time::Instant::now().checked_add(remaining);
+            Some(remote_reply_port(shared, reply_to))
+        }
+    };
+    let tell = port.is_none();
+    let envelope = Envelope {
+        payload,
+        meta,
+        reply: port,
+    };
+    let delivered = if waiting == Waiting::SenderHere {
+        shared.local.deliver_here(address, shard, envelope)
+    } else {
+        shared
+            .local
+            .deliver(address, shard, envelope)
+            .map(|()| None)
+    };
+    delivered.map_err(|refused| {
+        let (error, envelope) = *refused;
+        shared
+            .stats
+            .count_refused(error.kind, tell && waiting == Waiting::Nobody);
+        envelope.answer(Err(error.clone()));
+        error
+    })
+}
+
+/// Why this node may not deliver to its own entities of `ty` in `shard` now — it holds no
+/// lease, or the shard failed closed after a remember-store error —; `None` when it may.
+pub(crate) fn local_refusal(
+    shared: &Shared,
+    ty: &RegisteredType,
+    shard: ShardId,
+) -> Option<MessageError> {
+    if !shared.lease.is_valid_now() {
+        return Some(no_lease(shared));
+    }
+    if ty.remembers()
+        && let Some(writer) = &shared.remember
+        && writer.has_failed_shards()
+    {
+        return failed_shard(writer, ty, shard);
+    }
+    None
+}
+
+/// The refusal of a node that holds no lease.
+#[cold]
+fn no_lease(shared: &Shared) -> MessageError {
+    MessageError::shard_unavailable(format!(
+        "node {} holds no lease on its shards: it is cut off from the cluster's majority (or \
+         was declared down), so it may no longer be their only server",
+        shared.node
+    ))
+}
+
+/// The refusal of a shard failed closed by remember-entities, if `shard` is one.
+#[cold]
+fn failed_shard(
+    writer: &RememberWriter,
+    ty: &RegisteredType,
+    shard: ShardId,
+) -> Option<MessageError> {
+    let key = ShardKey::new(ty.key.clone(), shard);
+    let reason = writer.failure_of(&key)?;
+    Some(MessageError::unavailable(format!(
+        "shard {key} is failed (remember-entities fail-closed) after a store error: {reason}"
+    )))
+}
+
+/// A reply port whose answer travels back to the asking region as a message.
+fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
+    let (port, receiver) = oneshot::channel::<Reply>();
+    let switchboard = Arc::clone(&shared.switchboard);
+    tokio::spawn(async move {
+        let timeout = Duration::from_millis(reply_to.timeout_ms);
+        let reply = match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(MessageError::unavailable(
+                "the entity dropped the message without replying",
+            )),
+            // The asker has given up by now; it will not read this reply.
+            Err(_) => return,
+        };
+        let message = LinkMessage::AskReply {
+            request_id: reply_to.request_id,
+            reply: WireReply::from(reply),
+        };
+        if let Err(error) = switchboard.send_to_region(&reply_to.node, message) {
+            tracing::warn!(node = %reply_to.node, %error, "ask reply could not be sent");
+        }
+    });
+    port
+}
+
+/// Refuses `item`: a sender waiting on the call hears the error from it; otherwise it is
+/// [`fail`]ed.
+pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, waiting: Waiting) {
+    match waiting {
+        Waiting::Sender | Waiting::SenderHere => {
+            shared.stats.count_refused(error.kind, false);
+            if let BufferedBody::Message {
+                reply: ReplyRoute::Local { port, .. },
+                ..
+            } = item.body
+            {
+                let _ = port.send(Err(error));
+            }
+        }
+        Waiting::Nobody => fail(shared, item, error),
+    }
+}
+
+/// Answers a failed envelope where its reply goes and counts it; a failed tell can only be
+/// counted and logged.
+pub(crate) fn fail(shared: &Shared, item: Buffered, error: MessageError) {
+    shared
+        .stats
+        .count_refused(error.kind, item.body.is_one_way());
+    match item.body {
+        BufferedBody::Message {
+            reply: ReplyRoute::Local { port, .. },
+            ..
+        } => {
+            let _ = port.send(Err(error));
+        }
+        BufferedBody::Message {
+            reply: ReplyRoute::Remote(reply_to),
+            ..
+        } => {
+            let message = LinkMessage::AskReply {
+                request_id: reply_to.request_id,
+                reply: WireReply::Err(error),
+            };
+            if let Err(link_error) = shared.switchboard.send_to_region(&reply_to.node, message) {
+                tracing::warn!(node = %reply_to.node, %link_error, "failure reply lost");
+            }
+        }
+        _ => {
+            tracing::warn!(node = %shared.node, address = %item.address, %error, "tell dropped");
+        }
+    }
+}
+
+/// Fails every envelope of `buffer` with `error`.
+pub(crate) fn fail_all(shared: &Shared, buffer: &mut ShardBuffer, error: &MessageError) {
+    for item in buffer.drain() {
+        fail(shared, item, error.clone());
+    }
+}
+
+pub(crate) fn overflow(key: &ShardKey, phase: &str) -> MessageError {
+    MessageError::new(
+        ErrorKind::BufferOverflow,
+        format!("shard {key}: {phase} buffer full (allocation_buffer)"),
+    )
+}
+
+pub(crate) fn not_registered(type_key: &TypeKey) -> MessageError {
+    MessageError::new(
+        ErrorKind::EntityTypeNotRegistered,
+        format!("entity type {type_key} is not registered on this region"),
+    )
+}
+
+pub(crate) fn stopped() -> MessageError {
+    MessageError::unavailable("the sharding region has stopped")
+}

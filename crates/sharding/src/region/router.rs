@@ -1,0 +1,38 @@
+//! The region as the [`Router`] of its node's entities: a guest's `ask` and the entity layer's
+//! outbox and reminder deliveries enter the sharding layer here, once, and are routed like any
+//! other message. The router holds the region weakly, so the entity layer and the region that
+//! owns it do not keep each other alive.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use super::{RegionHandle, Shared, route::stopped};
+use tessera_contract::{BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router};
+
+pub(crate) struct RegionRouter(Weak<Shared>);
+
+impl RegionRouter {
+    pub(crate) fn new(shared: Weak<Shared>) -> Self {
+        RegionRouter(shared)
+    }
+
+    fn region(&self) -> Result<RegionHandle, MessageError> {
+        self.0
+            .upgrade()
+            .map(RegionHandle::from_shared)
+            .ok_or_else(stopped)
+    }
+}
+
+impl Router for RegionRouter {
+    fn ask(
+        &self,
+        to: EntityAddress,
+        payload: Vec<u8>,
+        meta: MessageMeta,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Reply> {
+        let region = self.region();
+        Box::pin(async move { region?.ask_with(to, payload, meta, Some(timeout)).await })
+    }
+}

@@ -1,0 +1,178 @@
+//! The region task's side of a handoff: the coordinator moved a shard away, so its entities
+//! stop, its state goes to the new owner part by part ([`transfer`](super::super::transfer)),
+//! and only then is what waited drained to the new owner, in order, the move reported
+//! complete, and this node's copy discarded. A new target (the first went away) starts over.
+
+use super::RegionTask;
+use crate::handoff::ShardBuffer;
+use crate::link::CoordinatorCommand;
+use crate::region::Internal;
+use crate::region::homes::Home;
+use crate::region::route::{Routed, Waiting, route_in_slot};
+use crate::region::transfer::{self, Transfers};
+use tessera_contract::{Allocation, ShardKey};
+
+impl RegionTask {
+    pub(super) fn begin_handoff(&mut self, key: ShardKey, to: Allocation) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            self.complete_handoff(key, to.generation);
+            return;
+        };
+        {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            if let Home::Remote(known) = &*home
+                && known.generation >= to.generation
+            {
+                // Handed off already; the completion was lost on its way. Say it again.
+                drop(home);
+                self.complete_handoff(key, to.generation);
+                return;
+            }
+            if let Home::HandingOff { to: current, .. } = &mut *home {
+                // The coordinator chose another target (the first one went away), or sent the
+                // same move again: start over toward the newest target.
+                if to.generation <= current.generation {
+                    return;
+                }
+                *current = to.clone();
+                drop(home);
+                self.transfers.cancel(&key);
+                if to.node == self.shared.node {
+                    self.finish_handoff(key);
+                } else {
+                    let _ = self.internal.try_send(Internal::HandoffStopped(key));
+                }
+                return;
+            }
+            let buffer = match std::mem::take(&mut *home) {
+                // Envelopes that waited for an allocation came first; keep them first.
+                Home::Allocating { buffer, .. } => buffer,
+                _ => ShardBuffer::new(self.shared.config.allocation_buffer),
+            };
+            *home = Home::HandingOff { to, buffer };
+        }
+        self.allocating.remove(&key);
+        let stopping = self.shared.local.stop_shard(&key.type_key, key.shard);
+        let internal = self.internal.clone();
+        let drain_delay = self.shared.config.handoff_drain_delay;
+        tokio::spawn(async move {
+            stopping.await;
+            if !drain_delay.is_zero() {
+                tokio::time::sleep(drain_delay).await;
+            }
+            let _ = internal.send(Internal::HandoffStopped(key)).await;
+        });
+    }
+
+    /// The shard's entities stopped: send its state to the new owner, or (state shared by
+    /// every region, or the shard stays here) finish at once.
+    pub(super) fn on_handoff_stopped(&mut self, key: ShardKey) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        let to = {
+            let Some(home) = ty.slot(key.shard) else {
+                return;
+            };
+            match &*home {
+                Home::HandingOff { to, .. } => to.clone(),
+                _ => return,
+            }
+        };
+        if self.shared.shard_states.is_none() || to.node == self.shared.node {
+            self.finish_handoff(key);
+        } else if !self.transfers.is_sending(&key) {
+            Transfers::export(&self.shared, &ty, key, to, self.internal.clone());
+        }
+    }
+
+    /// The shard's state was read: send it, unless the handoff changed meanwhile.
+    pub(super) fn on_exported(
+        &mut self,
+        key: ShardKey,
+        to: Allocation,
+        exported: Result<Vec<tessera_state::ShardPart>, tessera_state::StoreError>,
+    ) {
+        let current = self.registered(&key.type_key).and_then(|ty| {
+            ty.slot(key.shard).and_then(|home| match &*home {
+                Home::HandingOff { to, .. } => Some(to.clone()),
+                _ => None,
+            })
+        });
+        if current.as_ref() != Some(&to) {
+            return;
+        }
+        match exported {
+            Ok(parts) => self.transfers.start(&self.shared, key, to, parts),
+            Err(error) => {
+                tracing::warn!(%key, %error, "shard state could not be read; retrying");
+                let internal = self.internal.clone();
+                let wait = self.shared.config.request_timeout;
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = internal.send(Internal::HandoffStopped(key)).await;
+                });
+            }
+        }
+    }
+
+    pub(super) fn finish_handoff(&mut self, key: ShardKey) {
+        let Some(ty) = self.registered(&key.type_key) else {
+            return;
+        };
+        let (to, forwards) = {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            let Home::HandingOff { to, mut buffer } = std::mem::take(&mut *home) else {
+                return;
+            };
+            *home = if to.node == self.shared.node {
+                Home::Local {
+                    generation: to.generation,
+                }
+            } else {
+                Home::Remote(to.clone())
+            };
+            let mut forwards = Vec::new();
+            for item in buffer.drain().collect::<Vec<_>>() {
+                if let Ok(Routed::Remote(item, next)) =
+                    route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Nobody)
+                {
+                    forwards.push((item, next));
+                }
+            }
+            (to, forwards)
+        };
+        for (item, next) in forwards {
+            let _ = self
+                .forwarder
+                .forward(&self.shared, item, next, Waiting::Nobody);
+        }
+        self.complete_handoff(key.clone(), to.generation);
+        if let (Some(states), false) = (&self.shared.shard_states, to.node == self.shared.node)
+            && let Some(ty) = self.registered(&key.type_key)
+        {
+            // The new owner holds every part: this copy goes. Should this fail or the node
+            // stop first, the stale rows are cleared when the shard comes back here.
+            let discarding = states.discard(transfer::scope(&ty, &key));
+            tokio::spawn(async move {
+                if let Err(error) = discarding.await {
+                    tracing::warn!(%key, %error, "handed-off shard state not discarded");
+                }
+            });
+        }
+    }
+
+    pub(super) fn complete_handoff(&self, key: ShardKey, generation: u64) {
+        let command = CoordinatorCommand::HandoffComplete {
+            key: key.clone(),
+            generation,
+        };
+        if let Err(error) = self.shared.switchboard.send_to_coordinator(command) {
+            tracing::warn!(%key, %error, "handoff completion not delivered to the coordinator");
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Durable per-entity state, remembered entity ids and the commit path, on one redb database
+//! per node.
+//!
+//! The layers above see two traits: [`EntityState`] (reads, per-entity [`EntityMeta`] and
+//! atomic commits of a message's [`WriteSet`]) and [`RememberStore`] (remembered ids per shard).
+//! [`LocalState`] implements both over [`StateStore`]'s tables, writing only through the
+//! [`GroupCommitter`]'s thread, which folds many messages (and remembered-id batches) into one
+//! durable transaction; a replicated partition can later implement the same traits.
+//! [`remember`] holds the remember-entities vocabulary and its write-behind queue;
+//! [`messaging`] the durable outbox, receipts and reminders committed with each message;
+//! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]).
+//!
+//! Uses `tessera-contract` only. The runtime, the entity layer, sharding and the node use it.
+
+mod backend;
+mod commit;
+mod error;
+mod local;
+pub mod messaging;
+pub mod remember;
+pub mod shard_transfer;
+mod tables;
+mod write_set;
+
+pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardStates};
+pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
+pub use error::{CommitError, StoreError};
+pub use local::LocalState;
+pub use messaging::{DueReminder, MessagingWrites, OutboxEntry, Receipt, Reminder, Sequences};
+pub use shard_transfer::{SHARD_PART_BYTES_MAX, ShardFilter, ShardPart, ShardScope};
+pub use tables::StateStore;
+pub use write_set::{StateChange, WriteSet};

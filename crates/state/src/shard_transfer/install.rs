@@ -1,0 +1,198 @@
+//! Writing a shard's rows: installing a part that arrived, and discarding a shard that left.
+
+use super::{ShardPart, ShardScope, io};
+use crate::error::StoreError;
+use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
+use crate::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+
+/// The newest move whose every part this node installed, per shard:
+/// `(tenant, type, shard) -> generation`.
+pub(crate) const SHARD_ARRIVALS: TableDefinition<(&str, &str, u32), u64> =
+    TableDefinition::new("shard_arrivals");
+
+/// Removes every row of the shard's entities and its remembered ids: each table is walked over
+/// the type's key range only (`past` is the first type name after it) and keeps the rows of
+/// other shards.
+pub(crate) fn discard(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+) -> Result<(), StoreError> {
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
+    let past = format!("{entity_type}\0");
+    let past = past.as_str();
+    let keep = |id: &str| !(scope.contains)(id);
+    transaction
+        .open_table(ENTITY_META)
+        .map_err(io)?
+        .retain_in((tenant, entity_type, "")..(tenant, past, ""), |key, _| {
+            keep(key.2)
+        })
+        .map_err(io)?;
+    transaction
+        .open_table(SEQUENCES)
+        .map_err(io)?
+        .retain_in((tenant, entity_type, "")..(tenant, past, ""), |key, _| {
+            keep(key.2)
+        })
+        .map_err(io)?;
+    transaction
+        .open_table(ENTITY_STATE)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "")..(tenant, past, "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(OUTBOX)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", 0)..(tenant, past, "", 0),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(RECEIPTS)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "", "")..(tenant, past, "", "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    transaction
+        .open_table(CLIENT_KEYS)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, "", "")..(tenant, past, "", ""),
+            |key, _| keep(key.2),
+        )
+        .map_err(io)?;
+    // A reminder goes from both of its tables: the due-time index is keyed by when it fires.
+    let mut due_keys = Vec::new();
+    {
+        let mut reminders = transaction.open_table(REMINDERS).map_err(io)?;
+        let range = (tenant, entity_type, "", 0)..(tenant, past, "", 0);
+        for removed in reminders
+            .extract_from_if(range, |key, _| !keep(key.2))
+            .map_err(io)?
+        {
+            let (key, value) = removed.map_err(io)?;
+            let (_, _, id, timer) = key.value();
+            due_keys.push((value.value().0, id.to_string(), timer));
+        }
+    }
+    let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
+    for (due_ms, id, timer) in due_keys {
+        due.remove((due_ms, tenant, entity_type, id.as_str(), timer))
+            .map_err(io)?;
+    }
+    transaction
+        .open_table(REMEMBERED_ENTITIES)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, scope.shard, "")..(tenant, past, 0, ""),
+            |key, _| key.1 != entity_type || key.2 != scope.shard,
+        )
+        .map_err(io)?;
+    Ok(())
+}
+
+/// Installs one part (checked against its scope by [`ShardPart::check`] before it reached the
+/// writer): part 0 first discards whatever this node held for the shard.
+pub(crate) fn install(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+    generation: u64,
+    part: &ShardPart,
+) -> Result<(), StoreError> {
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
+    let mut arrivals = transaction.open_table(SHARD_ARRIVALS).map_err(io)?;
+    let arrived = arrivals
+        .get((tenant, entity_type, scope.shard))
+        .map_err(io)?
+        .map(|guard| guard.value());
+    if arrived.is_some_and(|arrived| arrived >= generation) {
+        return Ok(());
+    }
+    if part.last {
+        arrivals
+            .insert((tenant, entity_type, scope.shard), generation)
+            .map_err(io)?;
+    }
+    drop(arrivals);
+    if part.index == 0 {
+        discard(transaction, scope)?;
+    }
+    let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
+    let mut state = transaction.open_table(ENTITY_STATE).map_err(io)?;
+    let mut sequences = transaction.open_table(SEQUENCES).map_err(io)?;
+    let mut outbox = transaction.open_table(OUTBOX).map_err(io)?;
+    let mut receipts = transaction.open_table(RECEIPTS).map_err(io)?;
+    let mut client_keys = transaction.open_table(CLIENT_KEYS).map_err(io)?;
+    let mut reminders = transaction.open_table(REMINDERS).map_err(io)?;
+    let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
+    let mut remembered = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+    for record in &part.entities {
+        let id = record.id.as_str();
+        if let Some(meta) = record.meta {
+            metas.insert((tenant, entity_type, id), meta).map_err(io)?;
+        }
+        for row in &record.state {
+            state
+                .insert(
+                    (tenant, entity_type, id, row.key.as_str()),
+                    row.value.as_slice(),
+                )
+                .map_err(io)?;
+        }
+        if let Some(counters) = record.sequences {
+            sequences
+                .insert((tenant, entity_type, id), counters)
+                .map_err(io)?;
+        }
+        for row in &record.outbox {
+            let value = (
+                row.to_type.as_str(),
+                row.to_id.as_str(),
+                row.payload.as_slice(),
+            );
+            outbox
+                .insert((tenant, entity_type, id, row.seq), value)
+                .map_err(io)?;
+        }
+        for row in &record.receipts {
+            let key = (
+                tenant,
+                entity_type,
+                id,
+                row.sender_type.as_str(),
+                row.sender_id.as_str(),
+            );
+            receipts.insert(key, (row.seq, row.at_ms)).map_err(io)?;
+        }
+        for (client_key, at_ms) in &record.client_keys {
+            client_keys
+                .insert((tenant, entity_type, id, client_key.as_str()), *at_ms)
+                .map_err(io)?;
+        }
+        for row in &record.reminders {
+            reminders
+                .insert(
+                    (tenant, entity_type, id, row.timer),
+                    (row.due_ms, row.payload.as_slice()),
+                )
+                .map_err(io)?;
+            due.insert((row.due_ms, tenant, entity_type, id, row.timer), ())
+                .map_err(io)?;
+        }
+    }
+    for id in &part.remembered {
+        remembered
+            .insert((tenant, entity_type, scope.shard, id.as_str()), ())
+            .map_err(io)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Deterministic simulators that drive Tessera's real protocol code from one seed, for tests,
+//! benchmarks and the `vsr-sim` and `lease-sim` binaries; never part of the `tessera` binary.
+//!
+//! - [`vsr`] runs replicas of `tessera-consensus` over a simulated network and disks, with
+//!   faults, and checks safety, linearizability and liveness;
+//! - [`catalog`] is a [`vsr::Workload`] that replicates the real catalog state machine of
+//!   `tessera-metadata`;
+//! - [`lease`] simulates the sharding protocol built on `tessera-sharding`'s leases and checks
+//!   that at most one node serves a shard at a time;
+//! - [`rng`] is the one seeded generator they all draw from.
+//!
+//! Uses `tessera-consensus`, `tessera-contract`, `tessera-metadata` and `tessera-sharding`; no
+//! crate of the product uses it.
+
+pub mod catalog;
+pub mod lease;
+pub mod rng;
+pub mod vsr;

@@ -1,0 +1,96 @@
+//! The faults a run injects: partitions and armed crashes drawn each tick, the scenario's long
+//! outage, crashes that lose a replica's unsynced writes and its machine's memory, restarts
+//! from the journal onto a fresh machine, and the end of the fault phase.
+
+use super::{Simulation, add_counters};
+use crate::vsr::workload::Workload;
+use tessera_consensus::message::ReplicaIndex;
+use tessera_consensus::replica::Replica;
+
+impl<W: Workload> Simulation<'_, W> {
+    /// Takes the scenario's outage replica down for long at its start tick.
+    pub(super) fn start_outage(&mut self) {
+        let Some(outage) = self.scenario.outage else {
+            return;
+        };
+        if outage.start_tick == self.now_tick {
+            self.crash(usize::from(outage.replica), outage.downtime_ticks);
+        }
+    }
+
+    pub(super) fn inject_faults(&mut self) {
+        if self.rng.per_mille(self.scenario.partition_change_per_mille) {
+            let count = self.replicas.len();
+            match self.rng.below(4) {
+                0 => self.network.heal(),
+                1 => {
+                    let side: Vec<bool> = (0..count).map(|_| self.rng.per_mille(500)).collect();
+                    self.network.partition_symmetric(&side);
+                }
+                2 => self.network.partition_asymmetric(&mut self.rng, 300),
+                _ => {
+                    let isolated = self.rng.below(count as u64) as usize;
+                    self.network.isolate(isolated);
+                }
+            }
+        }
+        if self.rng.per_mille(self.scenario.crash_per_mille) {
+            let index = self.rng.below(self.replicas.len() as u64) as usize;
+            let writes = self.rng.below(3) as u32;
+            if let Some(replica) = self.replicas[index].as_mut() {
+                replica.journal_mut().crash_after_writes(writes);
+            }
+        }
+    }
+
+    pub(super) fn crash(&mut self, index: usize, downtime_ticks: u64) {
+        let Some(replica) = self.replicas[index].take() else {
+            return;
+        };
+        add_counters(&mut self.counters_of_crashed, &replica.counters());
+        let mut journal = replica.into_journal();
+        let rng = &mut self.rng;
+        journal.crash(&mut || rng.next_u64());
+        self.down[index] = Some((journal, self.now_tick + downtime_ticks));
+        self.crashes += 1;
+    }
+
+    pub(super) fn restart_due(&mut self) -> Result<(), String> {
+        for index in 0..self.down.len() {
+            let due = self.down[index]
+                .as_ref()
+                .is_some_and(|(_, tick)| *tick <= self.now_tick);
+            if due || (!self.faults_on && self.down[index].is_some()) {
+                self.restart(index)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn restart(&mut self, index: usize) -> Result<(), String> {
+        let Some((journal, _)) = self.down[index].take() else {
+            return Ok(());
+        };
+        let config = self.config(index as ReplicaIndex);
+        let nonce = self.rng.next_u64();
+        let machine = self.workload.machine()?;
+        let replica = Replica::open(config, journal, machine, nonce)
+            .map_err(|error| format!("replica {index} failed to recover: {error}"))?;
+        self.checker
+            .on_restart(index, replica.view(), replica.commit())?;
+        self.replicas[index] = Some(replica);
+        Ok(())
+    }
+
+    pub(super) fn stop_faults(&mut self) -> Result<(), String> {
+        self.faults_on = false;
+        self.network.heal();
+        self.network.faults.loss_per_mille = 0;
+        self.network.faults.duplicate_per_mille = 0;
+        self.network.faults.corrupt_state_chunk_per_mille = 0;
+        for replica in self.replicas.iter_mut().flatten() {
+            replica.journal_mut().disarm();
+        }
+        self.restart_due()
+    }
+}

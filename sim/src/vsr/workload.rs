@@ -1,0 +1,71 @@
+//! What the simulated cluster replicates and how its answers are judged: a [`Workload`] names
+//! the [`StateMachine`] every replica runs, draws each client request, reads each reply, and
+//! checks the whole run against its own model at the end. The runner stays generic over it, so
+//! the consensus layer never names a machine defined above it: the key-value workload
+//! ([`super::key_value::KeyValueWorkload`]) lives here, the catalog's lives in `metadata`.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use super::history::History;
+use crate::rng::SimRng;
+use tessera_consensus::message::{ClientId, OpNumber};
+use tessera_consensus::state_machine::StateMachine;
+
+/// The requests each committed op carried, as (client, request number), in log order; the
+/// first report of an op is kept (the agreement check holds the rest to the same entry).
+pub type CommittedOrder = BTreeMap<OpNumber, Vec<(ClientId, u64)>>;
+
+/// What a workload's final check counted, for the run's summary. A workload with nothing to
+/// count in a field leaves it zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadCounts {
+    /// Acknowledged replies compared with the workload's model.
+    pub replies_checked: u64,
+    /// Committed requests the state machine refused (an error answer, not a fault).
+    pub refusals: u64,
+    /// Committed cluster-membership commands.
+    pub membership_commands: u64,
+}
+
+/// A state machine plus the requests that exercise it and the check that judges it.
+///
+/// Implementations must be deterministic: everything random comes from the [`SimRng`] passed in,
+/// so a seed replays identically.
+pub trait Workload: Sync {
+    /// What every replica replicates.
+    type Machine: StateMachine;
+    /// A request as the history records it.
+    type Operation: Clone + Debug;
+    /// A reply as the history records it.
+    type Answer: Clone + Debug;
+
+    /// The name `vsr-sim --machine` knows it by.
+    fn name(&self) -> &'static str;
+
+    /// A fresh, empty machine: for a new replica, and for a replica restarting after a crash
+    /// (which loses whatever the machine held in memory; the replica rebuilds it from its
+    /// checkpoint and journal).
+    fn machine(&self) -> Result<Self::Machine, String>;
+
+    /// The next request of `client`, numbered `request_number`.
+    fn next_operation(
+        &self,
+        rng: &mut SimRng,
+        client: ClientId,
+        request_number: u64,
+    ) -> Self::Operation;
+
+    /// The bytes a request carries.
+    fn encode(&self, operation: &Self::Operation) -> Vec<u8>;
+
+    /// Reads a reply's bytes; an error fails the run (a reply no machine could have sent).
+    fn decode_answer(&self, bytes: &[u8]) -> Result<Self::Answer, String>;
+
+    /// Judges the run after convergence: the clients' `history` and the `committed` order.
+    fn check(
+        &self,
+        history: &History<Self::Operation, Self::Answer>,
+        committed: &CommittedOrder,
+    ) -> Result<WorkloadCounts, String>;
+}
