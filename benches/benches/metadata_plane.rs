@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use tessera_cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
+use tessera_consensus::group::GroupFrame;
 use tessera_contract::BoxFuture;
-use tessera_metadata::replicated_plane::{
-    PlaneConfig, PlaneMessage, ReplicatedPlane, dedicated_transport,
-};
+use tessera_metadata::replicated::{PlaneConfig, ReplicatedPlane, dedicated_transport};
 use tessera_metadata::{
     Applied, CatalogObserver, Command, LocalPlane, MetadataPlane, MetadataStore, Quotas,
 };
@@ -59,7 +58,7 @@ fn create_tenant() -> Command {
 
 struct Cluster {
     planes: Vec<Option<ReplicatedPlane>>,
-    transports: Vec<Option<Arc<Transport<PlaneMessage>>>>,
+    transports: Vec<Option<Arc<Transport<GroupFrame>>>>,
 }
 
 async fn start_cluster(dir: &std::path::Path) -> Cluster {
@@ -78,7 +77,7 @@ async fn start_cluster(dir: &std::path::Path) -> Cluster {
     for (index, node) in VOTERS.iter().enumerate() {
         let identity = load_identity(&dir.join("certs"), node).expect("identity");
         let config = TransportConfig::new("bench", addresses[index]);
-        let (transport, inbound) = Transport::<PlaneMessage>::start(config, identity)
+        let (transport, inbound) = Transport::<GroupFrame>::start(config, identity)
             .await
             .expect("transport");
         for (peer, address) in VOTERS.iter().zip(&addresses) {

@@ -17,8 +17,9 @@ use tessera_contract::NodeId;
 /// The first bytes of every hello, "TSRA": what makes a connection a Tessera one.
 pub const HELLO_MAGIC: u32 = u32::from_be_bytes(*b"TSRA");
 
-/// The protocol this build speaks. A peer with another version is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol this build speaks. A peer with another version is refused. Version 2: every
+/// VSR group's frame names its group.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The largest hello or hello reply. Hellos are tiny; the cap keeps a peer from making the
 /// handshake buffer a full `max_frame_bytes`.

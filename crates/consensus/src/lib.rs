@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod client_table;
 pub mod config;
 pub mod durable;
+pub mod group;
 mod inspect;
 pub mod journal;
 pub mod learner;

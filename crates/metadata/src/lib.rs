@@ -4,7 +4,7 @@
 //!
 //! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group
 //! (the simulators of `tessera-sim` run it as a workload of the VSR simulator), and
-//! [`replicated_plane`] runs that group among a cluster's voters over the cluster transport.
+//! [`replicated`] runs that group among a cluster's voters over the cluster transport.
 //!
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
 //! applies them in order; in a cluster the same commands are ordered by consensus and applied
@@ -16,6 +16,7 @@
 //! it; the entity layer, the runtime and the state layer never do.
 
 mod apply;
+mod catalog_machine;
 mod command;
 mod error;
 mod limits;
@@ -23,10 +24,10 @@ mod member_state;
 mod members;
 mod plane;
 mod records;
-mod replicated;
-pub mod replicated_plane;
+pub mod replicated;
 mod store;
 
+pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use command::{Applied, Command};
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
@@ -34,5 +35,5 @@ pub use member_state::MemberState;
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name};
-pub use replicated::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
+pub use replicated::{METADATA_GROUP, ReplicatedPlane};
 pub use store::MetadataStore;

@@ -7,7 +7,7 @@ use super::command::{Applied, Command};
 use super::error::MetadataError;
 use super::store::MetadataStore;
 use std::sync::Arc;
-use tessera_contract::{BoxFuture, NodeId};
+use tessera_contract::BoxFuture;
 
 /// Reacts to applied commands, in order, on every node (binds types, updates tenants).
 pub trait CatalogObserver: Send + Sync + 'static {
@@ -28,24 +28,9 @@ pub trait MetadataPlane: Send + Sync + 'static {
     fn status(&self) -> PlaneStatus;
 }
 
-/// The metadata plane as one node sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PlaneStatus {
-    /// The consensus view (0 for a plane without consensus).
-    pub view: u64,
-    /// Commands this node has applied: its commit number.
-    pub commit: u64,
-    /// The node that orders commands now; `None` for a single node's plane, which orders its
-    /// own.
-    pub primary: Option<NodeId>,
-    /// The nodes that vote on commands (empty for a single node's plane).
-    pub voters: Vec<NodeId>,
-    /// Checkpoints this voter took since it started (0 without consensus).
-    pub checkpoints_taken: u64,
-    /// Checkpoints this node installed since it started: from a peer by state transfer, or
-    /// (a follower) from a voter because the entries it lacked were trimmed.
-    pub states_installed: u64,
-}
+/// The metadata plane as one node sees it: view, commit number (catalog commands applied
+/// here), primary and voters; a single node's plane has only a commit number.
+pub type PlaneStatus = tessera_consensus::group::GroupStatus;
 
 /// The metadata plane of one node: submissions are applied one at a time, in order.
 ///

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_cluster::Inbound;
-use tessera_metadata::replicated_plane::{PlaneConfig, PlaneError, ReplicatedPlane};
+use tessera_metadata::replicated::{PlaneConfig, PlaneError, ReplicatedPlane};
 use tessera_metadata::{
     Applied, Command, MemberRecord, MemberState, MetadataError, MetadataPlane, MetadataStore,
     PlaneStatus,

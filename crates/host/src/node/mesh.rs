@@ -15,10 +15,9 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
 use tessera_cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
+use tessera_consensus::group::{GROUP_INBOUND_MAX, GroupFrame, GroupInbound, GroupOutbox};
 use tessera_contract::NodeId;
-use tessera_metadata::replicated_plane::{
-    PLANE_INBOUND_MAX, PlaneInbound, PlaneMessage, PlaneOutbox,
-};
+use tessera_metadata::METADATA_GROUP;
 use tessera_metadata::{MemberRecord, MemberState};
 use tessera_sharding::link::{LinkError, Refused};
 use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks, Switchboard};
@@ -35,8 +34,9 @@ const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 /// One frame between two nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerMessage {
-    /// The metadata plane's.
-    Plane(PlaneMessage),
+    /// A frame of a VSR group: today the metadata plane's ([`METADATA_GROUP`]), the only
+    /// group a node runs.
+    Group(GroupFrame),
     /// To the receiver's region.
     Region(LinkMessage),
     /// To the shard coordinator, which runs on the metadata primary.
@@ -55,8 +55,10 @@ pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
 /// What the mesh dropped, by reason.
 #[derive(Debug, Default)]
 pub(crate) struct MeshCounters {
-    /// Plane messages dropped because the plane's inbound queue was full.
+    /// Plane frames dropped because the plane's inbound queue was full.
     pub(crate) plane_dropped: AtomicU64,
+    /// Frames of a group this node does not run.
+    pub(crate) group_unknown: AtomicU64,
     /// Region messages dropped because this node's region could not take them.
     pub(crate) region_dropped: AtomicU64,
     /// Coordinator commands that reached a node not running the coordinator, or that named
@@ -200,7 +202,7 @@ impl Mesh {
     pub(crate) async fn dispatch(
         self: Arc<Mesh>,
         mut inbound: Inbound<PeerMessage>,
-        plane: mpsc::Sender<(String, PlaneMessage)>,
+        plane: mpsc::Sender<(String, GroupFrame)>,
         switchboard: Weak<Switchboard>,
     ) {
         let node = self.node.clone();
@@ -213,10 +215,14 @@ impl Mesh {
             };
             let from = incoming.from;
             match incoming.message {
-                PeerMessage::Plane(message) => {
-                    if plane.try_send((from, message)).is_err() {
+                PeerMessage::Group(frame) if frame.group == METADATA_GROUP => {
+                    if plane.try_send((from, frame)).is_err() {
                         bump(&mesh.counters.plane_dropped);
                     }
+                }
+                PeerMessage::Group(frame) => {
+                    bump(&mesh.counters.group_unknown);
+                    tracing::debug!(%from, group = %frame.group, "a frame of an unknown group dropped");
                 }
                 PeerMessage::Region(message) => {
                     if let Err(refused) = switchboard.deliver_local(&node, message) {
@@ -308,8 +314,8 @@ impl Mesh {
 }
 
 /// The plane's inbound queue, to hand to [`Mesh::dispatch`] and the plane.
-pub(crate) fn plane_queue() -> (mpsc::Sender<(String, PlaneMessage)>, PlaneInbound) {
-    mpsc::channel(PLANE_INBOUND_MAX)
+pub(crate) fn plane_queue() -> (mpsc::Sender<(String, GroupFrame)>, GroupInbound) {
+    mpsc::channel(GROUP_INBOUND_MAX)
 }
 
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
@@ -327,9 +333,9 @@ fn link_error(peer: &str, error: &SendError) -> LinkError {
     }
 }
 
-impl PlaneOutbox for Mesh {
-    fn send(&self, to: &str, message: PlaneMessage) {
-        let _ = self.transport.send(to, &PeerMessage::Plane(message));
+impl GroupOutbox for Mesh {
+    fn send(&self, to: &str, frame: GroupFrame) {
+        let _ = self.transport.send(to, &PeerMessage::Group(frame));
     }
 }
 
@@ -419,6 +425,7 @@ impl Mesh {
                     ("peer_down", stats.send_dropped_peer_down),
                     ("inbound_full", stats.inbound_dropped_full),
                     ("plane_queue_full", load(&self.counters.plane_dropped)),
+                    ("group_unknown", load(&self.counters.group_unknown)),
                     ("region_refused", load(&self.counters.region_dropped)),
                     (
                         "coordinator_misdirected",

@@ -1,176 +1,294 @@
-//! The catalog machine is deterministic, restores exactly what it snapshots, and refuses bad
-//! operations and snapshots without changing anything.
+//! Three voters over real loopback transports with mutual TLS: a command submitted on any of
+//! them commits everywhere; a refusal comes back as the submitter's error; the cluster goes on
+//! when the primary is gone; a restarted voter rebuilds its catalog from its journal; a
+//! non-voting follower rebuilds the catalog from the voters and submits through them.
 
 use super::*;
-use crate::{MemberState, Quotas, TypeOptions};
-use std::sync::Arc;
-use tessera_contract::{ShardKey, TypeKey};
+use crate::{Quotas, Tenant};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+use tessera_cluster::{Direction, Transport, TransportConfig, create_dev_cluster, load_identity};
+use tessera_consensus::group::GroupFrame;
 
-fn machine() -> CatalogMachine {
-    let backend = redb::backends::InMemoryBackend::new();
-    let database = redb::Database::builder()
-        .create_with_backend(backend)
-        .expect("an in-memory database");
-    CatalogMachine::new(MetadataStore::open(Arc::new(database)).expect("catalog tables"))
+const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
+const DEADLINE: Duration = Duration::from_secs(20);
+
+#[derive(Default)]
+struct Recorder {
+    applied: Mutex<Vec<Applied>>,
 }
 
-/// A sequence touching every table, with refusals mixed in.
-fn commands() -> Vec<Command> {
-    let plugin = b"\0asm not really a component".to_vec();
-    vec![
-        Command::CreateTenant {
-            name: "acme".into(),
-            token_sha256: "aa".into(),
-            quotas: Quotas::default(),
-            created_ms: 1,
-        },
-        // Refused: exists.
-        Command::CreateTenant {
-            name: "acme".into(),
-            token_sha256: "bb".into(),
-            quotas: Quotas::default(),
-            created_ms: 2,
-        },
-        Command::DeployVersion {
-            tenant: "acme".into(),
-            entity_type: "counter".into(),
-            sha256: "p1".into(),
-            plugin: Some(plugin.clone()),
-            size_bytes: plugin.len() as u64,
-            options: TypeOptions::default(),
-            deployed_ms: 3,
-        },
-        // Refused: no stored bytes for p2.
-        Command::DeployVersion {
-            tenant: "acme".into(),
-            entity_type: "counter".into(),
-            sha256: "p2".into(),
-            plugin: None,
-            size_bytes: 0,
-            options: TypeOptions::default(),
-            deployed_ms: 4,
-        },
-        Command::JoinMember {
-            node: "n1".into(),
-            cluster_address: "127.0.0.1:1".into(),
-            api_address: "127.0.0.1:2".into(),
-            roles: Default::default(),
-            joined_ms: 5,
-        },
-        Command::SetMemberState {
-            node: "n1".into(),
-            state: MemberState::Up,
-            updated_ms: 6,
-        },
-        Command::AssignShards {
-            assignments: vec![(
-                ShardKey::new(TypeKey::new("acme", "counter"), 3),
-                "n1".into(),
-            )],
-        },
-    ]
-}
-
-#[test]
-fn replicas_applying_the_same_commands_answer_alike_and_snapshot_identically() {
-    let (mut one, mut two) = (machine(), machine());
-    for command in commands() {
-        let operation = CatalogMachine::encode_command(&command);
-        let (first, second) = (one.apply(&operation), two.apply(&operation));
-        assert_eq!(first, second, "the same answer for {command:?}");
+impl CatalogObserver for Recorder {
+    fn applied<'a>(&'a self, applied: &'a Applied) -> BoxFuture<'a, ()> {
+        self.applied
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(applied.clone());
+        Box::pin(async {})
     }
-    assert_eq!(one.snapshot(), two.snapshot());
-    assert_eq!(one.take_applied().len(), 5, "two of seven were refused");
-    assert!(one.take_applied().is_empty(), "taken once");
 }
 
-#[test]
-fn a_refused_command_answers_its_error() {
-    let mut catalog = machine();
-    let update = Command::UpdateQuotas {
-        name: "ghost".into(),
-        quotas: Quotas::default(),
-    };
-    let answer = catalog.apply(&CatalogMachine::encode_command(&update));
-    assert_eq!(
-        CatalogMachine::decode_result(&answer),
-        Err(MetadataError::NoTenant("ghost".into()))
-    );
-}
-
-#[test]
-fn a_restored_snapshot_replaces_every_table() {
-    let mut source = machine();
-    for command in commands() {
-        source.apply(&CatalogMachine::encode_command(&command));
+impl Recorder {
+    /// Waits until the observer has heard of tenant `name`'s creation. A follower's catalog
+    /// holds the tenant before its observer is told, so reading the store first does not mean
+    /// the observer has heard yet.
+    async fn wait_for_tenant(&self, name: &str) {
+        let started = Instant::now();
+        loop {
+            let seen = self.applied.lock().expect("recorder").clone();
+            if seen
+                .iter()
+                .any(|applied| matches!(applied, Applied::Tenant(tenant) if tenant.name == name))
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the observer never heard of tenant {name}: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
-    let mut target = machine();
-    // Rows the snapshot does not have must go.
-    target.apply(&CatalogMachine::encode_command(&Command::CreateTenant {
-        name: "stale".into(),
-        token_sha256: "ss".into(),
+}
+
+struct Voter {
+    plane: Option<ReplicatedPlane>,
+    transport: Option<Arc<Transport<GroupFrame>>>,
+    store: MetadataStore,
+    recorder: Arc<Recorder>,
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    addresses: Vec<SocketAddr>,
+    voters: Vec<Voter>,
+}
+
+fn tenant(name: &str) -> Command {
+    Command::CreateTenant {
+        name: name.into(),
+        token_sha256: format!("{name}-token"),
         quotas: Quotas::default(),
-        created_ms: 9,
-    }));
-    target.take_applied();
-    target.restore(&source.snapshot()).expect("a good snapshot");
-    assert_eq!(target.snapshot(), source.snapshot());
-    assert!(target.store().tenant("stale").expect("read").is_none());
+        created_ms: 1,
+    }
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        let dir = tempfile::tempdir().expect("temp dir");
+        create_dev_cluster(&dir.path().join("certs"), &VOTERS).expect("certificates");
+        // Bind each listener once to learn a free port, then start on it.
+        let mut addresses = Vec::new();
+        for _ in VOTERS {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
+            addresses.push(probe.local_addr().expect("address"));
+        }
+        let mut harness = Harness {
+            dir,
+            addresses,
+            voters: Vec::new(),
+        };
+        for index in 0..VOTERS.len() {
+            let store = harness.open_store(index);
+            let voter = harness.start_voter(index, store).await;
+            harness.voters.push(voter);
+        }
+        harness
+    }
+
+    fn open_store(&self, index: usize) -> MetadataStore {
+        let path = self.dir.path().join(format!("{}.redb", VOTERS[index]));
+        let database = redb::Database::create(path).expect("database");
+        MetadataStore::open(Arc::new(database)).expect("catalog")
+    }
+
+    async fn start_voter(&self, index: usize, store: MetadataStore) -> Voter {
+        let identity =
+            load_identity(&self.dir.path().join("certs"), VOTERS[index]).expect("identity");
+        let mut config = TransportConfig::new("plane-test", self.addresses[index]);
+        // A follower dials the voters before they know it.
+        config.admit_unknown_peers = true;
+        let (transport, inbound) = Transport::<GroupFrame>::start(config, identity)
+            .await
+            .expect("transport");
+        for (peer, address) in VOTERS.iter().zip(&self.addresses) {
+            if *peer != VOTERS[index] {
+                transport.add_peer(peer, *address).expect("peer");
+            }
+        }
+        let transport = Arc::new(transport);
+        let (outbox, plane_inbound) = dedicated_transport(transport.clone(), inbound);
+        let recorder = Arc::new(Recorder::default());
+        let config = PlaneConfig {
+            voters: VOTERS.iter().map(|voter| voter.to_string()).collect(),
+            node: VOTERS[index].into(),
+            journal: self.dir.path().join(format!("{}.journal", VOTERS[index])),
+            tick: Duration::from_millis(10),
+            checkpoint_interval_ops: None,
+        };
+        let plane = ReplicatedPlane::start(
+            config,
+            store.clone(),
+            recorder.clone(),
+            outbox,
+            plane_inbound,
+        )
+        .expect("plane starts");
+        Voter {
+            plane: Some(plane),
+            transport: Some(transport),
+            store,
+            recorder,
+        }
+    }
+
+    fn plane(&self, index: usize) -> &ReplicatedPlane {
+        self.voters[index].plane.as_ref().expect("a running voter")
+    }
+
+    /// Stops a voter as a crash would: its task and connections go, its files stay.
+    fn stop(&mut self, index: usize) {
+        let voter = &mut self.voters[index];
+        voter.plane = None;
+        if let Some(transport) = voter.transport.take() {
+            transport.close();
+        }
+    }
+
+    async fn wait_for_tenant(&self, index: usize, name: &str) -> Tenant {
+        let started = Instant::now();
+        loop {
+            if let Some(tenant) = self.voters[index].store.tenant(name).expect("read") {
+                return tenant;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{} never applied tenant {name}",
+                VOTERS[index]
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_submitted_on_a_backup_commits_on_every_voter() {
+    let harness = Harness::start().await;
+    let applied = harness.plane(1).submit(tenant("acme")).await;
     assert!(
-        target
-            .store()
-            .tenant_by_token_hash("ss")
-            .expect("read")
-            .is_none()
+        matches!(applied, Ok(Applied::Tenant(ref tenant)) if tenant.name == "acme"),
+        "{applied:?}"
     );
-    assert_eq!(target.store().members().expect("read").len(), 1);
-    assert_eq!(target.store().shard_table().expect("read").len(), 1);
-    assert_eq!(target.store().plugin_count().expect("read"), 1);
-    assert_eq!(target.take_applied(), vec![Applied::Restored]);
-    // Applying on after a restore continues from the same counters on both.
-    let next = CatalogMachine::encode_command(&Command::AssignShards {
-        assignments: vec![(
-            ShardKey::new(TypeKey::new("acme", "counter"), 4),
-            "n1".into(),
-        )],
-    });
-    assert_eq!(target.apply(&next), source.apply(&next));
-    assert_eq!(target.snapshot(), source.snapshot());
-}
-
-#[test]
-fn garbage_is_refused_and_changes_nothing() {
-    let mut catalog = machine();
-    for command in commands() {
-        catalog.apply(&CatalogMachine::encode_command(&command));
+    // The submitter reads its own write at once.
+    assert!(
+        harness.voters[1]
+            .store
+            .tenant("acme")
+            .expect("read")
+            .is_some()
+    );
+    for index in 0..VOTERS.len() {
+        harness.wait_for_tenant(index, "acme").await;
     }
-    let before = catalog.snapshot();
-    let answer = catalog.apply(&[0xc1, 0x00, 0xff]);
-    assert!(matches!(
-        CatalogMachine::decode_result(&answer),
-        Err(MetadataError::Malformed(_))
-    ));
-    assert!(catalog.restore(&[0x93, 0x01]).is_err());
-    assert!(catalog.restore(b"not a snapshot").is_err());
-    assert_eq!(catalog.snapshot(), before);
-    assert!(catalog.fault().is_none(), "bad input is not a fault");
+    // Every node's observer hears of the command.
+    for voter in &harness.voters {
+        voter.recorder.wait_for_tenant("acme").await;
+    }
+    let refused = harness.plane(2).submit(tenant("acme")).await;
+    assert_eq!(refused, Err(MetadataError::TenantExists("acme".into())));
+    let status = harness.plane(0).status();
+    assert_eq!(status.primary.as_deref(), Some("n1"));
+    assert!(status.commit >= 2, "{status:?}");
 }
 
-#[test]
-fn unobserved_applied_commands_are_bounded() {
-    let mut catalog = machine();
-    let join = |index: usize| Command::JoinMember {
-        node: format!("n{index}"),
-        cluster_address: String::new(),
-        api_address: String::new(),
-        roles: Default::default(),
-        joined_ms: 0,
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voters_go_on_without_the_primary_and_a_restarted_voter_catches_up() {
+    let mut harness = Harness::start().await;
+    harness
+        .plane(0)
+        .submit(tenant("before"))
+        .await
+        .expect("committed with all three");
+    harness.stop(0);
+    let after = harness.plane(2).submit(tenant("after")).await;
+    assert!(after.is_ok(), "a new primary takes the command: {after:?}");
+    harness.wait_for_tenant(1, "after").await;
+    let status = harness.plane(1).status();
+    assert_ne!(status.primary.as_deref(), Some("n1"), "{status:?}");
+    assert!(status.view >= 1, "{status:?}");
+    // The old primary comes back on its own files and learns what it missed.
+    let store = harness.voters[0].store.clone();
+    let restarted = harness.start_voter(0, store).await;
+    harness.voters[0] = restarted;
+    harness.wait_for_tenant(0, "before").await;
+    harness.wait_for_tenant(0, "after").await;
+    let third = harness.plane(0).submit(tenant("third")).await;
+    assert!(third.is_ok(), "{third:?}");
+    for index in 0..VOTERS.len() {
+        harness.wait_for_tenant(index, "third").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_rebuilds_the_catalog_from_the_voters_and_submits_through_them() {
+    let harness = Harness::start().await;
+    harness
+        .plane(0)
+        .submit(tenant("before"))
+        .await
+        .expect("committed by the voters");
+    let certs = harness.dir.path().join("certs");
+    create_dev_cluster(&certs, &["n9"]).expect("the follower's certificate");
+    let identity = load_identity(&certs, "n9").expect("identity");
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let (transport, inbound) =
+        Transport::<GroupFrame>::start(TransportConfig::new("plane-test", listen), identity)
+            .await
+            .expect("transport");
+    for (voter, address) in VOTERS.iter().zip(&harness.addresses) {
+        transport
+            .add_peer_with(voter, *address, Direction::Dial)
+            .expect("voter");
+    }
+    let (outbox, plane_inbound) = dedicated_transport(Arc::new(transport), inbound);
+    let database = redb::Database::create(harness.dir.path().join("n9.redb")).expect("database");
+    let store = MetadataStore::open(Arc::new(database)).expect("catalog");
+    let recorder = Arc::new(Recorder::default());
+    let config = PlaneConfig {
+        voters: VOTERS.iter().map(|voter| voter.to_string()).collect(),
+        node: "n9".into(),
+        journal: harness.dir.path().join("n9.unused"),
+        tick: Duration::from_millis(10),
+        checkpoint_interval_ops: None,
     };
-    for index in 0..UNOBSERVED_APPLIED_MAX + 3 {
-        catalog.apply(&CatalogMachine::encode_command(&join(index)));
+    let follower = ReplicatedPlane::follow(
+        config,
+        store.clone(),
+        recorder.clone(),
+        outbox,
+        plane_inbound,
+    )
+    .expect("follower starts");
+
+    // What the voters committed before it started reaches its catalog and its observer.
+    let deadline = Instant::now() + DEADLINE;
+    while store.tenant("before").expect("read").is_none() {
+        assert!(Instant::now() < deadline, "the follower never caught up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let applied = catalog.take_applied();
-    assert_eq!(applied.len(), UNOBSERVED_APPLIED_MAX);
-    assert_eq!(catalog.unobserved_dropped(), 3);
-    assert!(matches!(&applied[0], Applied::Member(member) if member.node == "n3"));
+    recorder.wait_for_tenant("before").await;
+    // Its own command commits on the voters and is applied here before it is answered.
+    let applied = follower.submit(tenant("from-follower")).await;
+    assert!(
+        matches!(applied, Ok(Applied::Tenant(ref tenant)) if tenant.name == "from-follower"),
+        "{applied:?}"
+    );
+    assert!(store.tenant("from-follower").expect("read").is_some());
+    for index in 0..VOTERS.len() {
+        harness.wait_for_tenant(index, "from-follower").await;
+    }
+    let refused = follower.submit(tenant("before")).await;
+    assert_eq!(refused, Err(MetadataError::TenantExists("before".into())));
+    assert_eq!(follower.status().primary.as_deref(), Some("n1"));
 }

@@ -1,104 +1,51 @@
-//! The metadata plane of a non-voting member: a [`Learner`] of the catalog. It votes on
+//! The driver of a non-voting member: a [`Learner`] of the group's state machine. It votes on
 //! nothing and keeps no journal; every few ticks it asks a voter (the primary it last heard
 //! of, or the next voter when one stays silent) for the committed entries after the last op
-//! it applied, applies them in order to its catalog through the same [`CatalogMachine`] the
-//! voters run, and hands each applied command to the node's observer — so every node applies
-//! the same commands in the same order. When the entries it needs were trimmed, the voter
-//! sends its checkpoint instead. Its commands go to the voters as a client session, like a
-//! voter's, and are answered once its own catalog has applied them.
+//! it applied, applies them in order through the same state machine the voters run, and hands
+//! what it applied to the observer — so every member applies the same operations in the same
+//! order. When the entries it needs were trimmed, the voter sends its checkpoint instead. Its
+//! operations go to the voters as a client session, like a voter's, and are answered once its
+//! own state machine has applied them.
 //!
-//! It starts empty on every start (its catalog is a copy of the voters', rebuilt from them),
-//! so it trails the voters by one round trip plus up to [`FOLLOW_TICKS`] ticks.
+//! It starts from the state machine it is given (its owner empties it first: a follower's
+//! state is a copy of the voters', rebuilt from them), so it trails the voters by one round
+//! trip plus up to [`FOLLOW_TICKS`] ticks.
 
+use super::frame::{GroupFrame, GroupMessage};
 use super::session::{ClientSession, Due, Submission};
-use super::{
-    PlaneConfig, PlaneError, PlaneInbound, PlaneMessage, PlaneOutbox, ReplicatedPlane,
-    SUBMISSIONS_MAX,
-};
-use crate::{CatalogMachine, CatalogObserver, MetadataStore, PlaneStatus};
+use super::{GroupConfig, GroupMachine, GroupObserver, GroupOutbox, GroupStatus};
+use crate::checkpoint::Checkpoint;
+use crate::learner::Learner;
+use crate::message::Entry;
 use std::sync::Arc;
-use tessera_consensus::checkpoint::Checkpoint;
-use tessera_consensus::learner::Learner;
-use tessera_consensus::message::Entry;
 use tokio::sync::{mpsc, watch};
 
 /// Ticks between two requests for entries while nothing new came.
 pub const FOLLOW_TICKS: u64 = 5;
 
-/// Starts following the voters of `config` (which must not name this node a voter): empties
-/// this node's catalog, then rebuilds it from them.
-pub(super) fn start_follower(
-    config: PlaneConfig,
-    store: MetadataStore,
-    observer: Arc<dyn CatalogObserver>,
-    outbox: Arc<dyn PlaneOutbox>,
-    inbound: PlaneInbound,
-) -> Result<ReplicatedPlane, PlaneError> {
-    if config.voters.contains(&config.node) {
-        return Err(PlaneError::Config(format!(
-            "{} is a voter, not a follower",
-            config.node
-        )));
-    }
-    if config.voters.is_empty() {
-        return Err(PlaneError::Config("a follower needs voters".into()));
-    }
-    let mut catalog = CatalogMachine::new(store.clone());
-    catalog
-        .reset()
-        .map_err(|error| PlaneError::Journal(error.to_string()))?;
-    let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
-    let (status_sender, status) = watch::channel(PlaneStatus {
-        voters: config.voters.clone(),
-        ..PlaneStatus::default()
-    });
-    let driver = FollowerDriver {
-        session: ClientSession::new(config.node.clone()),
-        config,
-        learner: Learner::new(catalog),
-        observer,
-        outbox,
-        inbound,
-        submitted,
-        status: status_sender,
-        tick: 0,
-        installed: 0,
-        view: None,
-        asked_tick: 0,
-        answered: true,
-        target: 0,
-    };
-    Ok(ReplicatedPlane {
-        store,
-        submissions,
-        status,
-        driver: tokio::spawn(driver.run()),
-    })
-}
-
-struct FollowerDriver {
-    config: PlaneConfig,
-    learner: Learner<CatalogMachine>,
-    observer: Arc<dyn CatalogObserver>,
-    outbox: Arc<dyn PlaneOutbox>,
-    inbound: PlaneInbound,
-    submitted: mpsc::Receiver<Submission>,
-    status: watch::Sender<PlaneStatus>,
-    session: ClientSession,
-    tick: u64,
+pub(super) struct FollowerDriver<M: GroupMachine> {
+    pub(super) config: GroupConfig,
+    pub(super) learner: Learner<M>,
+    pub(super) observer: Arc<dyn GroupObserver<M::Applied>>,
+    pub(super) outbox: Arc<dyn GroupOutbox>,
+    pub(super) inbound: mpsc::Receiver<(String, GroupFrame)>,
+    pub(super) submitted: mpsc::Receiver<Submission>,
+    pub(super) status: watch::Sender<GroupStatus>,
+    pub(super) session: ClientSession,
+    pub(super) tick: u64,
     /// Checkpoints installed since start.
-    installed: u64,
+    pub(super) installed: u64,
     /// The latest view a voter reported.
-    view: Option<u64>,
-    asked_tick: u64,
+    pub(super) view: Option<u64>,
+    pub(super) asked_tick: u64,
     /// Whether the last request for entries was answered.
-    answered: bool,
+    pub(super) answered: bool,
     /// The voter asked last.
-    target: usize,
+    pub(super) target: usize,
 }
 
-impl FollowerDriver {
-    async fn run(mut self) {
+impl<M: GroupMachine> FollowerDriver<M> {
+    pub(super) async fn run(mut self) {
         let mut ticker = tokio::time::interval(self.config.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.ask();
@@ -114,7 +61,7 @@ impl FollowerDriver {
                     }
                 }
                 incoming = self.inbound.recv() => match incoming {
-                    Some((from, message)) => self.receive(from, message).await,
+                    Some((from, frame)) => self.receive(from, frame).await,
                     None => return,
                 },
                 submission = self.submitted.recv(), if self.session.is_idle() => match submission {
@@ -126,7 +73,7 @@ impl FollowerDriver {
                 },
             }
             if let Some(fault) = self.learner.state_machine().fault() {
-                tracing::error!(%fault, "the metadata plane stops on this node");
+                tracing::error!(%fault, group = %self.config.group, "the group stops on this node");
                 return;
             }
             self.publish_status();
@@ -144,18 +91,19 @@ impl FollowerDriver {
         self.answered = false;
         self.asked_tick = self.tick;
         let after = self.learner.applied();
-        self.outbox.send(
-            &self.config.voters[self.target],
-            PlaneMessage::Follow { after },
-        );
+        let frame = GroupFrame {
+            group: self.config.group,
+            message: GroupMessage::Follow { after },
+        };
+        self.outbox.send(&self.config.voters[self.target], frame);
     }
 
-    async fn receive(&mut self, from: String, message: PlaneMessage) {
-        if !self.config.voters.contains(&from) {
-            return; // only voters speak for the plane
+    async fn receive(&mut self, from: String, frame: GroupFrame) {
+        if frame.group != self.config.group || !self.config.voters.contains(&from) {
+            return; // only the group's voters speak for it
         }
-        match message {
-            PlaneMessage::Entries {
+        match frame.message {
+            GroupMessage::Entries {
                 view,
                 commit,
                 entries,
@@ -167,20 +115,20 @@ impl FollowerDriver {
                     self.ask(); // more are waiting
                 }
             }
-            PlaneMessage::Checkpoint { view, checkpoint } => {
+            GroupMessage::Checkpoint { view, checkpoint } => {
                 self.note_view(view);
                 self.answered = true;
                 self.install(&checkpoint).await;
                 self.ask();
             }
-            PlaneMessage::Reply(reply) => {
+            GroupMessage::Reply(reply) => {
                 self.note_view(reply.view);
                 self.session.on_reply(reply, self.tick);
             }
             // Voters' business.
-            PlaneMessage::Replica(_)
-            | PlaneMessage::Submit { .. }
-            | PlaneMessage::Follow { .. } => {}
+            GroupMessage::Replica(_)
+            | GroupMessage::Submit { .. }
+            | GroupMessage::Follow { .. } => {}
         }
     }
 
@@ -219,7 +167,7 @@ impl FollowerDriver {
         self.observe_applied().await;
     }
 
-    /// Hands what the catalog applied to the node's observer, in order.
+    /// Hands what the state machine applied to the observer, in order.
     async fn observe_applied(&mut self) {
         for applied in self.learner.state_machine_mut().take_applied() {
             self.observer.applied(&applied).await;
@@ -231,7 +179,7 @@ impl FollowerDriver {
             let index = view % self.config.voters.len() as u64;
             self.config.voters[index as usize].clone()
         });
-        let status = PlaneStatus {
+        let status = GroupStatus {
             view: self.view.unwrap_or(0),
             commit: self.learner.applied(),
             primary,

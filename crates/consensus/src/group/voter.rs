@@ -1,86 +1,65 @@
-//! The task that runs one voter of the metadata plane: it ticks the replica, carries its messages
-//! over the transport, takes commands submitted on this node to the primary (again after
+//! The task that runs one voter of a group: it ticks the replica, carries its messages through
+//! the outbox, takes operations submitted on this node to the primary (again after
 //! `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
-//! submitted, and hands every applied command to the node's observer in order. One command of this
-//! node is in flight at a time (a VSR client session has one outstanding request).
+//! submitted, answers non-voting members' requests for entries, and hands everything the state
+//! machine applied to the observer, in order. One operation of this node is in flight at a
+//! time (a VSR client session has one outstanding request).
 
+use super::frame::{GroupFrame, GroupMessage};
 use super::session::{ClientSession, Due, Submission};
-use super::wire::PlaneMessage;
-use super::{PlaneConfig, PlaneError, PlaneOutbox};
-use crate::{CatalogMachine, CatalogObserver, MetadataStore, PlaneStatus};
+use super::{
+    FOLLOW_BATCH_BYTES, GroupConfig, GroupError, GroupMachine, GroupObserver, GroupOutbox,
+    GroupStatus,
+};
+use crate::config::Config;
+use crate::durable::FileJournal;
+use crate::message::{ClientId, Message, Request, Status};
+use crate::replica::{Action, Replica};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use tessera_consensus::config::Config;
-use tessera_consensus::durable::FileJournal;
-use tessera_consensus::message::{ClientId, Message, Request, Status};
-use tessera_consensus::replica::{Action, Replica};
 use tokio::sync::{mpsc, watch};
 
 /// Client sessions of other nodes whose replies this voter routes (their origin node).
 const ORIGINS_MAX: usize = 1024;
 
-type PlaneReplica = Replica<FileJournal, CatalogMachine>;
-
-/// Opens the voter's journal (creating it on the first start) and rebuilds the catalog from it.
-pub(super) fn open_replica(
+/// Opens the voter's journal (creating it on the first start), empties `machine` and rebuilds
+/// it from the journal.
+pub(super) fn open_replica<M: GroupMachine>(
     config: Config,
     journal: &Path,
-    store: MetadataStore,
-) -> Result<PlaneReplica, PlaneError> {
+    machine: M,
+) -> Result<Replica<FileJournal, M>, GroupError> {
     let fresh = !journal.exists();
     let file =
-        FileJournal::open(journal).map_err(|error| PlaneError::Journal(error.to_string()))?;
-    let mut catalog = CatalogMachine::new(store);
-    catalog
+        FileJournal::open(journal).map_err(|error| GroupError::Journal(error.to_string()))?;
+    let mut machine = machine;
+    machine
         .reset()
-        .map_err(|error| PlaneError::Journal(error.to_string()))?;
+        .map_err(|error| GroupError::Journal(error.to_string()))?;
     let replica = if fresh {
-        Replica::format(config, file, catalog)
+        Replica::format(config, file, machine)
     } else {
-        Replica::open(config, file, catalog, rand::random::<u64>())
+        Replica::open(config, file, machine, rand::random::<u64>())
     };
-    replica.map_err(|error| PlaneError::Journal(error.to_string()))
+    replica.map_err(|error| GroupError::Journal(error.to_string()))
 }
 
-pub(super) struct Driver {
-    config: PlaneConfig,
-    replica: PlaneReplica,
-    observer: Arc<dyn CatalogObserver>,
-    outbox: Arc<dyn PlaneOutbox>,
-    inbound: mpsc::Receiver<(String, PlaneMessage)>,
-    submitted: mpsc::Receiver<Submission>,
-    status: watch::Sender<PlaneStatus>,
+pub(super) struct VoterDriver<M: GroupMachine> {
+    pub(super) config: GroupConfig,
+    pub(super) replica: Replica<FileJournal, M>,
+    pub(super) observer: Arc<dyn GroupObserver<M::Applied>>,
+    pub(super) outbox: Arc<dyn GroupOutbox>,
+    pub(super) inbound: mpsc::Receiver<(String, GroupFrame)>,
+    pub(super) submitted: mpsc::Receiver<Submission>,
+    pub(super) status: watch::Sender<GroupStatus>,
     /// This node's client session.
-    session: ClientSession,
-    origins: BTreeMap<ClientId, String>,
-    tick: u64,
+    pub(super) session: ClientSession,
+    pub(super) origins: BTreeMap<ClientId, String>,
+    pub(super) tick: u64,
 }
 
-impl Driver {
-    pub(super) fn new(
-        config: PlaneConfig,
-        replica: PlaneReplica,
-        observer: Arc<dyn CatalogObserver>,
-        outbox: Arc<dyn PlaneOutbox>,
-        inbound: mpsc::Receiver<(String, PlaneMessage)>,
-        submitted: mpsc::Receiver<Submission>,
-        status: watch::Sender<PlaneStatus>,
-    ) -> Driver {
-        Driver {
-            session: ClientSession::new(config.node.clone()),
-            config,
-            replica,
-            observer,
-            outbox,
-            inbound,
-            submitted,
-            status,
-            origins: BTreeMap::new(),
-            tick: 0,
-        }
-    }
-
+impl<M: GroupMachine> VoterDriver<M> {
     pub(super) async fn run(mut self) {
         // Whatever the replica applied while opening (its journal's committed suffix).
         self.observe_applied().await;
@@ -95,7 +74,7 @@ impl Driver {
                     self.resend_if_due().await;
                 }
                 incoming = self.inbound.recv() => match incoming {
-                    Some((from, message)) => self.receive(from, message).await,
+                    Some((from, frame)) => self.receive(from, frame).await,
                     None => return,
                 },
                 submission = self.submitted.recv(), if self.session.is_idle() => match submission {
@@ -104,11 +83,19 @@ impl Driver {
                 },
             }
             if let Some(fault) = self.replica.state_machine().fault() {
-                tracing::error!(%fault, "the metadata plane stops on this node");
+                tracing::error!(%fault, group = %self.config.group, "the group stops on this node");
                 return;
             }
             self.publish_status();
         }
+    }
+
+    fn send(&self, to: &str, message: GroupMessage) {
+        let frame = GroupFrame {
+            group: self.config.group,
+            message,
+        };
+        self.outbox.send(to, frame);
     }
 
     async fn begin(&mut self, submission: Submission) {
@@ -116,7 +103,7 @@ impl Driver {
         self.send_request(request).await;
     }
 
-    /// Sends the command in flight to every voter; only the primary acts on it.
+    /// Sends the operation in flight to every voter; only the primary acts on it.
     async fn send_request(&mut self, request: Request) {
         self.session
             .send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
@@ -130,15 +117,19 @@ impl Driver {
         }
     }
 
-    async fn receive(&mut self, from: String, message: PlaneMessage) {
-        match message {
-            PlaneMessage::Replica(message) => {
+    async fn receive(&mut self, from: String, frame: GroupFrame) {
+        if frame.group != self.config.group {
+            tracing::debug!(%from, group = %frame.group, "a frame of another group; dropped");
+            return;
+        }
+        match frame.message {
+            GroupMessage::Replica(message) => {
                 if self.config.voters.contains(&from) {
                     let actions = self.replica.on_message(message);
                     self.carry_out(actions).await;
                 }
             }
-            PlaneMessage::Submit { origin, request } => {
+            GroupMessage::Submit { origin, request } => {
                 if origin != from {
                     tracing::warn!(%from, %origin, "a peer submitted for another node; dropped");
                     return;
@@ -151,16 +142,15 @@ impl Driver {
                 let actions = self.replica.on_message(Message::Request(request));
                 self.carry_out(actions).await;
             }
-            PlaneMessage::Reply(reply) => self.session.on_reply(reply, self.tick),
-            PlaneMessage::Follow { after } => self.answer_follower(&from, after),
+            GroupMessage::Reply(reply) => self.session.on_reply(reply, self.tick),
+            GroupMessage::Follow { after } => self.answer_follower(&from, after),
             // A voter follows the log itself.
-            PlaneMessage::Entries { .. } | PlaneMessage::Checkpoint { .. } => {}
+            GroupMessage::Entries { .. } | GroupMessage::Checkpoint { .. } => {}
         }
     }
 
     /// Sends a non-voting member what it lacks: the committed entries after `after` (at most
-    /// [`FOLLOW_BATCH_BYTES`](super::FOLLOW_BATCH_BYTES), at least one), or this voter's
-    /// checkpoint if they were trimmed.
+    /// [`FOLLOW_BATCH_BYTES`], at least one), or this voter's checkpoint if they were trimmed.
     fn answer_follower(&self, from: &str, after: u64) {
         if self.config.voters.iter().any(|voter| voter == from) {
             return;
@@ -170,8 +160,7 @@ impl Driver {
         let base = self.replica.log_base();
         if after < base {
             let checkpoint = self.replica.checkpoint().clone();
-            self.outbox
-                .send(from, PlaneMessage::Checkpoint { view, checkpoint });
+            self.send(from, GroupMessage::Checkpoint { view, checkpoint });
             return;
         }
         let mut entries = Vec::new();
@@ -185,16 +174,16 @@ impl Driver {
                 .iter()
                 .map(|request| request.operation.len() + 64)
                 .sum();
-            if !entries.is_empty() && bytes + size > super::FOLLOW_BATCH_BYTES {
+            if !entries.is_empty() && bytes + size > FOLLOW_BATCH_BYTES {
                 break;
             }
             bytes += size;
             entries.push(entry.clone());
         }
         let commit = self.replica.commit();
-        self.outbox.send(
+        self.send(
             from,
-            PlaneMessage::Entries {
+            GroupMessage::Entries {
                 view,
                 commit,
                 entries,
@@ -208,7 +197,7 @@ impl Driver {
             match action {
                 Action::Send { to, message } => {
                     if let Some(voter) = self.config.voters.get(usize::from(to)) {
-                        self.outbox.send(voter, PlaneMessage::Replica(message));
+                        self.send(voter, GroupMessage::Replica(message));
                     }
                 }
                 Action::Reply(reply) if reply.client == self.session.client() => {
@@ -216,11 +205,12 @@ impl Driver {
                 }
                 Action::Reply(reply) => {
                     if let Some(origin) = self.origins.get(&reply.client) {
-                        self.outbox.send(origin, PlaneMessage::Reply(reply));
+                        self.send(origin, GroupMessage::Reply(reply));
                     }
                 }
-                // A restored state reaches the observer as `Applied::Restored`; a command of
-                // ours it covered is answered after `APPLIED_HERE_WAIT_TICKS`.
+                // A restored state reaches the observer through the state machine's applied
+                // effects; an operation of ours it covered is answered after
+                // `APPLIED_HERE_WAIT_TICKS`.
                 Action::Checkpoint { .. } => {}
                 Action::Applied { requests, .. } => applied_requests.extend(requests),
             }
@@ -230,7 +220,7 @@ impl Driver {
         self.session.applied(&applied_requests);
     }
 
-    /// Hands what the catalog applied to the node's observer, in order.
+    /// Hands what the state machine applied to the observer, in order.
     async fn observe_applied(&mut self) {
         for applied in self.replica.state_machine_mut().take_applied() {
             self.observer.applied(&applied).await;
@@ -243,7 +233,7 @@ impl Driver {
             let index = view % self.config.voters.len() as u64;
             self.config.voters[index as usize].clone()
         });
-        let status = PlaneStatus {
+        let status = GroupStatus {
             view,
             commit: self.replica.commit(),
             primary,

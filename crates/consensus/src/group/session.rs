@@ -1,38 +1,42 @@
-//! This node's client session with the metadata plane, shared by a voter's and a non-voting
-//! member's driver: one command in flight (a VSR client session has one outstanding request),
-//! sent to every voter and again after [`RESEND_TICKS`] until the primary answers, and
-//! answered to the caller once this node's own catalog has applied it too (or after
+//! This node's client session with a group, shared by a voter's and a non-voting member's
+//! driver: one operation in flight (a VSR client session has one outstanding request), sent
+//! to every voter and again after [`RESEND_TICKS`] until the primary answers, and answered to
+//! the caller once this node's own state machine has applied it too (or after
 //! [`APPLIED_HERE_WAIT_TICKS`], if this node is catching up by a checkpoint).
 
-use super::{PlaneMessage, PlaneOutbox};
-use crate::{Applied, CatalogMachine, Command, MetadataError};
-use tessera_consensus::message::{ClientId, Reply, ReplyError, Request};
+use super::frame::{GroupFrame, GroupId, GroupMessage};
+use super::{GroupOutbox, SubmitError};
+use crate::message::{ClientId, Reply, ReplyError, Request};
 use tokio::sync::oneshot;
 
-/// Ticks before an unanswered command is sent to the voters again (a view change may have
+/// Ticks before an unanswered operation is sent to the voters again (a view change may have
 /// moved the primary).
 pub(super) const RESEND_TICKS: u64 = 20;
 
-/// Ticks a command answered by the primary waits for this node's own catalog to apply it
-/// before it is answered anyway (this node is catching up by state transfer).
+/// Ticks an operation answered by the primary waits for this node's own state machine to
+/// apply it before it is answered anyway (this node is catching up by state transfer).
 pub(super) const APPLIED_HERE_WAIT_TICKS: u64 = 100;
 
-/// A command submitted on this node and where its answer goes.
+/// What an operation submitted on this node is answered with: the state machine's result
+/// bytes, or why there is none.
+pub(super) type Answer = Result<Vec<u8>, SubmitError>;
+
+/// An operation submitted on this node and where its answer goes.
 pub(super) struct Submission {
-    pub(super) command: Command,
-    pub(super) answer: oneshot::Sender<Result<Applied, MetadataError>>,
+    pub(super) operation: Vec<u8>,
+    pub(super) answer: oneshot::Sender<Answer>,
 }
 
 struct InFlight {
     request: Request,
-    answer: oneshot::Sender<Result<Applied, MetadataError>>,
+    answer: oneshot::Sender<Answer>,
     sent_tick: u64,
     /// The primary's answer, once it came, and the tick it came at.
     reply: Option<(Result<Vec<u8>, ReplyError>, u64)>,
     applied_here: bool,
 }
 
-/// What the driver does next for the command in flight.
+/// What the driver does next for the operation in flight.
 pub(super) enum Due {
     /// Nothing.
     Wait,
@@ -40,8 +44,9 @@ pub(super) enum Due {
     Resend(Request),
 }
 
-/// One node's client session.
+/// One node's client session with one group.
 pub(super) struct ClientSession {
+    group: GroupId,
     node: String,
     /// New each start, so request numbers start at 1 again.
     client: ClientId,
@@ -50,8 +55,9 @@ pub(super) struct ClientSession {
 }
 
 impl ClientSession {
-    pub(super) fn new(node: String) -> ClientSession {
+    pub(super) fn new(group: GroupId, node: String) -> ClientSession {
         ClientSession {
+            group,
             node,
             client: rand::random::<u64>(),
             next_request: 1,
@@ -67,12 +73,12 @@ impl ClientSession {
         self.in_flight.is_none()
     }
 
-    /// Takes `submission` as the command in flight and returns its request, to be sent.
+    /// Takes `submission` as the operation in flight and returns its request, to be sent.
     pub(super) fn begin(&mut self, submission: Submission, tick: u64) -> Request {
         let request = Request {
             client: self.client,
             request_number: self.next_request,
-            operation: CatalogMachine::encode_command(&submission.command),
+            operation: submission.operation,
         };
         self.next_request += 1;
         self.in_flight = Some(InFlight {
@@ -88,22 +94,28 @@ impl ClientSession {
     /// Sends `request` to every voter but this node.
     pub(super) fn send_to_voters(
         &self,
-        outbox: &dyn PlaneOutbox,
+        outbox: &dyn GroupOutbox,
         voters: &[String],
         request: &Request,
     ) {
         for voter in voters {
             if *voter != self.node {
-                let submit = PlaneMessage::Submit {
+                let submit = GroupMessage::Submit {
                     origin: self.node.clone(),
                     request: request.clone(),
                 };
-                outbox.send(voter, submit);
+                outbox.send(
+                    voter,
+                    GroupFrame {
+                        group: self.group,
+                        message: submit,
+                    },
+                );
             }
         }
     }
 
-    /// Whether the command in flight is due to be sent again (or answered anyway, having
+    /// Whether the operation in flight is due to be sent again (or answered anyway, having
     /// waited long enough for this node to apply it).
     pub(super) fn due(&mut self, tick: u64) -> Due {
         let Some(in_flight) = &mut self.in_flight else {
@@ -122,7 +134,7 @@ impl ClientSession {
         Due::Wait
     }
 
-    /// Notes the requests this node's catalog just applied.
+    /// Notes the requests this node's state machine just applied.
     pub(super) fn applied(&mut self, requests: &[(ClientId, u64)]) {
         if let Some(in_flight) = &mut self.in_flight {
             let mine = (in_flight.request.client, in_flight.request.request_number);
@@ -133,7 +145,7 @@ impl ClientSession {
         self.answer_if_done();
     }
 
-    /// Takes the primary's reply, if it is for the command in flight.
+    /// Takes the primary's reply, if it is for the operation in flight.
     pub(super) fn on_reply(&mut self, reply: Reply, tick: u64) {
         let Some(in_flight) = &mut self.in_flight else {
             return;
@@ -156,25 +168,18 @@ impl ClientSession {
         }
     }
 
-    /// Answers the command in flight with the primary's reply.
+    /// Answers the operation in flight with the primary's reply.
     fn answer(&mut self) {
         let Some(in_flight) = self.in_flight.take() else {
             return;
         };
-        let result = match in_flight.reply {
-            Some((Ok(bytes), _)) => CatalogMachine::decode_result(&bytes),
-            Some((Err(ReplyError::SessionEvicted), _)) => Err(MetadataError::Unavailable(
-                "this node's catalog session was evicted; the command may or may not have \
-                 applied: read the catalog before retrying"
-                    .into(),
-            )),
-            Some((Err(error), _)) => Err(MetadataError::Unavailable(format!(
-                "the primary did not execute the command: {error}"
-            ))),
-            None => Err(MetadataError::Unavailable(
-                "no answer from the primary".into(),
-            )),
+        let answer = match in_flight.reply {
+            Some((Ok(bytes), _)) => Ok(bytes),
+            Some((Err(error @ ReplyError::SessionEvicted), _)) => {
+                Err(SubmitError::SessionEvicted(error))
+            }
+            None => Err(SubmitError::NoAnswer),
         };
-        let _ = in_flight.answer.send(result);
+        let _ = in_flight.answer.send(answer);
     }
 }

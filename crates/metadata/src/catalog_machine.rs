@@ -16,6 +16,7 @@ use super::store::{
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
+use tessera_consensus::group::GroupMachine;
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
 
 /// Applied commands the host has not taken yet. The host drains them after every replica step;
@@ -310,6 +311,22 @@ fn write_snapshot(
             .map_err(storage)?;
     }
     Ok(())
+}
+
+impl GroupMachine for CatalogMachine {
+    type Applied = Applied;
+
+    fn reset(&mut self) -> Result<(), RestoreError> {
+        CatalogMachine::reset(self)
+    }
+
+    fn take_applied(&mut self) -> Vec<Applied> {
+        CatalogMachine::take_applied(self)
+    }
+
+    fn fault(&self) -> Option<&str> {
+        CatalogMachine::fault(self)
+    }
 }
 
 impl StateMachine for CatalogMachine {

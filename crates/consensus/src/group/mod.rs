@@ -1,0 +1,392 @@
+//! One VSR group run over a network: the task that drives a voter's [`Replica`] (or a
+//! non-voting member's [`Learner`]) in real time, for any [`GroupMachine`]. It ticks the
+//! replica, carries its messages through a [`GroupOutbox`], takes operations submitted on this
+//! node to the primary ([`Group::submit`]), routes the primary's replies back to the node that
+//! submitted, and hands what the state machine applied to a [`GroupObserver`], in order, on
+//! every member. Every frame names its [`GroupId`], so one connection between two nodes
+//! carries the frames of every group they share.
+//!
+//! The metadata plane runs its catalog as one such group (`tessera-metadata`); a voter
+//! (`voter`) keeps a [`FileJournal`], a follower (`follower`) keeps nothing and rebuilds its
+//! state from the voters at every start. This node's operations go through one client session
+//! (`session`): one in flight at a time, answered once this node has applied it too, so a
+//! caller reads its own write on the node it wrote through.
+//!
+//! [`Replica`]: crate::replica::Replica
+//! [`Learner`]: crate::learner::Learner
+//! [`FileJournal`]: crate::durable::FileJournal
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use tessera_consensus::group::{
+//!     Group, GroupConfig, GroupFrame, GroupId, GroupMachine, GroupObserver, GroupOutbox,
+//!     ObserverFuture,
+//! };
+//! use tessera_consensus::state_machine::{
+//!     KeyValue, KeyValueOperation, KeyValueResult, RestoreError, StateMachine,
+//! };
+//!
+//! /// A key-value store that tells its observer each operation it applied.
+//! #[derive(Default)]
+//! struct Recorded { store: KeyValue, applied: Vec<Vec<u8>> }
+//! impl StateMachine for Recorded {
+//!     fn apply(&mut self, operation: &[u8]) -> Vec<u8> {
+//!         self.applied.push(operation.to_vec());
+//!         self.store.apply(operation)
+//!     }
+//!     fn snapshot(&self) -> Vec<u8> { self.store.snapshot() }
+//!     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
+//!         self.store.restore(snapshot)
+//!     }
+//! }
+//! impl GroupMachine for Recorded {
+//!     type Applied = Vec<u8>;
+//!     fn reset(&mut self) -> Result<(), RestoreError> { *self = Recorded::default(); Ok(()) }
+//!     fn take_applied(&mut self) -> Vec<Vec<u8>> { std::mem::take(&mut self.applied) }
+//!     fn fault(&self) -> Option<&str> { None }
+//! }
+//! struct Count(Mutex<usize>);
+//! impl GroupObserver<Vec<u8>> for Count {
+//!     fn applied<'a>(&'a self, _: &'a Vec<u8>) -> ObserverFuture<'a> {
+//!         *self.0.lock().unwrap() += 1;
+//!         Box::pin(async {})
+//!     }
+//! }
+//! /// A group of one voter sends nothing.
+//! struct Nowhere;
+//! impl GroupOutbox for Nowhere {
+//!     fn send(&self, _: &str, _: GroupFrame) {}
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let config = GroupConfig::new(GroupId(7), vec!["n1".into()], "n1".into());
+//! let observer = Arc::new(Count(Mutex::new(0)));
+//! let (_to_group, inbound) = tokio::sync::mpsc::channel(16);
+//! let group = Group::start_voter(
+//!     config,
+//!     &dir.path().join("n1.journal"),
+//!     Recorded::default(),
+//!     observer.clone(),
+//!     Arc::new(Nowhere),
+//!     inbound,
+//! )
+//! .unwrap();
+//! let put = KeyValueOperation::Put { key: 1, value: 10 }.encode();
+//! let result = group.submit(put).await.unwrap();
+//! assert_eq!(KeyValueResult::decode(&result), KeyValueResult::Value(None));
+//! assert_eq!(*observer.0.lock().unwrap(), 1);
+//! # });
+//! ```
+
+mod follower;
+mod frame;
+mod session;
+mod voter;
+
+#[cfg(test)]
+mod tests;
+
+pub use follower::FOLLOW_TICKS;
+pub use frame::{GroupFrame, GroupId, GroupMessage};
+
+use crate::config::Config;
+use crate::learner::Learner;
+use crate::message::ReplyError;
+use crate::state_machine::{RestoreError, StateMachine};
+use session::{ClientSession, Submission};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Operations submitted on this node waiting for the driver; past it [`Group::submit`]
+/// answers [`SubmitError::Busy`].
+pub const SUBMISSIONS_MAX: usize = 256;
+
+/// The longest a submitted operation waits to commit and apply here.
+pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Frames from other nodes waiting for a group's driver ([`GroupInbound`]); past it the
+/// node that receives them drops them (the protocol resends what matters).
+pub const GROUP_INBOUND_MAX: usize = 4096;
+
+/// The most operation bytes a voter sends a non-voting member in one batch of entries (one
+/// entry is sent whatever its size).
+pub const FOLLOW_BATCH_BYTES: usize = 16 << 20;
+
+/// A state machine a group can run: deterministic ([`StateMachine`]), and telling its owner
+/// what each operation changed.
+pub trait GroupMachine: StateMachine + Send + 'static {
+    /// What the observer hears of one applied operation (or restored state).
+    type Applied: Send + Sync + 'static;
+
+    /// Empties the state. A member rebuilds it at every start: a voter from its journal, a
+    /// follower from the voters.
+    fn reset(&mut self) -> Result<(), RestoreError>;
+
+    /// Takes what was applied since the last call, in order.
+    fn take_applied(&mut self) -> Vec<Self::Applied>;
+
+    /// A failure that made this replica's state unlike the others' (a storage error): the
+    /// group stops on this node rather than go on with a state no other member has.
+    fn fault(&self) -> Option<&str>;
+}
+
+/// The future an observer returns.
+pub type ObserverFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Hears of everything the state machine applied, in order, on every member.
+pub trait GroupObserver<A>: Send + Sync + 'static {
+    /// Called once per applied operation, before the node that submitted it hears back.
+    fn applied<'a>(&'a self, applied: &'a A) -> ObserverFuture<'a>;
+}
+
+/// Where a member's frames to other nodes go (the node's cluster transport, which carries
+/// them with everything else the node sends). Sending never waits; a frame that cannot be
+/// queued is dropped (and counted by the transport): the protocol resends what matters.
+pub trait GroupOutbox: Send + Sync + 'static {
+    /// Queues `frame` for node `to`.
+    fn send(&self, to: &str, frame: GroupFrame);
+}
+
+/// Frames of this group received from other nodes, with the sender's authenticated node id
+/// (bounded by [`GROUP_INBOUND_MAX`] where the node makes the queue).
+pub type GroupInbound = mpsc::Receiver<(String, GroupFrame)>;
+
+/// How one member of a group runs.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// The group, named on every frame.
+    pub group: GroupId,
+    /// Every voter's node id, in replica order (the same list on every member).
+    pub voters: Vec<String>,
+    /// This node's id.
+    pub node: String,
+    /// Real time per protocol tick (the replica's timeouts count ticks).
+    pub tick: Duration,
+    /// Ops between checkpoints; `None` keeps the consensus default. Small values make the
+    /// log a short window (tests use them to force state transfer).
+    pub checkpoint_interval_ops: Option<u64>,
+}
+
+impl GroupConfig {
+    /// A member `node` of `group` among `voters`, ticking every 10 ms.
+    pub fn new(group: GroupId, voters: Vec<String>, node: String) -> GroupConfig {
+        GroupConfig {
+            group,
+            voters,
+            node,
+            tick: Duration::from_millis(10),
+            checkpoint_interval_ops: None,
+        }
+    }
+}
+
+/// A group as one member sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GroupStatus {
+    /// The consensus view (0 for a plane without consensus).
+    pub view: u64,
+    /// Operations this node has applied: its commit number.
+    pub commit: u64,
+    /// The node that orders operations now; `None` while this member knows of none (and for
+    /// a plane without consensus, which orders its own).
+    pub primary: Option<String>,
+    /// The nodes that vote on operations (empty for a plane without consensus).
+    pub voters: Vec<String>,
+    /// Checkpoints this voter took since it started (0 without consensus).
+    pub checkpoints_taken: u64,
+    /// Checkpoints this node installed since it started: from a peer by state transfer, or
+    /// (a follower) from a voter because the entries it lacked were trimmed.
+    pub states_installed: u64,
+}
+
+/// Why a member could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The configuration is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// The journal could not be opened or recovered.
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+/// Why a submitted operation has no result. Except for [`SubmitError::Busy`], the operation
+/// may or may not have applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// [`SUBMISSIONS_MAX`] operations were already waiting; nothing was sent.
+    #[error("too many operations in flight")]
+    Busy,
+    /// The group's driver stopped on this node.
+    #[error("the group stopped on this node")]
+    Stopped,
+    /// No quorum committed the operation within [`SUBMIT_TIMEOUT`].
+    #[error("no quorum committed the operation within {0:?}")]
+    TimedOut(Duration),
+    /// This node's session was evicted from the group's client table, so a retry cannot be
+    /// told from a new operation: read the state before retrying.
+    #[error("this node's session was evicted: {0}")]
+    SessionEvicted(ReplyError),
+    /// The primary's answer never came (this node's driver gave up on it).
+    #[error("no answer from the primary")]
+    NoAnswer,
+}
+
+/// This node's member of one group: a voter ([`Group::start_voter`]) or a non-voting
+/// follower ([`Group::start_follower`]), either way one driver task behind the same handle.
+/// Dropping it stops the task.
+pub struct Group {
+    submissions: mpsc::Sender<Submission>,
+    status: watch::Receiver<GroupStatus>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Group {
+    /// Starts this node as a voter: opens (or, on first start, creates) its journal at
+    /// `journal`, rebuilds `machine` from it (emptied first) and drives the
+    /// replica, sending through `outbox` (which must reach every other voter) and receiving
+    /// from `inbound`. Must be called within a Tokio runtime.
+    pub fn start_voter<M: GroupMachine>(
+        config: GroupConfig,
+        journal: &Path,
+        machine: M,
+        observer: Arc<dyn GroupObserver<M::Applied>>,
+        outbox: Arc<dyn GroupOutbox>,
+        inbound: GroupInbound,
+    ) -> Result<Group, GroupError> {
+        let index = config
+            .voters
+            .iter()
+            .position(|voter| *voter == config.node)
+            .ok_or_else(|| GroupError::Config(format!("{} is not a voter", config.node)))?;
+        let replica_count = u8::try_from(config.voters.len())
+            .map_err(|_| GroupError::Config("too many voters".into()))?;
+        let mut replica_config = Config::new(replica_count, index as u8);
+        if let Some(interval) = config.checkpoint_interval_ops {
+            replica_config.checkpoint_interval_ops = interval;
+        }
+        replica_config
+            .validate()
+            .map_err(|error| GroupError::Config(error.to_string()))?;
+        let replica = voter::open_replica(replica_config, journal, machine)?;
+        let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
+        let (status_sender, status) = watch::channel(Group::initial_status(&config));
+        let driver = voter::VoterDriver {
+            session: ClientSession::new(config.group, config.node.clone()),
+            config,
+            replica,
+            observer,
+            outbox,
+            inbound,
+            submitted,
+            status: status_sender,
+            origins: BTreeMap::new(),
+            tick: 0,
+        };
+        Ok(Group {
+            submissions,
+            status,
+            driver: tokio::spawn(driver.run()),
+        })
+    }
+
+    /// Starts this node as a non-voting follower of the voters of `config` (which must not
+    /// name this node): it empties `machine`, applies to it what they committed, and follows
+    /// them (see `follower`). Must be called within a Tokio runtime.
+    pub fn start_follower<M: GroupMachine>(
+        config: GroupConfig,
+        machine: M,
+        observer: Arc<dyn GroupObserver<M::Applied>>,
+        outbox: Arc<dyn GroupOutbox>,
+        inbound: GroupInbound,
+    ) -> Result<Group, GroupError> {
+        if config.voters.contains(&config.node) {
+            return Err(GroupError::Config(format!(
+                "{} is a voter, not a follower",
+                config.node
+            )));
+        }
+        if config.voters.is_empty() {
+            return Err(GroupError::Config("a follower needs voters".into()));
+        }
+        let mut machine = machine;
+        machine
+            .reset()
+            .map_err(|error| GroupError::Journal(error.to_string()))?;
+        let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
+        let (status_sender, status) = watch::channel(Group::initial_status(&config));
+        let driver = follower::FollowerDriver {
+            session: ClientSession::new(config.group, config.node.clone()),
+            config,
+            learner: Learner::new(machine),
+            observer,
+            outbox,
+            inbound,
+            submitted,
+            status: status_sender,
+            tick: 0,
+            installed: 0,
+            view: None,
+            asked_tick: 0,
+            answered: true,
+            target: 0,
+        };
+        Ok(Group {
+            submissions,
+            status,
+            driver: tokio::spawn(driver.run()),
+        })
+    }
+
+    fn initial_status(config: &GroupConfig) -> GroupStatus {
+        GroupStatus {
+            voters: config.voters.clone(),
+            ..GroupStatus::default()
+        }
+    }
+
+    /// Submits `operation` and waits, at most [`SUBMIT_TIMEOUT`], for the state machine's
+    /// result, answered once the operation has committed and this node has applied it too.
+    pub fn submit(
+        &self,
+        operation: Vec<u8>,
+    ) -> impl Future<Output = Result<Vec<u8>, SubmitError>> + Send + 'static {
+        let submissions = self.submissions.clone();
+        async move {
+            let (answer, answered) = oneshot::channel();
+            let submission = Submission { operation, answer };
+            submissions
+                .try_send(submission)
+                .map_err(|_| SubmitError::Busy)?;
+            match tokio::time::timeout(SUBMIT_TIMEOUT, answered).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => Err(SubmitError::Stopped),
+                Err(_) => Err(SubmitError::TimedOut(SUBMIT_TIMEOUT)),
+            }
+        }
+    }
+
+    /// Where the group is now, as this node sees it.
+    pub fn status(&self) -> GroupStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Follows this node's view of the group: every change of view, commit or primary.
+    pub fn watch_status(&self) -> watch::Receiver<GroupStatus> {
+        self.status.clone()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}

@@ -1,0 +1,384 @@
+//! Groups of three voters in one process, over an in-memory network that routes frames by
+//! their group: an operation submitted on any member commits on every voter and is observed
+//! everywhere; the voters go on without their primary and a restarted voter catches up from
+//! its journal; a follower rebuilds the state from the voters and submits through them; and
+//! two groups on the same nodes stay apart, even when every frame reaches both.
+
+use super::*;
+use crate::state_machine::{KeyValue, KeyValueOperation, KeyValueResult, RestoreError};
+use std::sync::Mutex;
+use std::time::Instant;
+
+const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A key-value store that reports the `(key, value)` of each put it applied.
+#[derive(Default)]
+struct Recorded {
+    store: KeyValue,
+    applied: Vec<(u64, u64)>,
+}
+
+impl StateMachine for Recorded {
+    fn apply(&mut self, operation: &[u8]) -> Vec<u8> {
+        if let Ok(KeyValueOperation::Put { key, value }) = rmp_serde::from_slice(operation) {
+            self.applied.push((key, value));
+        }
+        self.store.apply(operation)
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.store.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
+        self.store.restore(snapshot)
+    }
+}
+
+impl GroupMachine for Recorded {
+    type Applied = (u64, u64);
+
+    fn reset(&mut self) -> Result<(), RestoreError> {
+        *self = Recorded::default();
+        Ok(())
+    }
+
+    fn take_applied(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.applied)
+    }
+
+    fn fault(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Every put a member's observer heard of, in order.
+#[derive(Default)]
+struct Observed(Mutex<Vec<(u64, u64)>>);
+
+impl GroupObserver<(u64, u64)> for Observed {
+    fn applied<'a>(&'a self, applied: &'a (u64, u64)) -> ObserverFuture<'a> {
+        self.0.lock().expect("observer").push(*applied);
+        Box::pin(async {})
+    }
+}
+
+impl Observed {
+    fn puts(&self) -> Vec<(u64, u64)> {
+        self.0.lock().expect("observer").clone()
+    }
+
+    async fn wait_for(&self, put: (u64, u64), who: &str) {
+        let started = Instant::now();
+        while !self.puts().contains(&put) {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{who} never observed {put:?}: {:?}",
+                self.puts()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Where frames for one member go.
+type Inbox = mpsc::Sender<(String, GroupFrame)>;
+
+/// Each node's inbound queue per group. A node that is down has none.
+#[derive(Default)]
+struct Network {
+    inboxes: Mutex<BTreeMap<(String, GroupId), Inbox>>,
+    /// Deliver every frame to every group of its receiver, as a node that ignored group ids
+    /// would: each driver must drop what is not its own.
+    crossed: bool,
+}
+
+impl Network {
+    fn connect(&self, node: &str, group: GroupId) -> GroupInbound {
+        let (sender, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
+        self.inboxes
+            .lock()
+            .expect("network")
+            .insert((node.to_string(), group), sender);
+        inbound
+    }
+
+    fn disconnect(&self, node: &str) {
+        self.inboxes
+            .lock()
+            .expect("network")
+            .retain(|(owner, _), _| owner != node);
+    }
+
+    fn deliver(&self, from: &str, to: &str, frame: GroupFrame) {
+        for ((owner, group), inbox) in self.inboxes.lock().expect("network").iter() {
+            if owner == to && (self.crossed || *group == frame.group) {
+                let _ = inbox.try_send((from.to_string(), frame.clone()));
+            }
+        }
+    }
+}
+
+/// One node's way onto the network.
+struct Outbox {
+    node: String,
+    network: Arc<Network>,
+}
+
+impl GroupOutbox for Outbox {
+    fn send(&self, to: &str, frame: GroupFrame) {
+        self.network.deliver(&self.node, to, frame);
+    }
+}
+
+struct Member {
+    group: Option<Group>,
+    observed: Arc<Observed>,
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    network: Arc<Network>,
+    /// Members by `(group, node)`.
+    members: BTreeMap<(GroupId, String), Member>,
+}
+
+fn put(key: u64, value: u64) -> Vec<u8> {
+    KeyValueOperation::Put { key, value }.encode()
+}
+
+fn voters() -> Vec<String> {
+    VOTERS.iter().map(|voter| voter.to_string()).collect()
+}
+
+impl Cluster {
+    fn new(crossed: bool) -> Cluster {
+        Cluster {
+            dir: tempfile::tempdir().expect("temp dir"),
+            network: Arc::new(Network {
+                inboxes: Mutex::default(),
+                crossed,
+            }),
+            members: BTreeMap::new(),
+        }
+    }
+
+    fn outbox(&self, node: &str) -> Arc<dyn GroupOutbox> {
+        Arc::new(Outbox {
+            node: node.to_string(),
+            network: self.network.clone(),
+        })
+    }
+
+    fn start_voter(&mut self, group: GroupId, node: &str) {
+        let inbound = self.network.connect(node, group);
+        let observed = Arc::new(Observed::default());
+        let journal = self.dir.path().join(format!("{node}-{}.journal", group.0));
+        let member = Group::start_voter(
+            GroupConfig::new(group, voters(), node.to_string()),
+            &journal,
+            Recorded::default(),
+            observed.clone(),
+            self.outbox(node),
+            inbound,
+        )
+        .expect("a voter starts");
+        let member = Member {
+            group: Some(member),
+            observed,
+        };
+        self.members.insert((group, node.to_string()), member);
+    }
+
+    fn start_group(&mut self, group: GroupId) {
+        for node in VOTERS {
+            self.start_voter(group, node);
+        }
+    }
+
+    fn start_follower(&mut self, group: GroupId, node: &str) {
+        let inbound = self.network.connect(node, group);
+        let observed = Arc::new(Observed::default());
+        let member = Group::start_follower(
+            GroupConfig::new(group, voters(), node.to_string()),
+            Recorded::default(),
+            observed.clone(),
+            self.outbox(node),
+            inbound,
+        )
+        .expect("a follower starts");
+        let member = Member {
+            group: Some(member),
+            observed,
+        };
+        self.members.insert((group, node.to_string()), member);
+    }
+
+    /// Stops a node as a crash would: its groups' tasks go, its journals stay.
+    fn stop(&mut self, node: &str) {
+        self.network.disconnect(node);
+        for ((_, owner), member) in self.members.iter_mut() {
+            if owner == node {
+                member.group = None;
+            }
+        }
+    }
+
+    fn member(&self, group: GroupId, node: &str) -> &Member {
+        &self.members[&(group, node.to_string())]
+    }
+
+    fn group(&self, group: GroupId, node: &str) -> &Group {
+        self.member(group, node)
+            .group
+            .as_ref()
+            .expect("a running member")
+    }
+
+    async fn submit(&self, group: GroupId, node: &str, key: u64, value: u64) -> KeyValueResult {
+        let result = self.group(group, node).submit(put(key, value)).await;
+        KeyValueResult::decode(&result.expect("the operation commits"))
+    }
+
+    async fn wait_everywhere(&self, group: GroupId, put: (u64, u64)) {
+        for ((member_group, node), member) in &self.members {
+            if *member_group == group && member.group.is_some() {
+                member.observed.wait_for(put, node).await;
+            }
+        }
+    }
+}
+
+const ONE: GroupId = GroupId(1);
+const TWO: GroupId = GroupId(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_submitted_on_a_backup_commits_and_is_observed_on_every_voter() {
+    let mut cluster = Cluster::new(false);
+    cluster.start_group(ONE);
+    assert_eq!(
+        cluster.submit(ONE, "n2", 1, 10).await,
+        KeyValueResult::Value(None)
+    );
+    // The submitter has applied (and observed) it before it is answered.
+    assert_eq!(cluster.member(ONE, "n2").observed.puts(), vec![(1, 10)]);
+    cluster.wait_everywhere(ONE, (1, 10)).await;
+    assert_eq!(
+        cluster.submit(ONE, "n3", 1, 11).await,
+        KeyValueResult::Value(Some(10))
+    );
+    let status = cluster.group(ONE, "n1").status();
+    assert_eq!(status.primary.as_deref(), Some("n1"));
+    assert_eq!(status.voters, voters());
+    assert!(status.commit >= 2, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voters_go_on_without_the_primary_and_a_restarted_voter_catches_up() {
+    let mut cluster = Cluster::new(false);
+    cluster.start_group(ONE);
+    cluster.submit(ONE, "n1", 1, 1).await;
+    cluster.stop("n1");
+    assert_eq!(
+        cluster.submit(ONE, "n3", 2, 2).await,
+        KeyValueResult::Value(None)
+    );
+    let status = cluster.group(ONE, "n2").status();
+    assert_ne!(status.primary.as_deref(), Some("n1"), "{status:?}");
+    // The old primary comes back on its journal and learns what it missed.
+    cluster.start_voter(ONE, "n1");
+    cluster
+        .member(ONE, "n1")
+        .observed
+        .wait_for((2, 2), "n1")
+        .await;
+    cluster.submit(ONE, "n1", 3, 3).await;
+    cluster.wait_everywhere(ONE, (3, 3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_rebuilds_the_state_from_the_voters_and_submits_through_them() {
+    let mut cluster = Cluster::new(false);
+    cluster.start_group(ONE);
+    cluster.submit(ONE, "n1", 1, 1).await;
+    cluster.start_follower(ONE, "n9");
+    cluster
+        .member(ONE, "n9")
+        .observed
+        .wait_for((1, 1), "n9")
+        .await;
+    assert_eq!(
+        cluster.submit(ONE, "n9", 1, 2).await,
+        KeyValueResult::Value(Some(1))
+    );
+    assert!(cluster.member(ONE, "n9").observed.puts().contains(&(1, 2)));
+    cluster.wait_everywhere(ONE, (1, 2)).await;
+    assert_eq!(
+        cluster.group(ONE, "n9").status().primary.as_deref(),
+        Some("n1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_groups_on_the_same_nodes_stay_apart_even_when_every_frame_reaches_both() {
+    let mut cluster = Cluster::new(true);
+    cluster.start_group(ONE);
+    cluster.start_group(TWO);
+    cluster.start_follower(ONE, "n9");
+    for round in 1..=5 {
+        assert_eq!(
+            cluster.submit(ONE, "n2", round, 100 + round).await,
+            KeyValueResult::Value(None)
+        );
+        assert_eq!(
+            cluster.submit(TWO, "n3", round, 200 + round).await,
+            KeyValueResult::Value(None)
+        );
+    }
+    cluster.wait_everywhere(ONE, (5, 105)).await;
+    cluster.wait_everywhere(TWO, (5, 205)).await;
+    for ((group, node), member) in &cluster.members {
+        let expected: Vec<(u64, u64)> = (1..=5)
+            .map(|round| (round, group.0 * 100 + round))
+            .collect();
+        assert_eq!(member.observed.puts(), expected, "{node} in {group}");
+    }
+}
+
+#[test]
+fn a_member_with_an_unusable_config_does_not_start() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _entered = runtime.enter();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_sender, inbound) = mpsc::channel(1);
+    let outsider = Group::start_voter(
+        GroupConfig::new(ONE, voters(), "n9".into()),
+        &dir.path().join("journal"),
+        Recorded::default(),
+        Arc::new(Observed::default()),
+        Arc::new(Outbox {
+            node: "n9".into(),
+            network: Arc::default(),
+        }),
+        inbound,
+    );
+    assert!(matches!(outsider, Err(GroupError::Config(ref why)) if why.contains("not a voter")));
+    let (_sender, inbound) = mpsc::channel(1);
+    let voter_as_follower = Group::start_follower(
+        GroupConfig::new(ONE, voters(), "n1".into()),
+        Recorded::default(),
+        Arc::new(Observed::default()),
+        Arc::new(Outbox {
+            node: "n1".into(),
+            network: Arc::default(),
+        }),
+        inbound,
+    );
+    assert!(
+        matches!(voter_as_follower, Err(GroupError::Config(ref why)) if why.contains("is a voter"))
+    );
+}
