@@ -15,10 +15,11 @@ use criterion::Criterion;
 use tessera_cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
 use tessera_consensus::group::GroupFrame;
 use tessera_contract::BoxFuture;
-use tessera_metadata::replicated::{PlaneConfig, ReplicatedPlane, dedicated_transport};
+use tessera_metadata::replicated::{PlaneConfig, ReplicatedPlane};
 use tessera_metadata::{
     Applied, CatalogObserver, Command, LocalPlane, MetadataPlane, MetadataStore, Quotas,
 };
+use tessera_tests::plane::dedicated_transport;
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// Sequential commands timed one by one on each side.

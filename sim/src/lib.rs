@@ -1,5 +1,5 @@
-//! Deterministic simulators that drive Tessera's real protocol code from one seed, for tests,
-//! benchmarks and the `vsr-sim` and `lease-sim` binaries; never part of the `tessera` binary.
+//! Deterministic simulators that drive Tessera's real protocol code from one seed, for tests
+//! and the `vsr-sim` and `lease-sim` binaries; never part of the `tessera` binary.
 //!
 //! - [`vsr`] runs replicas of `tessera-consensus` over a simulated network and disks, with
 //!   faults, and checks safety, linearizability and liveness;

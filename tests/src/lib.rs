@@ -4,6 +4,7 @@
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
 pub mod cluster;
+pub mod plane;
 pub mod processes;
 
 use serde_json::Value as Json;

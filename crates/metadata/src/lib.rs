@@ -4,7 +4,7 @@
 //!
 //! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group
 //! (the simulators of `tessera-sim` run it as a workload of the VSR simulator), and
-//! [`replicated`] runs that group among a cluster's voters over the cluster transport.
+//! [`replicated`] runs that group among a cluster's voters.
 //!
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
 //! applies them in order; in a cluster the same commands are ordered by consensus and applied
@@ -12,8 +12,9 @@
 //! updates what the layers below run. Commands carry every input (times, hashes, bytes) so
 //! applying the same sequence anywhere gives the same catalog.
 //!
-//! Uses `tessera-contract`, `tessera-consensus` and `tessera-cluster`. Sharding and the node use
-//! it; the entity layer, the runtime and the state layer never do.
+//! Uses `tessera-contract` and `tessera-consensus` (it never sees the transport its plane's
+//! frames cross: the node hands it an outbox). Sharding and the node use it; the entity layer,
+//! the runtime and the state layer never do.
 
 mod apply;
 mod catalog_machine;

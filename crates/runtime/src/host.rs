@@ -72,42 +72,6 @@ pub struct HostState {
     pub(crate) interrupted: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl HostState {
-    /// The data of a store that runs a plugin with nothing of the entity layer around it: no
-    /// routes, no memory cap or deadline, no log budget. The seam the benchmarks' raw wasmtime
-    /// baseline is built on (`benches/src/baseline.rs`), so that its calls cross the same host
-    /// imports an entity's do; never what a node runs.
-    #[doc(hidden)]
-    pub fn bare(address: EntityAddress, state: Arc<dyn EntityState>) -> HostState {
-        HostState {
-            wasi: wasmtime_wasi::WasiCtxBuilder::new().build(),
-            table: Default::default(),
-            limiter: MemoryLimiter {
-                memory_bytes_max: usize::MAX,
-                memory_limit_hit: false,
-            },
-            address,
-            state,
-            router: Arc::new(tessera_contract::NoRoutes),
-            limits: InstanceLimits::default(),
-            log_budget: Arc::new(LogBudget::default()),
-            message: MessageScope::default(),
-            ticks_limit: u64::MAX,
-            next_timer: 0,
-            entity_state_bytes: 0,
-            committed_sizes: Default::default(),
-            ask_clock: Default::default(),
-            interrupted: Default::default(),
-        }
-    }
-
-    /// Lets a bare store's guest read and write state, as a message does.
-    #[doc(hidden)]
-    pub fn begin_bare_message(&mut self) {
-        self.message.in_message = true;
-    }
-}
-
 /// Time spent waiting on asks, shared with the watchdog of the guest call that made them.
 #[derive(Debug, Default)]
 pub(crate) struct AskClock {

@@ -15,6 +15,7 @@
 //! [`MessageError`]: tessera_contract::MessageError
 //! [`Router`]: tessera_contract::Router
 
+mod bare;
 #[doc(hidden)]
 mod bindings;
 mod cache;

@@ -1,10 +1,10 @@
 //! `vsr-sim`: runs the deterministic VSR simulator over seeds and reports every failing seed.
 //!
 //! ```text
-//! cargo run --release --bin vsr-sim -- --seed 42          # replay one seed
-//! cargo run --release --bin vsr-sim -- --seeds 10000      # seeds 0..10000
-//! cargo run --release --bin vsr-sim -- --seeds 500 --from 7 --canary install-unverified-state
-//! cargo run --release --bin vsr-sim -- --machine catalog --seeds 2000  # the real catalog
+//! cargo run --release -p tessera-sim --bin vsr-sim -- --seed 42          # replay one seed
+//! cargo run --release -p tessera-sim --bin vsr-sim -- --seeds 10000      # seeds 0..10000
+//! cargo run --release -p tessera-sim --bin vsr-sim -- --seeds 500 --from 7 --canary install-unverified-state
+//! cargo run --release -p tessera-sim --bin vsr-sim -- --machine catalog --seeds 2000  # the real catalog
 //! ```
 
 use std::process::ExitCode;

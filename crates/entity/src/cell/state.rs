@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 mod effects;
 mod message;
 
-pub(super) use message::Waiting;
+pub(super) use message::PausedMessage;
 
 /// The longest a cell waits for a slot of a full instance pool before its message fails with
 /// `unavailable` (retryable).
@@ -55,8 +55,8 @@ pub(super) struct CellState {
     /// the runtime's hook for its calls (kept by the instance between messages).
     pass: Option<(Arc<CallPass>, Arc<dyn CallGate>)>,
     /// What is left of a message a sender ran as far as it went without waiting, for the
-    /// cell's task to finish before anything else ([`finish_rest`](Self::finish_rest)).
-    rest: Option<Waiting>,
+    /// cell's task to finish before anything else ([`finish_paused`](Self::finish_paused)).
+    paused: Option<PausedMessage>,
     /// Whether this entity's last message was CPU-heavy (took an epoch tick of CPU or more):
     /// its next one goes to the guest pool straight away instead of spending a tick on an I/O
     /// worker first.
@@ -86,7 +86,7 @@ impl CellState {
             last_timer: 0,
             passivate_requested: false,
             pass: None,
-            rest: None,
+            paused: None,
             runs_long: false,
         }
     }

@@ -5,9 +5,9 @@
 //! switchboard's way to other nodes) and runs the replicated plane over it.
 
 use super::catalog::{MemberFollowers, NodeCatalog};
-use super::joining;
-use super::mesh::Mesh;
-use super::seat::{CoordinatorSeat, SeatParts};
+use super::member::joining;
+use super::member::mesh::Mesh;
+use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use std::sync::Arc;
 use tessera_entity::{Entities, EntityParts, TypeTable};
@@ -140,7 +140,7 @@ impl Node {
         catalog.load().await?;
         joining::join_as_member(&config, plane.as_ref(), lease.as_deref()).await?;
         if let Some(lease) = lease {
-            super::lease::keep(
+            super::member::lease::keep(
                 config.node_id.clone(),
                 Arc::downgrade(&plane),
                 lease,
@@ -151,7 +151,7 @@ impl Node {
         // would otherwise meet "type not registered" and be given up.
         entities.start_messaging();
         let sender_routes =
-            super::sender_routes::SenderRoutes::new(config.sender_routes_per_thread);
+            super::sending::routes::SenderRoutes::new(config.sender_routes_per_thread);
         Ok(Arc::new(Node {
             admin_token_sha256: token_hash(&admin_token),
             config,

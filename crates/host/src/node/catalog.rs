@@ -4,7 +4,7 @@
 //! token index that authentication and quotas read (no database read per request).
 
 use crate::node::NodeConfig;
-use crate::node::mesh::Mesh;
+use crate::node::member::mesh::Mesh;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;

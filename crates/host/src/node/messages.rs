@@ -1,7 +1,7 @@
 //! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
 //! passivation, state inspection, per-type status, the shard table, and shutdown.
 
-use super::sender_routes::{LongWay, Tried};
+use super::sending::routes::{ByRegion, Tried};
 use super::{Node, NodeError};
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
@@ -38,7 +38,7 @@ impl Node {
     /// this task (an idle local entity's message runs here as far as it can without waiting).
     ///
     /// An entity this thread sends to again soon is told through a route the node keeps for
-    /// the thread (`sender_routes`), as through an [`EntityRef`](super::EntityRef): the same
+    /// the thread (`sending::routes`), as through an [`EntityRef`](super::EntityRef): the same
     /// quota, routing and order, without the shared tables' lookups. [`ask`](Self::ask) does
     /// the same.
     ///
@@ -56,9 +56,9 @@ impl Node {
     pub async fn tell(&self, to: &EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
         match self.sender_routes.tell_here(self, to, payload)? {
             Tried::Sent(()) => Ok(()),
-            Tried::NotSent(payload, long_way) => {
+            Tried::NotSent(payload, by_region) => {
                 let tell = |to, payload| self.region.tell(to, payload);
-                self.the_long_way(to, payload, long_way, tell).await
+                self.send_by_region(to, payload, by_region, tell).await
             }
         }
     }
@@ -66,23 +66,23 @@ impl Node {
     /// Sends a message by address that this thread's route did not run: admitted here unless
     /// the route admitted it, then through the region (`send`); afterwards, the route picks the
     /// entity's cell up, or one is kept for the entity.
-    async fn the_long_way<T, Sending>(
+    async fn send_by_region<T, Sending>(
         &self,
         to: &EntityAddress,
         payload: Vec<u8>,
-        long_way: LongWay,
+        by_region: ByRegion,
         send: impl FnOnce(EntityAddress, Vec<u8>) -> Sending,
     ) -> Result<T, NodeError>
     where
         Sending: Future<Output = Result<T, MessageError>>,
     {
-        match long_way {
-            LongWay::Admitted => {
+        match by_region {
+            ByRegion::Admitted => {
                 let sent = send(to.clone(), payload).await?;
-                self.sender_routes.took_the_long_way(to);
+                self.sender_routes.sent_by_region(to);
                 Ok(sent)
             }
-            LongWay::Missed { keep } => {
+            ByRegion::Missed { keep } => {
                 self.admit(to)?;
                 let sent = send(to.clone(), payload).await?;
                 if keep {
@@ -127,9 +127,9 @@ impl Node {
     ) -> Result<Vec<u8>, NodeError> {
         match self.sender_routes.ask_here(self, to, payload, timeout)? {
             Tried::Sent(reply) => Ok(reply.wait().await?),
-            Tried::NotSent(payload, long_way) => {
+            Tried::NotSent(payload, by_region) => {
                 let ask = |to, payload| self.region.ask(to, payload, Some(timeout));
-                self.the_long_way(to, payload, long_way, ask).await
+                self.send_by_region(to, payload, by_region, ask).await
             }
         }
     }

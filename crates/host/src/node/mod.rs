@@ -1,42 +1,40 @@
-//! A node: every layer built in one pass over one data directory (`build`), and the operations
-//! the API and CLI offer — tenants and tokens (`tenants`), deploys, rollbacks and deletes
-//! (`deploy`), messages to entities and inspection (`messages`), reusable handles on entities
-//! (`entity_ref`), the cluster view (`cluster`), metrics (`metrics`) and the HTTP edge's
-//! counters (`edge`). Catalog changes go through the metadata plane; its one observer
-//! (`catalog`) updates what the layers below run, so live entities switch version at their next
-//! message boundary.
+//! A node: every layer built in one pass over one data directory (`build`, with its settings in
+//! `config`), and the operations the API and CLI offer — tenants and tokens (`tenants`),
+//! deploys, rollbacks and deletes (`deploy`), messages to entities and inspection
+//! (`messages`), metrics (`metrics`, `metric_families`, and the HTTP edge's counters in `edge`).
+//! Catalog changes go through the metadata plane; its one observer (`catalog`) updates what
+//! the layers below run, so live entities switch version at their next message boundary.
+//!
+//! Two parts have folders of their own: how client messages reach entities cheaply
+//! (`sending`: [`EntityRef`], the routes kept per sender thread, the tenants' rate buckets),
+//! and this node as a member of a cluster (`member`: the mesh, joining and leaving, the
+//! shard lease, the coordinator's seat, the cluster view).
 
 mod build;
 mod catalog;
-mod cluster;
 mod config;
 mod deploy;
 mod edge;
-mod entity_ref;
 mod error;
-mod joining;
-mod lease;
-mod mesh;
+mod member;
 mod messages;
 mod metric_families;
 mod metrics;
-mod rate;
-mod seat;
-mod sender_routes;
+mod sending;
 mod tenants;
 
-pub use cluster::{ClusterStatus, MemberView};
 pub use config::{
     API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
 };
 pub use edge::{EdgeCounters, EdgeSnapshot};
-pub use entity_ref::EntityRef;
 pub use error::NodeError;
-pub use joining::MemberAction;
+pub use member::joining::MemberAction;
+pub use member::view::{ClusterStatus, MemberView};
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;
-pub use rate::RateLimiter;
-pub use sender_routes::{SENDER_ROUTES_PER_THREAD, SENDER_ROUTES_PER_THREAD_LIMIT};
+pub use sending::entity_ref::EntityRef;
+pub use sending::rate::RateLimiter;
+pub use sending::routes::{SENDER_ROUTES_PER_THREAD, SENDER_ROUTES_PER_THREAD_LIMIT};
 pub use tenants::{Principal, token_hash};
 
 use catalog::NodeCatalog;
@@ -60,9 +58,9 @@ pub struct Node {
     region: RegionHandle,
     /// Where the shard coordinator runs: always here, or (in a cluster) on the metadata
     /// primary.
-    _seat: seat::CoordinatorSeat,
+    _seat: member::seat::CoordinatorSeat,
     /// The connections to the other nodes of the cluster, if this node is in one.
-    mesh: Option<Arc<mesh::Mesh>>,
+    mesh: Option<Arc<member::mesh::Mesh>>,
     /// The membership view the coordinator follows; the catalog updates it through a weak
     /// handle, so dropping the node ends the coordinator.
     membership: Arc<Membership>,
@@ -70,7 +68,7 @@ pub struct Node {
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
     /// Each thread's resolved routes for its messages by address.
-    sender_routes: sender_routes::SenderRoutes,
+    sender_routes: sending::routes::SenderRoutes,
     quota_rejections: metrics::QuotaRejections,
     edge: EdgeCounters,
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::RegionHandle;
 use super::homes::{Home, RegisteredType};
-use super::route::{Waiting, local_refusal};
+use super::route::{Caller, local_refusal};
 use super::send;
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::local::LocalCell;
@@ -90,14 +90,14 @@ impl EntityRoute {
     pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), MessageError> {
         match self.tell_here(payload)? {
             None => Ok(()),
-            // Boxed: the long way's future stays out of the short way's code and size.
+            // Boxed: the region's future stays out of the code and size of a send on the sender's task.
             Some(payload) => Box::pin(self.tell_through_region(payload)).await,
         }
     }
 
-    /// The short way: runs the tell on this task when the entity's cell is idle here (`None`);
-    /// gives the payload back otherwise, not sent, for the long way
-    /// ([`RegionHandle::tell`], then [`took_the_long_way`](Self::took_the_long_way)). An error
+    /// Runs the tell on this task when the entity's cell is idle here (`None`);
+    /// gives the payload back otherwise, not sent, to go through the region
+    /// ([`RegionHandle::tell`], then [`sent_by_region`](Self::sent_by_region)). An error
     /// (the type is no longer registered) means it was not sent either.
     pub fn tell_here(&mut self, payload: Vec<u8>) -> Result<Option<Vec<u8>>, MessageError> {
         if self.ty.is_retired() {
@@ -112,7 +112,7 @@ impl EntityRoute {
         }
     }
 
-    /// The long way: through the region (buffered while the shard moves, or to the mailbox).
+    /// Through the region (buffered while the shard moves, or to the mailbox).
     async fn tell_through_region(&mut self, payload: Vec<u8>) -> Result<(), MessageError> {
         self.drop_cell_if_gone();
         let item = Buffered {
@@ -127,7 +127,7 @@ impl EntityRoute {
         };
         let sent = self
             .region
-            .dispatch(&self.ty, item, Waiting::SenderHere)
+            .dispatch(&self.ty, item, Caller::WaitingHere)
             .await;
         if sent.is_ok() {
             self.hold_cell();
@@ -155,9 +155,9 @@ impl EntityRoute {
         reply
     }
 
-    /// The short way of an ask: runs it on this task when the entity's cell is idle here, and
-    /// gives back its reply on the way; gives the payload back otherwise, not sent, for the long
-    /// way ([`RegionHandle::ask`], then [`took_the_long_way`](Self::took_the_long_way)). An
+    /// Runs an ask on this task when the entity's cell is idle here, and gives back its reply
+    /// on the way; gives the payload back otherwise, not sent, to go through the region
+    /// ([`RegionHandle::ask`], then [`sent_by_region`](Self::sent_by_region)). An
     /// error (the type is no longer registered) means it was not sent either.
     pub fn ask_here(
         &mut self,
@@ -191,10 +191,10 @@ impl EntityRoute {
         }
     }
 
-    /// After a message this route gave back went the long way (through
-    /// [`RegionHandle::tell`]) and was taken: let go of the cell if it left, and hold the
+    /// After a message this route gave back went through the region
+    /// ([`RegionHandle::tell`]) and was taken: let go of the cell if it left, and hold the
     /// entity's cell for the next message if it is live on this node now.
-    pub fn took_the_long_way(&mut self) {
+    pub fn sent_by_region(&mut self) {
         self.drop_cell_if_gone();
         self.hold_cell();
     }
@@ -204,7 +204,7 @@ impl EntityRoute {
         self.cell.as_ref().is_some_and(|cell| cell.is_live())
     }
 
-    /// After a message went the long way and was taken: hold the entity's cell for the next
+    /// After a message went through the region and was taken: hold the entity's cell for the next
     /// message, if it is live on this node now.
     fn hold_cell(&mut self) {
         if !self.cell.as_ref().is_some_and(|cell| cell.is_live()) && self.is_at_home_here() {

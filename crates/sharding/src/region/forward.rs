@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::route::{Waiting, refuse};
+use super::route::{Caller, refuse};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::link::{
     FORWARD_BATCH_MAX, FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody, WireEnvelope,
@@ -153,7 +153,7 @@ impl Forwarder {
         shared: &Shared,
         item: Buffered,
         allocation: Allocation,
-        waiting: Waiting,
+        caller: Caller,
     ) -> Result<(), MessageError> {
         if item.hops >= FORWARD_HOPS_MAX {
             let error = MessageError::unavailable(format!(
@@ -161,7 +161,7 @@ impl Forwarder {
                 item.key(),
                 item.hops
             ));
-            refuse(shared, item, error.clone(), waiting);
+            refuse(shared, item, error.clone(), caller);
             return Err(error);
         }
         let local_ask = matches!(
@@ -176,7 +176,7 @@ impl Forwarder {
                 "{} asks already wait for remote replies (command_buffer)",
                 self.pending_asks.len()
             ));
-            refuse(shared, item, error.clone(), waiting);
+            refuse(shared, item, error.clone(), caller);
             return Err(error);
         }
         let key = item.key();

@@ -22,7 +22,7 @@ use tessera_state::remember::RememberWriter;
 pub(crate) enum Routed {
     /// Delivered to a local mailbox, or held in the slot's buffer.
     Done,
-    /// For a [`Waiting::SenderHere`]: the local entity was idle and the message is claimed
+    /// For a [`Caller::WaitingHere`]: the local entity was idle and the message is claimed
     /// for the sender to run, once the slot lock is released ([`ClaimedRun::run`]).
     RunHere(ClaimedRun<'static>),
     /// The slot was unknown; it now waits for an allocation with the envelope held, and the
@@ -32,14 +32,18 @@ pub(crate) enum Routed {
     Remote(Buffered, Allocation),
 }
 
-/// Who learns of a refusal: the sender waiting on this very call, or nobody but the counters
-/// and the envelope's reply port (an envelope drained from a buffer or forwarded by a peer).
+/// Who is waiting on a routing call, and so hears of a refusal from it: the sender, or no one
+/// (an envelope drained from a buffer or forwarded by a peer), when only the counters and the
+/// envelope's reply port learn of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Waiting {
-    Sender,
-    /// The sender, on its own task, which may also run a local entity's message there.
-    SenderHere,
-    Nobody,
+pub(crate) enum Caller {
+    /// The sender, waiting on this call.
+    Waiting,
+    /// The sender, waiting on this call on its own task, which may also run a local entity's
+    /// message there (the message comes back claimed: [`Routed::RunHere`]).
+    WaitingHere,
+    /// No one waits on this call.
+    Absent,
 }
 
 /// Routes `item` by the slot `home` of its shard (locked by the caller). On `Err` the envelope
@@ -49,14 +53,14 @@ pub(crate) fn route_in_slot(
     ty: &RegisteredType,
     home: &mut Home,
     item: Buffered,
-    waiting: Waiting,
+    caller: Caller,
 ) -> Result<Routed, MessageError> {
     match home {
-        Home::Local { .. } => deliver_local(shared, ty, item, waiting)
+        Home::Local { .. } => deliver_local(shared, ty, item, caller)
             .map(|run| run.map_or(Routed::Done, Routed::RunHere)),
         Home::Remote(allocation) => Ok(Routed::Remote(item, allocation.clone())),
-        Home::Allocating { buffer, .. } => hold(shared, buffer, item, "allocation", waiting),
-        Home::HandingOff { buffer, .. } => hold(shared, buffer, item, "handoff", waiting),
+        Home::Allocating { buffer, .. } => hold(shared, buffer, item, "allocation", caller),
+        Home::HandingOff { buffer, .. } => hold(shared, buffer, item, "handoff", caller),
         Home::Unknown => {
             let key = item.key();
             let mut buffer = ShardBuffer::new(shared.config.allocation_buffer);
@@ -80,28 +84,28 @@ fn hold(
     buffer: &mut ShardBuffer,
     item: Buffered,
     phase: &str,
-    waiting: Waiting,
+    caller: Caller,
 ) -> Result<Routed, MessageError> {
     match buffer.push(item) {
         Ok(()) => Ok(Routed::Done),
         Err(item) => {
             let error = overflow(&item.key(), phase);
-            refuse(shared, *item, error.clone(), waiting);
+            refuse(shared, *item, error.clone(), caller);
             Err(error)
         }
     }
 }
 
-/// Hands `item` to the entity layer of this node; for a [`Waiting::SenderHere`], possibly as
+/// Hands `item` to the entity layer of this node; for a [`Caller::WaitingHere`], possibly as
 /// a run for the sender to drive.
 fn deliver_local(
     shared: &Shared,
     ty: &RegisteredType,
     item: Buffered,
-    waiting: Waiting,
+    caller: Caller,
 ) -> Result<Option<ClaimedRun<'static>>, MessageError> {
     if let Some(error) = local_refusal(shared, ty, item.shard) {
-        refuse(shared, item, error.clone(), waiting);
+        refuse(shared, item, error.clone(), caller);
         return Err(error);
     }
     let Buffered {
@@ -139,7 +143,7 @@ fn deliver_local(
         meta,
         reply: port,
     };
-    let delivered = if waiting == Waiting::SenderHere {
+    let delivered = if caller == Caller::WaitingHere {
         shared.local.deliver_here(address, shard, envelope)
     } else {
         shared
@@ -151,7 +155,7 @@ fn deliver_local(
         let (error, envelope) = *refused;
         shared
             .stats
-            .count_refused(error.kind, tell && waiting == Waiting::Nobody);
+            .count_refused(error.kind, tell && caller == Caller::Absent);
         envelope.answer(Err(error.clone()));
         error
     })
@@ -227,9 +231,9 @@ fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
 
 /// Refuses `item`: a sender waiting on the call hears the error from it; otherwise it is
 /// [`fail`]ed.
-pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, waiting: Waiting) {
-    match waiting {
-        Waiting::Sender | Waiting::SenderHere => {
+pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, caller: Caller) {
+    match caller {
+        Caller::Waiting | Caller::WaitingHere => {
             shared.stats.count_refused(error.kind, false);
             if let BufferedBody::Message {
                 reply: ReplyRoute::Local { port, .. },
@@ -239,7 +243,7 @@ pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, waiti
                 let _ = port.send(Err(error));
             }
         }
-        Waiting::Nobody => fail(shared, item, error),
+        Caller::Absent => fail(shared, item, error),
     }
 }
 

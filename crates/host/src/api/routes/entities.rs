@@ -161,7 +161,7 @@ pub struct StateEntry {
 
 /// The body of `GET .../state`.
 #[derive(Debug, Serialize)]
-pub struct EntityState {
+pub struct EntityStateView {
     /// The entity type.
     #[serde(rename = "type")]
     pub entity_type: String,
@@ -179,7 +179,7 @@ pub async fn state(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
     entity: EntityPath,
-) -> Result<Json<EntityState>, ApiError> {
+) -> Result<Json<EntityStateView>, ApiError> {
     let address = address(&tenant, entity)?;
     let entries = node.entity_state(&address)?;
     let bytes_total: usize = entries
@@ -200,7 +200,7 @@ pub async fn state(
             }
         })
         .collect();
-    Ok(Json(EntityState {
+    Ok(Json(EntityStateView {
         entity_type: address.entity_type,
         id: address.id,
         entries,

@@ -8,7 +8,7 @@ use crate::handoff::ShardBuffer;
 use crate::link::CoordinatorCommand;
 use crate::region::Internal;
 use crate::region::homes::Home;
-use crate::region::route::{Routed, Waiting, route_in_slot};
+use crate::region::route::{Caller, Routed, route_in_slot};
 use crate::region::transfer::{self, Transfers};
 use tessera_contract::{Allocation, ShardKey};
 
@@ -139,7 +139,7 @@ impl RegionTask {
             let mut forwards = Vec::new();
             for item in buffer.drain().collect::<Vec<_>>() {
                 if let Ok(Routed::Remote(item, next)) =
-                    route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Nobody)
+                    route_in_slot(&self.shared, &ty, &mut home, item, Caller::Absent)
                 {
                     forwards.push((item, next));
                 }
@@ -149,7 +149,7 @@ impl RegionTask {
         for (item, next) in forwards {
             let _ = self
                 .forwarder
-                .forward(&self.shared, item, next, Waiting::Nobody);
+                .forward(&self.shared, item, next, Caller::Absent);
         }
         self.complete_handoff(key.clone(), to.generation);
         if let (Some(states), false) = (&self.shared.shard_states, to.node == self.shared.node)

@@ -13,7 +13,7 @@ mod handoff;
 
 use super::forward::Forwarder;
 use super::homes::{Home, RegisteredType};
-use super::route::{Routed, Waiting, fail_all, not_registered, refuse, route_in_slot};
+use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_slot};
 use super::transfer::{self, Progress, Transfers};
 use super::{Internal, Request, Shared, recovery};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
@@ -121,14 +121,14 @@ impl RegionTask {
                 item,
                 accepted: Some(accepted),
             } => {
-                let _ = accepted.send(self.route(item, Waiting::Sender));
+                let _ = accepted.send(self.route(item, Caller::Waiting));
             }
             Request::Route {
                 item,
                 accepted: None,
             } => {
                 // Refusals are counted (and a passivation's loss logged) by `route`.
-                let _ = self.route(item, Waiting::Nobody);
+                let _ = self.route(item, Caller::Absent);
             }
             Request::RecoverType(type_key) => {
                 if let Some(recovery) = &self.recovery {
@@ -147,10 +147,10 @@ impl RegionTask {
 
     /// Routes one envelope from the task: like the fast path, but forwarding and allocation
     /// requests happen here and now.
-    fn route(&mut self, item: Buffered, waiting: Waiting) -> Result<(), MessageError> {
+    fn route(&mut self, item: Buffered, caller: Caller) -> Result<(), MessageError> {
         let Some(ty) = self.registered(&item.address.type_key()) else {
             let error = not_registered(&item.address.type_key());
-            refuse(&self.shared, item, error.clone(), waiting);
+            refuse(&self.shared, item, error.clone(), caller);
             return Err(error);
         };
         let routed = {
@@ -160,14 +160,14 @@ impl RegionTask {
                     item.shard,
                     ty.num_shards()
                 ));
-                refuse(&self.shared, item, error.clone(), waiting);
+                refuse(&self.shared, item, error.clone(), caller);
                 return Err(error);
             };
-            route_in_slot(&self.shared, &ty, &mut home, item, waiting)?
+            route_in_slot(&self.shared, &ty, &mut home, item, caller)?
         };
         match routed {
             Routed::Done => Ok(()),
-            // Only a sender's own call routes with `Waiting::SenderHere`; should a run come
+            // Only a sender's own call routes with `Caller::WaitingHere`; should a run come
             // back here all the same, it must still run to completion.
             Routed::RunHere(run) => {
                 tokio::spawn(async move { run.run() });
@@ -179,7 +179,7 @@ impl RegionTask {
             }
             Routed::Remote(item, allocation) => {
                 self.forwarder
-                    .forward(&self.shared, item, allocation, waiting)
+                    .forward(&self.shared, item, allocation, caller)
             }
         }
     }
@@ -318,11 +318,11 @@ impl RegionTask {
                 "entity type {} is not bound on node {} yet (its catalog is catching up); retry",
                 key.type_key, self.shared.node
             ));
-            refuse(&self.shared, item, error.clone(), Waiting::Nobody);
+            refuse(&self.shared, item, error.clone(), Caller::Absent);
             return Err(error);
         }
         // A refusal is answered to the asker by `route` already.
-        self.route(item, Waiting::Nobody)
+        self.route(item, Caller::Absent)
     }
 
     /// Records where `key` lives (unless this region knows a newer allocation or is handing
@@ -361,7 +361,7 @@ impl RegionTask {
             if let Home::Allocating { mut buffer, .. } = std::mem::replace(&mut *home, next) {
                 for item in buffer.drain().collect::<Vec<_>>() {
                     if let Ok(Routed::Remote(item, to)) =
-                        route_in_slot(&self.shared, &ty, &mut home, item, Waiting::Nobody)
+                        route_in_slot(&self.shared, &ty, &mut home, item, Caller::Absent)
                     {
                         forwards.push((item, to));
                     }
@@ -373,7 +373,7 @@ impl RegionTask {
         for (item, to) in forwards {
             let _ = self
                 .forwarder
-                .forward(&self.shared, item, to, Waiting::Nobody);
+                .forward(&self.shared, item, to, Caller::Absent);
         }
         if was_local && !ours {
             // Moved away without a handoff (this node was thought gone): stop what runs here.

@@ -5,7 +5,7 @@
 //! never knows whether the one it talks to is in this process. Peers come from the config's
 //! seeds and, as members commit, from the catalog.
 
-use super::metric_families::{Kind, Sample, Snapshot};
+use crate::node::metric_families::{Kind, Sample, Snapshot};
 use crate::node::{ClusterConfig, NodeError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -394,7 +394,7 @@ type CounterFamily = (
 impl Mesh {
     /// The transport's and the mesh's counters, for `/metrics` (every label listed, zeros
     /// included).
-    pub(super) fn snapshot(&self, snapshot: &mut Snapshot) {
+    pub(in crate::node) fn snapshot(&self, snapshot: &mut Snapshot) {
         let stats = self.transport.stats();
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let families: [CounterFamily; 5] = [

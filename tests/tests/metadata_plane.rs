@@ -3,13 +3,17 @@
 //! when the primary is gone; a restarted voter rebuilds its catalog from its journal; a
 //! non-voting follower rebuilds the catalog from the voters and submits through them.
 
-use super::*;
-use crate::{Quotas, Tenant};
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tessera_cluster::{Direction, Transport, TransportConfig, create_dev_cluster, load_identity};
 use tessera_consensus::group::GroupFrame;
+use tessera_contract::BoxFuture;
+use tessera_metadata::replicated::{PlaneConfig, ReplicatedPlane};
+use tessera_metadata::{
+    Applied, CatalogObserver, Command, MetadataError, MetadataPlane, MetadataStore, Quotas, Tenant,
+};
+use tessera_tests::plane::dedicated_transport;
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 const DEADLINE: Duration = Duration::from_secs(20);

@@ -3,7 +3,7 @@
 //! the moment it was sent; only a commit — which needs a majority of the voters — extends the
 //! lease, and a refusal (this member was declared down, or removed) ends it at once. A node
 //! cut off from the majority therefore stops serving its shards within one lease duration,
-//! before the coordinator may give them to anyone else (see `sharding::lease`).
+//! before the coordinator may give them to anyone else (see `tessera_sharding::lease`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tessera_metadata::{Command, MetadataError, MetadataPlane};
 use tessera_sharding::lease::{LeaseConfig, NodeLease};
 
 /// Renews `lease` once: granted → extended from the send time; refused → revoked.
-pub(super) async fn renew(
+pub(in crate::node) async fn renew(
     node: &str,
     plane: &dyn MetadataPlane,
     lease: &NodeLease,
@@ -37,7 +37,7 @@ pub(super) async fn renew(
 /// Renews `lease` every `config.renew_every_ms` until the plane is dropped. Each renewal runs
 /// on its own (bounded by the lease duration), so one stuck without a quorum does not delay
 /// the next.
-pub(super) fn keep(
+pub(in crate::node) fn keep(
     node: String,
     plane: Weak<dyn MetadataPlane>,
     lease: Arc<NodeLease>,

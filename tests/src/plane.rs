@@ -25,7 +25,7 @@ impl GroupOutbox for DedicatedOutbox {
 /// #     transport: std::sync::Arc<tessera_cluster::Transport<tessera_consensus::group::GroupFrame>>,
 /// #     inbound: tessera_cluster::Inbound<tessera_consensus::group::GroupFrame>,
 /// # ) {
-/// let (outbox, inbound) = tessera_metadata::replicated::dedicated_transport(transport, inbound);
+/// let (outbox, inbound) = tessera_tests::plane::dedicated_transport(transport, inbound);
 /// # let _ = (outbox, inbound);
 /// # }
 /// ```

@@ -3,9 +3,9 @@
 //! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
 //! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
 
-use super::catalog::NodeCatalog;
 use super::mesh::{Mesh, PeerMessage, plane_queue};
-use super::{ClusterConfig, Node, NodeConfig, NodeError};
+use crate::node::catalog::NodeCatalog;
+use crate::node::{ClusterConfig, Node, NodeConfig, NodeError};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ const JOIN_RETRY: Duration = Duration::from_millis(250);
 /// another cluster, or holds a single node's catalog (which the cluster's catalog would
 /// replace), or is a voter's whose journal is gone (a voter must never forget what it
 /// promised), is refused with the reason rather than silently emptied.
-pub(super) fn check_data_dir(
+pub(in crate::node) fn check_data_dir(
     config: &NodeConfig,
     cluster: &ClusterConfig,
     metadata: &MetadataStore,
@@ -77,7 +77,7 @@ fn metadata_journal(config: &NodeConfig) -> PathBuf {
 /// Starts this node's side of the metadata plane over the mesh — a voter's replica, or a
 /// non-voting member's follower — and the task that hands every received frame to the plane,
 /// the region or the coordinator.
-pub(super) fn start_plane(
+pub(in crate::node) fn start_plane(
     config: &NodeConfig,
     cluster: &ClusterConfig,
     metadata: MetadataStore,
@@ -122,12 +122,12 @@ pub(super) fn start_plane(
 /// Makes this node an up member of the catalog: joins (or, restarted, refreshes its
 /// addresses) and promotes itself. A cluster node retries while no quorum answers, up to
 /// its join timeout (the other voters may still be starting).
-pub(super) async fn join_as_member(
+pub(in crate::node) async fn join_as_member(
     config: &NodeConfig,
     plane: &dyn MetadataPlane,
     lease: Option<&NodeLease>,
 ) -> Result<(), NodeError> {
-    let now_ms = super::tenants::now_ms();
+    let now_ms = crate::node::tenants::now_ms();
     let join = Command::JoinMember {
         node: config.node_id.clone(),
         cluster_address: config
@@ -245,7 +245,7 @@ impl Node {
         let command = Command::SetMemberState {
             node: node.to_string(),
             state,
-            updated_ms: super::tenants::now_ms(),
+            updated_ms: crate::node::tenants::now_ms(),
         };
         match self.plane.submit(command).await? {
             Applied::Member(member) => {
@@ -284,7 +284,7 @@ impl Node {
             let step = Command::SetMemberState {
                 node: self.config.node_id.clone(),
                 state,
-                updated_ms: super::tenants::now_ms(),
+                updated_ms: crate::node::tenants::now_ms(),
             };
             self.plane.submit(step).await?;
             tracing::info!(node = %self.config.node_id, ?state, "leaving the cluster");

@@ -2,8 +2,8 @@
 //! roles and the shards it owns, and where the metadata plane is (view, commit number,
 //! primary, voters). `GET /v1/cluster`, `tessera cluster status` and `/metrics` read it.
 
-use super::metric_families::{Kind, Sample, Snapshot};
-use super::{Node, NodeError};
+use crate::node::metric_families::{Kind, Sample, Snapshot};
+use crate::node::{Node, NodeError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tessera_metadata::{Command, MemberRecord, MemberState};
@@ -123,7 +123,7 @@ impl Node {
 
 impl Node {
     /// Members by state and the metadata plane's progress, for `/metrics`.
-    pub(super) fn snapshot_cluster(&self, snapshot: &mut Snapshot) {
+    pub(in crate::node) fn snapshot_cluster(&self, snapshot: &mut Snapshot) {
         match self.plane.store().members() {
             Ok(members) => {
                 let by_state = snapshot.family(

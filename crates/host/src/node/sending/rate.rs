@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
-/// One tenant's token bucket. An [`EntityRef`](super::EntityRef) holds it, so its tells take a
+/// One tenant's token bucket. An [`EntityRef`](crate::node::EntityRef) holds it, so its tells take a
 /// token without looking the tenant up.
 pub(crate) struct TenantBucket {
     /// When the bucket's next token is due, in nanoseconds of [`coarse_now_ns`]: a bucket

@@ -4,19 +4,15 @@
 //! and rebuilds its catalog from them at every start. Every voter and member tells the node's
 //! [`CatalogObserver`] of every command it applies, in order.
 //!
+//! The node sends the plane's frames over its mesh, with everything else it sends; the tests
+//! and benchmarks give a plane a transport of its own (`tests/src/plane.rs`).
+//!
 //! A command submitted on any node is sent to all voters; only the primary orders it, and its
 //! reply comes back to the submitting node, which answers once its own catalog has applied the
 //! command too (so a caller reads its own write on the node it wrote through). Reads come from
 //! the local catalog and trail the primary by the commands in flight.
 //!
 //! [`Group`]: tessera_consensus::group::Group
-
-mod dedicated;
-
-#[cfg(test)]
-mod tests;
-
-pub use dedicated::dedicated_transport;
 
 use crate::{
     Applied, CatalogMachine, CatalogObserver, Command, MetadataError, MetadataPlane, MetadataStore,

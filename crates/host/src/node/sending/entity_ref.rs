@@ -5,10 +5,10 @@
 //! type's registration, the cell). The guarantees are [`Node::tell`]'s and [`Node::ask`]'s:
 //! the same quota, routing, buffering and order. What a handle resolves, without the node it
 //! came from, is a [`ResolvedRoute`]: the node keeps those too, for its senders by address
-//! (`sender_routes`).
+//! (`routes`).
 
 use super::rate::TenantBucket;
-use super::{Node, NodeError};
+use crate::node::{Node, NodeError};
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError};
@@ -36,8 +36,8 @@ pub struct EntityRef {
 
 /// Everything a message by address looks up, resolved for one entity: the region's route to it
 /// and its tenant's rate quota. Owned by a handle, or by a thread's sender routes.
-pub(super) struct ResolvedRoute {
-    pub(super) route: EntityRoute,
+pub(in crate::node) struct ResolvedRoute {
+    pub(in crate::node) route: EntityRoute,
     tenant: TenantQuota,
 }
 
@@ -67,7 +67,10 @@ impl Node {
     }
 
     /// The route to `to` and its tenant's quota, resolved now.
-    pub(super) fn resolve_route(&self, to: EntityAddress) -> Result<ResolvedRoute, NodeError> {
+    pub(in crate::node) fn resolve_route(
+        &self,
+        to: EntityAddress,
+    ) -> Result<ResolvedRoute, NodeError> {
         let tenant = self.tenant_quota(&to.tenant)?;
         let route = self.region.route_to(to)?;
         Ok(ResolvedRoute { route, tenant })
@@ -116,7 +119,7 @@ impl EntityRef {
 impl ResolvedRoute {
     /// Admits a message by the tenant's rate quota (looking the tenant up again if its records
     /// or its bucket changed), as [`Node::tell`] admits one by address.
-    pub(super) fn admit(&mut self, node: &Node) -> Result<(), NodeError> {
+    pub(in crate::node) fn admit(&mut self, node: &Node) -> Result<(), NodeError> {
         let quota = &self.tenant;
         if quota.generation != node.catalog.tenants_generation() || quota.bucket.is_retired() {
             self.refresh_quota(node)?;
