@@ -2,7 +2,9 @@
 //! `normal`, `view_change` and `recovery` operation beside it, and checkpoints and state
 //! transfer so the log stays a bounded window); [`learner`] follows a group's committed log
 //! without voting; [`journal`] and [`durable`] are where a replica's log, checkpoints and
-//! superblock live; [`state_machine`] is what gets replicated. The deterministic simulator that
+//! superblock live; [`state_machine`] is what gets replicated; [`group`] runs a replica (or a
+//! learner) in real time for any state machine, with a group id on every frame, as the metadata
+//! plane does and the partition plane is to. The deterministic simulator that
 //! drives many replicas over a faulty network and disk from one seed lives in `tessera-sim`.
 //! The protocol is described in `docs/consensus.md`.
 //!
