@@ -20,7 +20,7 @@ use tessera_consensus::message::ClientId;
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::{ShardKey, TypeKey};
 use tessera_metadata::{CatalogMachine, CatalogResult};
-use tessera_metadata::{Command, MemberState, MetadataStore, Quotas, TypeOptions};
+use tessera_metadata::{Command, MemberState, MetadataStore, Quotas, ShardAssignment, TypeOptions};
 
 /// Tenants the clients name: few, so creations collide and updates find them.
 const TENANTS: [&str; 2] = ["acme", "globex"];
@@ -34,6 +34,14 @@ const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const SHARDS_PER_TYPE: u64 = 4;
 /// Assignments in one `AssignShards` command, at most.
 const ASSIGNMENTS_PER_COMMAND_MAX: u64 = 3;
+/// Coordinator epochs the shard decisions carry: `0..EPOCHS_DRAWN`.
+const EPOCHS_DRAWN: u64 = 3;
+/// Per thousand: a shard decision that is a coordinator taking the seat.
+const SEAT_PER_MILLE: u64 = 200;
+/// Per thousand: an assignment that expects its shard unallocated.
+const UNALLOCATED_PER_MILLE: u64 = 600;
+/// Generations an assignment expects, at most.
+const GENERATION_DRAWN_MAX: u64 = 6;
 /// Versions a `SetActiveVersion` names, at most (higher ones are refused more often).
 const VERSION_DRAWN_MAX: u64 = 4;
 /// Per thousand: a deploy that carries its plugin bytes (without them it is refused unless
@@ -276,16 +284,28 @@ fn deploy_version(rng: &mut SimRng, deployed_ms: u64) -> Command {
     }
 }
 
+/// A shard decision: a coordinator taking the seat, or an assignment by a coordinator of a
+/// random epoch that read random generations (so both fences refuse some and pass others).
 fn assign_shards(rng: &mut SimRng) -> Command {
+    let epoch = rng.below(EPOCHS_DRAWN);
+    if rng.per_mille(SEAT_PER_MILLE) {
+        return Command::SeatCoordinator { epoch };
+    }
     let count = rng.between(1, ASSIGNMENTS_PER_COMMAND_MAX);
     let assignments = (0..count)
         .map(|_| {
             let type_key = TypeKey::new(pick(rng, &TENANTS), pick(rng, &ENTITY_TYPES));
-            let shard = ShardKey::new(type_key, rng.below(SHARDS_PER_TYPE) as u32);
-            (shard, pick(rng, &NODES))
+            let key = ShardKey::new(type_key, rng.below(SHARDS_PER_TYPE) as u32);
+            let expected = (!rng.per_mille(UNALLOCATED_PER_MILLE))
+                .then(|| rng.between(1, GENERATION_DRAWN_MAX));
+            ShardAssignment {
+                key,
+                expected,
+                to: pick(rng, &NODES),
+            }
         })
         .collect();
-    Command::AssignShards { assignments }
+    Command::AssignShards { epoch, assignments }
 }
 
 fn join_member(client: ClientId, joined_ms: u64, node: String) -> Command {

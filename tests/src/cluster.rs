@@ -152,6 +152,31 @@ impl Cluster {
         }
     }
 
+    /// Stalls node `index` (SIGSTOP): it holds its sockets and answers nothing until
+    /// [`Cluster::resume`].
+    pub fn pause(&self, index: usize) {
+        self.signal(index, "-STOP");
+    }
+
+    /// Resumes a node stalled by [`Cluster::pause`] (SIGCONT).
+    pub fn resume(&self, index: usize) {
+        self.signal(index, "-CONT");
+    }
+
+    fn signal(&self, index: usize, signal: &str) {
+        let pid = self
+            .child(index)
+            .as_ref()
+            .expect("the node runs")
+            .id()
+            .to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     fn child(&self, index: usize) -> std::sync::MutexGuard<'_, Option<Child>> {
         self.members[index]
             .child

@@ -25,6 +25,34 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.applied
     }
 
+    /// How many ticks ago this replica last knew itself part of a working group: a primary,
+    /// when a quorum (itself included) last acknowledged it; a backup, when it last heard its
+    /// primary. `None` outside normal operation (a view change, recovery).
+    pub fn quorum_contact_ticks_ago(&self) -> Option<u64> {
+        if self.status != Status::Normal {
+            return None;
+        }
+        if !self.is_primary() {
+            return Some(self.now_ticks.saturating_sub(self.primary_heard_tick));
+        }
+        let own = usize::from(self.config.replica);
+        let mut heard: Vec<u64> = self
+            .peer_heard_tick
+            .iter()
+            .enumerate()
+            .map(|(replica, tick)| {
+                if replica == own {
+                    self.now_ticks
+                } else {
+                    *tick
+                }
+            })
+            .collect();
+        heard.sort_unstable_by(|left, right| right.cmp(left));
+        let quorum_tick = heard.get(self.config.quorum().saturating_sub(1))?;
+        Some(self.now_ticks.saturating_sub(*quorum_tick))
+    }
+
     /// The current view.
     pub fn view(&self) -> ViewNumber {
         self.view

@@ -9,12 +9,12 @@ use super::member_state::MemberState;
 use super::members::{MemberRecord, join_member, renew_lease, set_member_state};
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
+use super::shards::{assign_shards, complete_handoff, move_shards, seat_coordinator};
 use super::store::{
-    APPLIED_COMMANDS, COUNTERS, MetadataStore, NEXT_GENERATION, PLUGIN_REFS, PLUGINS,
-    SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES, decode, encode,
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, PLUGINS, TENANTS, TOKENS, TYPES,
+    decode, encode,
 };
 use redb::{ReadableTable, WriteTransaction};
-use tessera_contract::{Allocation, NodeId, ShardKey};
 
 impl MetadataStore {
     /// Applies one command durably, or refuses it and changes nothing.
@@ -63,8 +63,11 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             tenant,
             entity_type,
         } => delete_type(transaction, tenant, entity_type),
-        Command::AssignShards { assignments } => assign_shards(transaction, assignments),
-        Command::MoveShards { moves } => move_shards(transaction, moves),
+        Command::SeatCoordinator { epoch } => seat_coordinator(transaction, epoch),
+        Command::AssignShards { epoch, assignments } => {
+            assign_shards(transaction, epoch, assignments)
+        }
+        Command::MoveShards { epoch, moves } => move_shards(transaction, epoch, moves),
         Command::CompleteHandoff { key, generation } => {
             complete_handoff(transaction, &key, generation)
         }
@@ -255,104 +258,6 @@ fn delete_type(
         tenant,
         entity_type,
     })
-}
-
-/// Assigns like [`assign_shards`] and records each move as a handoff in flight.
-fn move_shards(
-    transaction: &WriteTransaction,
-    moves: Vec<(ShardKey, NodeId, NodeId)>,
-) -> Result<Applied, MetadataError> {
-    let mut from_of = Vec::with_capacity(moves.len());
-    let mut assignments = Vec::with_capacity(moves.len());
-    for (key, from, to) in moves {
-        from_of.push((key.clone(), from));
-        assignments.push((key, to));
-    }
-    let applied = assign_shards(transaction, assignments)?;
-    let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
-    for (key, from) in &from_of {
-        let row = (
-            key.type_key.tenant.as_str(),
-            key.type_key.entity_type.as_str(),
-            key.shard,
-        );
-        handoffs.insert(row, from.as_str()).map_err(storage)?;
-    }
-    Ok(applied)
-}
-
-/// Ends `key`'s handoff if its allocation is still `generation`.
-fn complete_handoff(
-    transaction: &WriteTransaction,
-    key: &ShardKey,
-    generation: u64,
-) -> Result<Applied, MetadataError> {
-    let row = (
-        key.type_key.tenant.as_str(),
-        key.type_key.entity_type.as_str(),
-        key.shard,
-    );
-    let current = transaction
-        .open_table(SHARDS)
-        .map_err(storage)?
-        .get(row)
-        .map_err(storage)?
-        .map(|value| value.value().1);
-    if current != Some(generation) {
-        return Ok(Applied::HandoffCompleted { ended: false });
-    }
-    let removed = transaction
-        .open_table(SHARD_HANDOFFS)
-        .map_err(storage)?
-        .remove(row)
-        .map_err(storage)?
-        .is_some();
-    Ok(Applied::HandoffCompleted { ended: removed })
-}
-
-/// Assigns shards; an assignment (not a move) ends any handoff of the shard.
-fn assign_shards(
-    transaction: &WriteTransaction,
-    assignments: Vec<(ShardKey, NodeId)>,
-) -> Result<Applied, MetadataError> {
-    {
-        let mut handoffs = transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
-        for (key, _) in &assignments {
-            let row = (
-                key.type_key.tenant.as_str(),
-                key.type_key.entity_type.as_str(),
-                key.shard,
-            );
-            handoffs.remove(row).map_err(storage)?;
-        }
-    }
-    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
-    let mut next = counters
-        .get(NEXT_GENERATION)
-        .map_err(storage)?
-        .map_or(1, |value| value.value());
-    let mut shards = transaction.open_table(SHARDS).map_err(storage)?;
-    let mut assigned = Vec::with_capacity(assignments.len());
-    for (key, node) in assignments {
-        let allocation = Allocation {
-            node,
-            generation: next,
-        };
-        next += 1;
-        shards
-            .insert(
-                (
-                    key.type_key.tenant.as_str(),
-                    key.type_key.entity_type.as_str(),
-                    key.shard,
-                ),
-                (allocation.node.as_str(), allocation.generation),
-            )
-            .map_err(storage)?;
-        assigned.push((key, allocation));
-    }
-    counters.insert(NEXT_GENERATION, next).map_err(storage)?;
-    Ok(Applied::ShardsAssigned(assigned))
 }
 
 fn require_tenant(transaction: &WriteTransaction, tenant: &str) -> Result<(), MetadataError> {

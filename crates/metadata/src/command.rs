@@ -68,18 +68,32 @@ pub enum Command {
         /// Type name.
         entity_type: String,
     },
-    /// Assigns shards to nodes (first allocation or a move); each assignment gets the next
-    /// generation of the catalog.
+    /// Makes the coordinator of `epoch` (the view of the metadata primary it runs on) the one
+    /// whose shard decisions the catalog takes. Refused when a coordinator of a later epoch is
+    /// seated already. A new coordinator submits it before it reads the shard table, so it reads
+    /// everything committed before it took the seat.
+    SeatCoordinator {
+        /// The seated coordinator's epoch.
+        epoch: u64,
+    },
+    /// Assigns shards to nodes (first allocation, or a move from an owner gone for good); each
+    /// assignment gets the next generation of the catalog. Fenced: refused, changing nothing,
+    /// unless `epoch` is the seated coordinator's and every shard is still at the generation the
+    /// coordinator read.
     AssignShards {
-        /// `(shard, new owner)`, applied in order.
-        assignments: Vec<(ShardKey, NodeId)>,
+        /// The epoch of the coordinator that decided.
+        epoch: u64,
+        /// Applied in order.
+        assignments: Vec<ShardAssignment>,
     },
     /// Moves shards by handoff: each gets the next generation on its new owner, like
-    /// [`Command::AssignShards`], and is recorded as a handoff in flight from the losing node
-    /// until [`Command::CompleteHandoff`].
+    /// [`Command::AssignShards`] (and fenced the same way), and is recorded as a handoff in
+    /// flight from the losing node until [`Command::CompleteHandoff`].
     MoveShards {
-        /// `(shard, losing node, new owner)`, applied in order.
-        moves: Vec<(ShardKey, NodeId, NodeId)>,
+        /// The epoch of the coordinator that decided.
+        epoch: u64,
+        /// Applied in order.
+        moves: Vec<ShardMove>,
     },
     /// Ends the handoff of `key` if its allocation is still `generation` (the new owner holds
     /// the state); a stale completion changes nothing.
@@ -124,6 +138,30 @@ pub enum Command {
     },
 }
 
+/// One shard given to a node by [`Command::AssignShards`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardAssignment {
+    /// The shard.
+    pub key: ShardKey,
+    /// The generation the coordinator read: `None` for a shard never allocated.
+    pub expected: Option<u64>,
+    /// The new owner.
+    pub to: NodeId,
+}
+
+/// One shard handed from `from` to `to` by [`Command::MoveShards`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMove {
+    /// The shard.
+    pub key: ShardKey,
+    /// The owner handing it off.
+    pub from: NodeId,
+    /// The generation the coordinator read (the losing owner's).
+    pub expected: u64,
+    /// The new owner.
+    pub to: NodeId,
+}
+
 /// What applying a command produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -139,8 +177,17 @@ pub enum Applied {
         /// Type name.
         entity_type: String,
     },
-    /// Shards were assigned, with their new allocations.
+    /// Shards were assigned ([`Command::AssignShards`]), with their new allocations: an owner
+    /// they were taken from stops serving them.
     ShardsAssigned(Vec<(ShardKey, Allocation)>),
+    /// Shards were moved by handoff ([`Command::MoveShards`]), with their new allocations: the
+    /// losing owner serves them until it hands them off.
+    ShardsMoved(Vec<(ShardKey, Allocation)>),
+    /// A [`Command::SeatCoordinator`] was applied.
+    CoordinatorSeated {
+        /// The seated coordinator's epoch.
+        epoch: u64,
+    },
     /// A member joined or changed state (`Removed`: its record is gone).
     Member(MemberRecord),
     /// The whole catalog was replaced by a snapshot (state transfer): reload everything.

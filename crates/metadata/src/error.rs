@@ -55,6 +55,29 @@ pub enum MetadataError {
     /// A member's record is unusable (too many roles, an address too long).
     #[error("invalid member: {0}")]
     InvalidMember(String),
+    /// A shard decision from a coordinator that is not the seated one (a deposed coordinator
+    /// still acting, or one that never took the seat), or a seat a later coordinator holds.
+    #[error(
+        "coordinator of epoch {epoch} is not seated (the seated coordinator has epoch {seated})"
+    )]
+    StaleCoordinator {
+        /// The epoch the command carried.
+        epoch: u64,
+        /// The seated coordinator's epoch.
+        seated: u64,
+    },
+    /// A shard decision read a generation the shard no longer has.
+    #[error(
+        "shard {key} moved: the decision expected generation {expected:?}, the catalog has {current:?}"
+    )]
+    ShardMoved {
+        /// The shard.
+        key: String,
+        /// The generation the decision expected (`None`: unallocated).
+        expected: Option<u64>,
+        /// The committed generation (`None`: unallocated).
+        current: Option<u64>,
+    },
     /// A replicated operation is not a catalog command.
     #[error("malformed catalog command: {0}")]
     Malformed(String),

@@ -26,10 +26,11 @@ mod members;
 mod plane;
 mod records;
 pub mod replicated;
+mod shards;
 mod store;
 
 pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
-pub use command::{Applied, Command};
+pub use command::{Applied, Command, ShardAssignment, ShardMove};
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use member_state::MemberState;

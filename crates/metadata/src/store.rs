@@ -32,11 +32,14 @@ pub(crate) const SHARD_HANDOFFS: TableDefinition<(&str, &str, u32), &str> =
 /// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord); read and
 /// written by `members.rs`).
 pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
-/// Catalog counters by name (`next_generation`, `applied_commands`).
+/// Catalog counters by name (`next_generation`, `applied_commands`, `coordinator_epoch`).
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("catalog_counters");
 
 /// The counter allocation generations are taken from.
 pub(crate) const NEXT_GENERATION: &str = "next_generation";
+
+/// The counter holding the seated coordinator's epoch.
+pub(crate) const COORDINATOR_EPOCH: &str = "coordinator_epoch";
 
 /// The counter of applied commands: the catalog's commit number on this node.
 pub(crate) const APPLIED_COMMANDS: &str = "applied_commands";
@@ -189,6 +192,34 @@ impl MetadataStore {
             );
         }
         Ok(handoffs)
+    }
+
+    /// The seated coordinator's epoch (0 before any seat).
+    pub fn coordinator_epoch(&self) -> Result<u64, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(COUNTERS).map_err(storage)?;
+        Ok(table
+            .get(COORDINATOR_EPOCH)
+            .map_err(storage)?
+            .map_or(0, |epoch| epoch.value()))
+    }
+
+    /// `key`'s committed allocation, if it has one.
+    pub fn shard_allocation(&self, key: &ShardKey) -> Result<Option<Allocation>, MetadataError> {
+        let transaction = self.database.begin_read().map_err(storage)?;
+        let table = transaction.open_table(SHARDS).map_err(storage)?;
+        let row = (
+            key.type_key.tenant.as_str(),
+            key.type_key.entity_type.as_str(),
+            key.shard,
+        );
+        Ok(table.get(row).map_err(storage)?.map(|value| {
+            let (node, generation) = value.value();
+            Allocation {
+                node: node.to_string(),
+                generation,
+            }
+        }))
     }
 
     /// The committed shard allocation table.

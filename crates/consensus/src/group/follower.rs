@@ -13,11 +13,12 @@
 
 use super::frame::{GroupFrame, GroupMessage};
 use super::session::{ClientSession, Due, Submission};
-use super::{GroupConfig, GroupMachine, GroupObserver, GroupOutbox, GroupStatus};
+use super::{Contact, GroupConfig, GroupMachine, GroupObserver, GroupOutbox, GroupStatus};
 use crate::checkpoint::Checkpoint;
 use crate::learner::Learner;
 use crate::message::Entry;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// Ticks between two requests for entries while nothing new came.
@@ -31,6 +32,7 @@ pub(super) struct FollowerDriver<M: GroupMachine> {
     pub(super) inbound: mpsc::Receiver<(String, GroupFrame)>,
     pub(super) submitted: mpsc::Receiver<Submission>,
     pub(super) status: watch::Sender<GroupStatus>,
+    pub(super) contact: Arc<Contact>,
     pub(super) session: ClientSession,
     pub(super) tick: u64,
     /// Checkpoints installed since start.
@@ -102,6 +104,7 @@ impl<M: GroupMachine> FollowerDriver<M> {
         if frame.group != self.config.group || !self.config.voters.contains(&from) {
             return; // only the group's voters speak for it
         }
+        self.contact.record(Some(Duration::ZERO));
         match frame.message {
             GroupMessage::Entries {
                 view,
@@ -186,6 +189,7 @@ impl<M: GroupMachine> FollowerDriver<M> {
             voters: self.config.voters.clone(),
             checkpoints_taken: 0,
             states_installed: self.installed,
+            contact_age_ms: None,
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;

@@ -203,6 +203,54 @@ pub struct GroupStatus {
     /// Checkpoints this node installed since it started: from a peer by state transfer, or
     /// (a follower) from a voter because the entries it lacked were trimmed.
     pub states_installed: u64,
+    /// How old what this member knows is: milliseconds since it last knew itself part of a
+    /// working group (a primary: acknowledged by a quorum; a backup: heard its primary; a
+    /// follower: heard a voter). `None` while it knows of no working group (a view change)
+    /// and for a plane without consensus. Filled in by [`Group::status`]; the values a
+    /// [`Group::watch_status`] receiver sees leave it `None`, so an ageing status does not
+    /// wake them.
+    pub contact_age_ms: Option<u64>,
+}
+
+/// When a member last knew itself part of a working group, shared by its driver (which
+/// records it every tick) and [`Group::status`] (which reports its age).
+#[derive(Debug)]
+pub(super) struct Contact {
+    started: std::time::Instant,
+    /// Milliseconds after `started` of the last contact; [`Contact::NEVER`] before any.
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Contact {
+    const NEVER: u64 = u64::MAX;
+
+    pub(super) fn new() -> Arc<Contact> {
+        Arc::new(Contact {
+            started: std::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(Contact::NEVER),
+        })
+    }
+
+    /// Records a contact `ago` before now (`None`: out of contact, nothing changes).
+    pub(super) fn record(&self, ago: Option<Duration>) {
+        let Some(ago) = ago else {
+            return;
+        };
+        let at = self.started.elapsed().saturating_sub(ago).as_millis() as u64;
+        self.last_ms.store(at, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets the last contact (a view change began).
+    pub(super) fn lose(&self) {
+        self.last_ms
+            .store(Contact::NEVER, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn age_ms(&self) -> Option<u64> {
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        (last != Contact::NEVER)
+            .then(|| (self.started.elapsed().as_millis() as u64).saturating_sub(last))
+    }
 }
 
 /// Why a member could not start.
@@ -246,6 +294,7 @@ pub enum SubmitError {
 pub struct Group {
     submissions: mpsc::Sender<Submission>,
     status: watch::Receiver<GroupStatus>,
+    contact: Arc<Contact>,
     driver: tokio::task::JoinHandle<()>,
 }
 
@@ -279,7 +328,9 @@ impl Group {
         let replica = voter::open_replica(replica_config, journal, machine)?;
         let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
         let (status_sender, status) = watch::channel(Group::initial_status(&config));
+        let contact = Contact::new();
         let driver = voter::VoterDriver {
+            contact: contact.clone(),
             session: ClientSession::new(config.group, config.node.clone()),
             config,
             replica,
@@ -294,6 +345,7 @@ impl Group {
         Ok(Group {
             submissions,
             status,
+            contact,
             driver: tokio::spawn(driver.run()),
         })
     }
@@ -323,7 +375,9 @@ impl Group {
             .map_err(|error| GroupError::Journal(error.to_string()))?;
         let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
         let (status_sender, status) = watch::channel(Group::initial_status(&config));
+        let contact = Contact::new();
         let driver = follower::FollowerDriver {
+            contact: contact.clone(),
             session: ClientSession::new(config.group, config.node.clone()),
             config,
             learner: Learner::new(machine),
@@ -342,6 +396,7 @@ impl Group {
         Ok(Group {
             submissions,
             status,
+            contact,
             driver: tokio::spawn(driver.run()),
         })
     }
@@ -376,7 +431,10 @@ impl Group {
 
     /// Where the group is now, as this node sees it.
     pub fn status(&self) -> GroupStatus {
-        self.status.borrow().clone()
+        GroupStatus {
+            contact_age_ms: self.contact.age_ms(),
+            ..self.status.borrow().clone()
+        }
     }
 
     /// Follows this node's view of the group: every change of view, commit or primary.

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::state_machine::{KeyValue, KeyValueOperation, KeyValueResult, RestoreError};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -92,6 +93,8 @@ struct Network {
     /// Deliver every frame to every group of its receiver, as a node that ignored group ids
     /// would: each driver must drop what is not its own.
     crossed: bool,
+    /// Nodes whose links are cut: nothing reaches them or leaves them.
+    cut: Mutex<BTreeSet<String>>,
 }
 
 impl Network {
@@ -112,6 +115,11 @@ impl Network {
     }
 
     fn deliver(&self, from: &str, to: &str, frame: GroupFrame) {
+        let cut = self.cut.lock().expect("network");
+        if cut.contains(from) || cut.contains(to) {
+            return;
+        }
+        drop(cut);
         for ((owner, group), inbox) in self.inboxes.lock().expect("network").iter() {
             if owner == to && (self.crossed || *group == frame.group) {
                 let _ = inbox.try_send((from.to_string(), frame.clone()));
@@ -159,6 +167,7 @@ impl Cluster {
             network: Arc::new(Network {
                 inboxes: Mutex::default(),
                 crossed,
+                cut: Mutex::default(),
             }),
             members: BTreeMap::new(),
         }
@@ -272,6 +281,50 @@ async fn an_operation_submitted_on_a_backup_commits_and_is_observed_on_every_vot
     assert_eq!(status.primary.as_deref(), Some("n1"));
     assert_eq!(status.voters, voters());
     assert!(status.commit >= 2, "{status:?}");
+}
+
+/// Polls `member`'s status until `condition` holds (at most 30 s).
+async fn status_until(group: &Group, what: &str, condition: impl Fn(&GroupStatus) -> bool) {
+    let poll = async {
+        while !condition(&group.status()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(30), poll).await;
+    assert!(waited.is_ok(), "{what}: {:?}", group.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_primary_says_how_old_its_word_is() {
+    let mut cluster = Cluster::new(false);
+    cluster.start_group(ONE);
+    cluster.submit(ONE, "n1", 1, 1).await;
+    let in_contact = |status: &GroupStatus| status.contact_age_ms.is_some_and(|age| age < 1_000);
+    status_until(cluster.group(ONE, "n1"), "n1 in contact", in_contact).await;
+    cluster
+        .network
+        .cut
+        .lock()
+        .expect("network")
+        .insert("n1".into());
+    // The others elect a new primary; n1 still names itself (it cannot know better), but
+    // says its word is getting old.
+    status_until(cluster.group(ONE, "n2"), "a new primary", |status| {
+        status.primary.is_some() && status.primary.as_deref() != Some("n1") && in_contact(status)
+    })
+    .await;
+    status_until(cluster.group(ONE, "n1"), "n1's word ageing", |status| {
+        status.contact_age_ms.is_none_or(|age| age >= 2_000)
+    })
+    .await;
+    let stale = cluster.group(ONE, "n1").status();
+    assert_eq!(stale.view, 0, "n1 has heard of no later view: {stale:?}");
+    // Healed, it learns the new view and is in contact again.
+    cluster.network.cut.lock().expect("network").clear();
+    status_until(cluster.group(ONE, "n1"), "n1 back in contact", |status| {
+        status.view > 0 && in_contact(status)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 use super::frame::{GroupFrame, GroupMessage};
 use super::session::{ClientSession, Due, Submission};
 use super::{
-    FOLLOW_BATCH_BYTES, GroupConfig, GroupError, GroupMachine, GroupObserver, GroupOutbox,
+    Contact, FOLLOW_BATCH_BYTES, GroupConfig, GroupError, GroupMachine, GroupObserver, GroupOutbox,
     GroupStatus,
 };
 use crate::config::Config;
@@ -53,6 +53,7 @@ pub(super) struct VoterDriver<M: GroupMachine> {
     pub(super) inbound: mpsc::Receiver<(String, GroupFrame)>,
     pub(super) submitted: mpsc::Receiver<Submission>,
     pub(super) status: watch::Sender<GroupStatus>,
+    pub(super) contact: Arc<Contact>,
     /// This node's client session.
     pub(super) session: ClientSession,
     pub(super) origins: BTreeMap<ClientId, String>,
@@ -228,6 +229,10 @@ impl<M: GroupMachine> VoterDriver<M> {
     }
 
     fn publish_status(&self) {
+        match self.replica.quorum_contact_ticks_ago() {
+            Some(ticks) => self.contact.record(Some(self.config.tick * ticks as u32)),
+            None => self.contact.lose(),
+        }
         let view = self.replica.view();
         let primary = (self.replica.status() == Status::Normal).then(|| {
             let index = view % self.config.voters.len() as u64;
@@ -240,6 +245,7 @@ impl<M: GroupMachine> VoterDriver<M> {
             voters: self.config.voters.clone(),
             checkpoints_taken: self.replica.counters().checkpoints_taken,
             states_installed: self.replica.counters().states_installed,
+            contact_age_ms: None,
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;

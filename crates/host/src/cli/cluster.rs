@@ -112,11 +112,12 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
     }
     let text = |value: &Json| value.as_str().unwrap_or("-").to_string();
     outln!(
-        "answered by {}; primary {}; view {}; commit {}",
+        "answered by {}; primary {}; view {}; commit {}; {}",
         text(&status["node"]),
         text(&status["primary"]),
         status["view"],
-        status["commit"]
+        status["commit"],
+        contact_age(&status)
     );
     let voters: Vec<String> = status["voters"]
         .as_array()
@@ -182,3 +183,24 @@ pub(crate) fn certs(args: CertsArgs) -> ExitCode {
         }
     }
 }
+
+/// How old the answering node's word on the primary is, in words.
+fn contact_age(status: &Json) -> String {
+    if status["voters"]
+        .as_array()
+        .is_some_and(|voters| voters.len() <= 1)
+    {
+        return "a single node".to_string();
+    }
+    match status["contact_age_ms"].as_u64() {
+        Some(age) if age < CONTACT_CURRENT_MS => "in contact".to_string(),
+        Some(age) => format!(
+            "STALE: no contact with a quorum for {:.1} s, this node's word may be out of date",
+            age as f64 / 1000.0
+        ),
+        None => "no working plane known (a view change is under way)".to_string(),
+    }
+}
+
+/// Contact younger than this counts as current (a few heartbeats).
+const CONTACT_CURRENT_MS: u64 = 1_000;

@@ -80,6 +80,7 @@ impl Node {
                 .is_some()
                 .then(|| state.clone() as Arc<dyn ShardStates>),
             lease: lease.clone(),
+            catalog: Some(metadata.clone()),
         };
         let (region, entities) = Region::start(region_parts, |router| {
             let entities = Entities::new(entity_parts, router);

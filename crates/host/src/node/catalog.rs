@@ -324,6 +324,10 @@ impl NodeCatalog {
                 if let Err(error) = self.reload().await {
                     tracing::error!(%error, "the node could not reload a restored catalog");
                 }
+                self.region.catalog_applied(applied).await;
+            }
+            Applied::ShardsAssigned(_) | Applied::ShardsMoved(_) => {
+                self.region.catalog_applied(applied).await;
             }
             _ => {}
         }

@@ -1,10 +1,11 @@
 //! The catalog state machine seen through its commands.
 
 use super::*;
-use crate::TypeOptions;
+use crate::{ShardAssignment, ShardMove, TypeOptions};
 use redb::Database;
 use std::sync::Arc;
 use tessera_contract::TypeKey;
+use tessera_contract::{Allocation, ShardKey};
 
 fn store() -> (tempfile::TempDir, MetadataStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -135,13 +136,22 @@ fn deleting_types_frees_plugin_bytes_no_version_uses() {
     assert!(matches!(delete("a"), Err(MetadataError::NoType(_, _))));
 }
 
+fn assign(key: ShardKey, expected: Option<u64>, to: &str) -> ShardAssignment {
+    ShardAssignment {
+        key,
+        expected,
+        to: to.into(),
+    }
+}
+
 #[test]
 fn shard_assignments_take_growing_generations_and_persist() {
     let (_dir, store) = store();
     let key = |shard| ShardKey::new(TypeKey::new("acme", "counter"), shard);
     let Applied::ShardsAssigned(first) = store
         .apply(Command::AssignShards {
-            assignments: vec![(key(1), "n1".into()), (key(2), "n2".into())],
+            epoch: 0,
+            assignments: vec![assign(key(1), None, "n1"), assign(key(2), None, "n2")],
         })
         .unwrap()
     else {
@@ -151,7 +161,8 @@ fn shard_assignments_take_growing_generations_and_persist() {
     assert_eq!(first[1].1.generation, 2);
     store
         .apply(Command::AssignShards {
-            assignments: vec![(key(1), "n2".into())],
+            epoch: 0,
+            assignments: vec![assign(key(1), Some(1), "n2")],
         })
         .unwrap();
     let table = store.shard_table().unwrap();
@@ -163,4 +174,105 @@ fn shard_assignments_take_growing_generations_and_persist() {
         }
     );
     assert_eq!(table[&key(2)].node, "n2");
+}
+
+#[test]
+fn a_deposed_coordinator_changes_no_shard() {
+    let (_dir, store) = store();
+    let key = |shard| ShardKey::new(TypeKey::new("acme", "counter"), shard);
+    store.apply(Command::SeatCoordinator { epoch: 4 }).unwrap();
+    store
+        .apply(Command::AssignShards {
+            epoch: 4,
+            assignments: vec![assign(key(1), None, "n1")],
+        })
+        .unwrap();
+    // The coordinator of view 7 takes the seat; view 4's goes on deciding.
+    assert_eq!(
+        store.apply(Command::SeatCoordinator { epoch: 7 }).unwrap(),
+        Applied::CoordinatorSeated { epoch: 7 }
+    );
+    let before = store.shard_table().unwrap();
+    let deposed = [
+        Command::AssignShards {
+            epoch: 4,
+            assignments: vec![assign(key(2), None, "n2")],
+        },
+        Command::AssignShards {
+            epoch: 4,
+            assignments: vec![assign(key(1), Some(1), "n2")],
+        },
+        Command::MoveShards {
+            epoch: 4,
+            moves: vec![ShardMove {
+                key: key(1),
+                from: "n1".into(),
+                expected: 1,
+                to: "n3".into(),
+            }],
+        },
+    ];
+    for command in deposed {
+        assert_eq!(
+            store.apply(command),
+            Err(MetadataError::StaleCoordinator {
+                epoch: 4,
+                seated: 7
+            })
+        );
+    }
+    assert_eq!(
+        store.apply(Command::SeatCoordinator { epoch: 4 }),
+        Err(MetadataError::StaleCoordinator {
+            epoch: 4,
+            seated: 7
+        }),
+        "a deposed coordinator cannot take the seat back"
+    );
+    assert_eq!(store.shard_table().unwrap(), before);
+    assert_eq!(store.coordinator_epoch().unwrap(), 7);
+}
+
+#[test]
+fn a_decision_on_a_generation_the_shard_no_longer_has_is_refused_whole() {
+    let (_dir, store) = store();
+    let key = |shard| ShardKey::new(TypeKey::new("acme", "counter"), shard);
+    store
+        .apply(Command::AssignShards {
+            epoch: 0,
+            assignments: vec![assign(key(1), None, "n1")],
+        })
+        .unwrap();
+    let before = store.shard_table().unwrap();
+    // A second first allocation of shard 1, batched with a good one: nothing is written.
+    let refused = store.apply(Command::AssignShards {
+        epoch: 0,
+        assignments: vec![assign(key(2), None, "n2"), assign(key(1), None, "n2")],
+    });
+    assert!(
+        matches!(
+            refused,
+            Err(MetadataError::ShardMoved {
+                expected: None,
+                current: Some(1),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let moved = store.apply(Command::MoveShards {
+        epoch: 0,
+        moves: vec![ShardMove {
+            key: key(1),
+            from: "n1".into(),
+            expected: 9,
+            to: "n2".into(),
+        }],
+    });
+    assert!(
+        matches!(moved, Err(MetadataError::ShardMoved { .. })),
+        "{moved:?}"
+    );
+    assert_eq!(store.shard_table().unwrap(), before);
+    assert!(store.shard_handoffs().unwrap().is_empty());
 }

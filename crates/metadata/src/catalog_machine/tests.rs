@@ -2,7 +2,7 @@
 //! operations and snapshots without changing anything.
 
 use super::*;
-use crate::{MemberState, Quotas, TypeOptions};
+use crate::{MemberState, Quotas, ShardAssignment, TypeOptions};
 use std::sync::Arc;
 use tessera_contract::{ShardKey, TypeKey};
 
@@ -62,11 +62,14 @@ fn commands() -> Vec<Command> {
             state: MemberState::Up,
             updated_ms: 6,
         },
+        Command::SeatCoordinator { epoch: 2 },
         Command::AssignShards {
-            assignments: vec![(
-                ShardKey::new(TypeKey::new("acme", "counter"), 3),
-                "n1".into(),
-            )],
+            epoch: 2,
+            assignments: vec![ShardAssignment {
+                key: ShardKey::new(TypeKey::new("acme", "counter"), 3),
+                expected: None,
+                to: "n1".into(),
+            }],
         },
     ]
 }
@@ -80,7 +83,7 @@ fn replicas_applying_the_same_commands_answer_alike_and_snapshot_identically() {
         assert_eq!(first, second, "the same answer for {command:?}");
     }
     assert_eq!(one.snapshot(), two.snapshot());
-    assert_eq!(one.take_applied().len(), 5, "two of seven were refused");
+    assert_eq!(one.take_applied().len(), 6, "two of eight were refused");
     assert!(one.take_applied().is_empty(), "taken once");
 }
 
@@ -129,10 +132,12 @@ fn a_restored_snapshot_replaces_every_table() {
     assert_eq!(target.take_applied(), vec![Applied::Restored]);
     // Applying on after a restore continues from the same counters on both.
     let next = CatalogMachine::encode_command(&Command::AssignShards {
-        assignments: vec![(
-            ShardKey::new(TypeKey::new("acme", "counter"), 4),
-            "n1".into(),
-        )],
+        epoch: 2,
+        assignments: vec![ShardAssignment {
+            key: ShardKey::new(TypeKey::new("acme", "counter"), 4),
+            expected: None,
+            to: "n1".into(),
+        }],
     });
     assert_eq!(target.apply(&next), source.apply(&next));
     assert_eq!(target.snapshot(), source.snapshot());

@@ -11,7 +11,7 @@ use crate::link::LinkMessage;
 use crate::membership::MemberStatus;
 use crate::rebalance::{self, ShardMovement};
 use tessera_contract::{Allocation, NodeId, ShardKey};
-use tessera_metadata::{Applied, Command, MetadataError};
+use tessera_metadata::Command;
 
 impl Coordinator {
     /// Commits planned moves, then acts on them: a move from an owner that can hand it off is
@@ -30,7 +30,7 @@ impl Coordinator {
                 .iter()
                 .map(|m| (m.key.clone(), m.from.clone(), m.to.clone()))
                 .collect();
-            match self.commit_command(Command::MoveShards { moves }).await {
+            match self.commit_moves(moves).await {
                 Ok(assigned) => {
                     for (mut movement, (key, to)) in graceful.into_iter().zip(assigned) {
                         movement.generation = to.generation;
@@ -69,19 +69,6 @@ impl Coordinator {
             }
         }
         recorded
-    }
-
-    /// Commits a command that assigns shards; the committed allocations.
-    async fn commit_command(
-        &self,
-        command: Command,
-    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-        match self.plane.submit(command).await? {
-            Applied::ShardsAssigned(assigned) => Ok(assigned),
-            other => Err(MetadataError::Storage(format!(
-                "shard moves applied as {other:?}"
-            ))),
-        }
     }
 
     /// Looks after handoffs in flight: one whose losing region is gone for good is settled
@@ -168,7 +155,7 @@ impl Coordinator {
             return;
         };
         let moves = vec![(key.clone(), handoff.from.clone(), target)];
-        let assigned = match self.commit_command(Command::MoveShards { moves }).await {
+        let assigned = match self.commit_moves(moves).await {
             Ok(assigned) => assigned,
             Err(error) => {
                 tracing::warn!(%key, %error, "handoff retarget not committed; retrying");

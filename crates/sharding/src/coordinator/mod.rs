@@ -4,10 +4,15 @@
 //! handoff: the losing region stops the shard's entities and hands its buffered messages on
 //! before the move is announced to everyone.
 //!
-//! Every allocation and move is a catalog command ([`Command::AssignShards`]), committed through
-//! the [`MetadataPlane`] before any region hears of it; generations come from the catalog. A new
-//! coordinator (a restart, or in a cluster a new metadata primary) starts from the committed
-//! table, so nothing is rebuilt and no generation is reused.
+//! Every allocation and move is a catalog command ([`Command::AssignShards`],
+//! [`Command::MoveShards`]), committed through the [`MetadataPlane`] before any region hears of
+//! it; generations come from the catalog. A coordinator first takes the seat for its epoch (in
+//! a cluster, the view of the metadata primary it runs on; [`Command::SeatCoordinator`]) and
+//! only then reads the committed table: that read follows everything committed before it, so a
+//! new coordinator (a restart, or a new metadata primary) starts from the whole table, rebuilds
+//! nothing and reuses no generation. Each decision carries the epoch and the generation it read
+//! for each shard; once a later coordinator is seated, or the shard moved, the catalog refuses
+//! it, and a coordinator told it is deposed stops.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,7 +25,9 @@ use crate::link::{CoordinatorCommand, LinkMessage, Switchboard};
 use crate::membership::{MemberSet, MemberStatus};
 use crate::rebalance::{self, RebalanceHistory, RebalanceReason, RebalanceRound, ShardMovement};
 use tessera_contract::{Allocation, AllocationTable, NodeId, ShardKey};
-use tessera_metadata::{Applied, Command, MetadataError, MetadataPlane};
+use tessera_metadata::{
+    Applied, Command, MetadataError, MetadataPlane, ShardAssignment, ShardMove,
+};
 
 /// Allocation requests folded into one catalog commit.
 pub const ALLOCATIONS_PER_COMMIT_MAX: usize = 1024;
@@ -64,7 +71,7 @@ pub enum CoordinatorError {
     /// The configuration was refused.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The committed allocation table could not be read.
+    /// The committed allocation table could not be read, or a decision was not committed.
     #[error("cannot read the shard table: {0}")]
     Catalog(#[from] MetadataError),
     /// The coordinator task has stopped.
@@ -75,6 +82,11 @@ pub enum CoordinatorError {
 /// The coordinator task's state.
 pub struct Coordinator {
     config: ShardingConfig,
+    /// The epoch this coordinator was seated in: every decision carries it.
+    epoch: u64,
+    /// The catalog refused a decision because a later coordinator holds the seat: this one
+    /// stops.
+    deposed: bool,
     table: AllocationTable,
     handoffs: BTreeMap<ShardKey, Handoff>,
     history: RebalanceHistory,
@@ -129,13 +141,91 @@ impl Coordinator {
         switchboard: Arc<Switchboard>,
         plane: Arc<dyn MetadataPlane>,
     ) -> Result<CoordinatorHandle, CoordinatorError> {
+        Coordinator::start_in_epoch(config, 0, members, switchboard, plane)
+    }
+
+    /// Like [`Coordinator::start`], for the coordinator of `epoch`: in a cluster, the view in
+    /// which this node became the metadata primary. Its task takes the seat for `epoch` before
+    /// it reads the table or answers anything, and ends if a later coordinator holds the seat.
+    pub fn start_in_epoch(
+        config: ShardingConfig,
+        epoch: u64,
+        members: watch::Receiver<MemberSet>,
+        switchboard: Arc<Switchboard>,
+        plane: Arc<dyn MetadataPlane>,
+    ) -> Result<CoordinatorHandle, CoordinatorError> {
         config.validate()?;
-        let table = plane.store().shard_table()?;
+        let (commands, command_receiver) = mpsc::channel(config.command_buffer);
+        let (queries, query_receiver) = mpsc::channel(config.command_buffer);
+        switchboard.connect_coordinator(commands.clone());
+        let guard = match config.moves {
+            ShardMoves::SharedState => None,
+            ShardMoves::OwnerHoldsState(lease) => Some(ReassignGuard::new(lease, 0)),
+        };
+        let coordinator = Coordinator {
+            config,
+            epoch,
+            deposed: false,
+            table: AllocationTable::new(),
+            handoffs: BTreeMap::new(),
+            history: RebalanceHistory::default(),
+            members,
+            switchboard,
+            plane,
+            guard,
+            started: Instant::now(),
+        };
+        tokio::spawn(async move {
+            if let Some(coordinator) = coordinator.take_seat(&command_receiver).await {
+                coordinator.run(command_receiver, query_receiver).await;
+            }
+        });
+        Ok(CoordinatorHandle { commands, queries })
+    }
+
+    /// Takes the seat for this coordinator's epoch, retrying while the plane cannot commit,
+    /// then reads the committed table and handoffs; `None` if a later coordinator is seated or
+    /// every handle went away meanwhile.
+    async fn take_seat(
+        mut self,
+        commands: &mpsc::Receiver<CoordinatorCommand>,
+    ) -> Option<Coordinator> {
+        let retry = self.config.request_timeout;
+        loop {
+            if commands.is_closed() {
+                return None;
+            }
+            let seated = self
+                .plane
+                .submit(Command::SeatCoordinator { epoch: self.epoch })
+                .await;
+            let read = match seated {
+                Ok(_) => self.read_committed(),
+                Err(error @ MetadataError::StaleCoordinator { .. }) => {
+                    tracing::info!(%error, "a later coordinator holds the seat; this one ends");
+                    return None;
+                }
+                Err(error) => Err(error),
+            };
+            match read {
+                Ok(()) => return Some(self),
+                Err(error) => {
+                    tracing::warn!(epoch = self.epoch, %error, "the coordinator could not take its seat; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        }
+    }
+
+    /// Replaces what this coordinator knows of shards with the committed table and handoffs.
+    fn read_committed(&mut self) -> Result<(), MetadataError> {
+        let table = self.plane.store().shard_table()?;
         // Handoffs a previous coordinator started: their losing regions are told again soon.
         let told = Instant::now()
-            .checked_sub(config.request_timeout * 4)
+            .checked_sub(self.config.request_timeout * 4)
             .unwrap_or_else(Instant::now);
-        let handoffs = plane
+        self.handoffs = self
+            .plane
             .store()
             .shard_handoffs()?
             .into_iter()
@@ -151,26 +241,8 @@ impl Coordinator {
                 Some((key, handoff))
             })
             .collect();
-        let (commands, command_receiver) = mpsc::channel(config.command_buffer);
-        let (queries, query_receiver) = mpsc::channel(config.command_buffer);
-        switchboard.connect_coordinator(commands.clone());
-        let guard = match config.moves {
-            ShardMoves::SharedState => None,
-            ShardMoves::OwnerHoldsState(lease) => Some(ReassignGuard::new(lease, 0)),
-        };
-        let coordinator = Coordinator {
-            config,
-            table,
-            handoffs,
-            history: RebalanceHistory::default(),
-            members,
-            switchboard,
-            plane,
-            guard,
-            started: Instant::now(),
-        };
-        tokio::spawn(coordinator.run(command_receiver, query_receiver));
-        Ok(CoordinatorHandle { commands, queries })
+        self.table = table;
+        Ok(())
     }
 
     async fn run(
@@ -180,7 +252,7 @@ impl Coordinator {
     ) {
         let mut tick = tokio::time::interval(self.config.coordinator_tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        while !self.deposed {
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(command) => self.on_commands(command, &mut commands).await,
@@ -299,20 +371,76 @@ impl Coordinator {
         }
     }
 
-    /// Commits `assignments` to the catalog; the committed allocations, or why not.
+    /// The generation this coordinator knows `key` at (`None`: unallocated).
+    fn known_generation(&self, key: &ShardKey) -> Option<u64> {
+        self.table.get(key).map(|allocation| allocation.generation)
+    }
+
+    /// Commits `assignments` (`(shard, new owner)`) to the catalog, fenced by this
+    /// coordinator's epoch and the generations it knows; the committed allocations, or why not.
     async fn commit(
-        &self,
+        &mut self,
         assignments: Vec<(ShardKey, NodeId)>,
     ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-        match self
-            .plane
-            .submit(Command::AssignShards { assignments })
-            .await?
-        {
-            Applied::ShardsAssigned(assigned) => Ok(assigned),
-            other => Err(MetadataError::Storage(format!(
-                "shard assignments applied as {other:?}"
+        let assignments = assignments
+            .into_iter()
+            .map(|(key, to)| ShardAssignment {
+                expected: self.known_generation(&key),
+                key,
+                to,
+            })
+            .collect();
+        let epoch = self.epoch;
+        self.decide(Command::AssignShards { epoch, assignments })
+            .await
+    }
+
+    /// Commits `moves` (`(shard, losing owner, new owner)`) as handoffs, fenced like
+    /// [`Coordinator::commit`].
+    async fn commit_moves(
+        &mut self,
+        moves: Vec<(ShardKey, NodeId, NodeId)>,
+    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
+        let moves = moves
+            .into_iter()
+            .map(|(key, from, to)| ShardMove {
+                // A shard this coordinator does not know cannot move: generation 0 is never
+                // committed, so the catalog refuses it.
+                expected: self.known_generation(&key).unwrap_or(0),
+                key,
+                from,
+                to,
+            })
+            .collect();
+        let epoch = self.epoch;
+        self.decide(Command::MoveShards { epoch, moves }).await
+    }
+
+    /// Submits a shard decision. Refused because a later coordinator holds the seat: this one
+    /// is deposed and stops. Refused because a shard moved without this coordinator knowing:
+    /// it reads the committed table again.
+    async fn decide(
+        &mut self,
+        command: Command,
+    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
+        match self.plane.submit(command).await {
+            Ok(Applied::ShardsAssigned(assigned) | Applied::ShardsMoved(assigned)) => Ok(assigned),
+            Ok(other) => Err(MetadataError::Storage(format!(
+                "a shard decision applied as {other:?}"
             ))),
+            Err(error @ MetadataError::StaleCoordinator { .. }) => {
+                tracing::warn!(epoch = self.epoch, %error, "this coordinator was deposed; it stops");
+                self.deposed = true;
+                Err(error)
+            }
+            Err(error @ MetadataError::ShardMoved { .. }) => {
+                tracing::warn!(%error, "the coordinator's table was stale; reading it again");
+                if let Err(read) = self.read_committed() {
+                    tracing::warn!(error = %read, "the committed shard table could not be read");
+                }
+                Err(error)
+            }
+            Err(error) => Err(error),
         }
     }
 

@@ -38,6 +38,7 @@ pub(crate) use stats::RegionStats;
 use tessera_contract::{
     Allocation, ErrorKind, MessageError, NodeId, Router, ShardId, ShardKey, TypeKey,
 };
+use tessera_metadata::{Applied, MetadataStore};
 use tessera_state::remember::{RememberEvent, RememberWriter};
 use tessera_state::{ShardPart, ShardStates, StoreError};
 
@@ -54,6 +55,13 @@ pub(crate) enum Request {
     },
     /// Restart the remembered entities of a newly registered type.
     RecoverType(TypeKey),
+    /// The node's catalog applied these allocations (`moved`: as handoffs).
+    Committed {
+        assigned: Vec<(ShardKey, Allocation)>,
+        moved: bool,
+    },
+    /// The node's catalog was replaced by a snapshot.
+    CatalogRestored,
     /// Stop the task.
     Shutdown(oneshot::Sender<()>),
 }
@@ -75,6 +83,7 @@ pub(crate) struct Shared {
     pub(crate) remember: Option<RememberWriter>,
     pub(crate) switchboard: Arc<Switchboard>,
     pub(crate) shard_states: Option<Arc<dyn ShardStates>>,
+    pub(crate) catalog: Option<MetadataStore>,
     pub(crate) lease: Arc<NodeLease>,
     pub(crate) requests: mpsc::Sender<Request>,
     pub(crate) stats: RegionStats,
@@ -97,6 +106,11 @@ pub struct RegionParts {
     /// This node's lease: the region serves its shards only while it is valid. `None` for a
     /// node that needs none (a single node, regions in one process).
     pub lease: Option<Arc<NodeLease>>,
+    /// This node's applied catalog: when given, the region serves a shard only once the
+    /// committed shard table gives it to this node at the generation it was told, and stops a
+    /// shard the table gives to another node (see [`RegionHandle::catalog_applied`]). `None`
+    /// for regions in one process that share one coordinator's word.
+    pub catalog: Option<MetadataStore>,
 }
 
 /// Starts regions.
@@ -140,7 +154,7 @@ impl Region {
     /// let config = ShardingConfig::default();
     /// let switchboard = Arc::new(Switchboard::new());
     /// let parts = RegionParts {
-    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None, shard_states: None, lease: None,
+    ///     node: "node-1".into(), config: config.clone(), switchboard: switchboard.clone(), remember: None, shard_states: None, lease: None, catalog: None,
     /// };
     /// let (region, ()) = Region::start(parts, |_router| (Arc::new(Echo) as Arc<dyn LocalEntities>, ())).unwrap();
     /// let membership = Membership::new();
@@ -172,6 +186,7 @@ impl Region {
                 remember: parts.remember,
                 switchboard: parts.switchboard,
                 shard_states: parts.shard_states,
+                catalog: parts.catalog,
                 lease: parts
                     .lease
                     .unwrap_or_else(|| Arc::new(NodeLease::always_valid())),
@@ -232,6 +247,27 @@ impl RegionHandle {
                 .map_err(|_| stopped())?;
         }
         Ok(())
+    }
+
+    /// Tells the region what this node's catalog applied: shard assignments and moves (so a
+    /// shard this region serves and the catalog gave to another node stops here, and an
+    /// allocation it was told before the catalog applied it is served now) and snapshot
+    /// restores. Other commands are ignored. Call it from the node's catalog observer, in order.
+    pub async fn catalog_applied(&self, applied: &Applied) {
+        let request = match applied {
+            Applied::ShardsAssigned(assigned) => Request::Committed {
+                assigned: assigned.clone(),
+                moved: false,
+            },
+            Applied::ShardsMoved(assigned) => Request::Committed {
+                assigned: assigned.clone(),
+                moved: true,
+            },
+            Applied::Restored => Request::CatalogRestored,
+            _ => return,
+        };
+        // A stopped region has nothing left to serve.
+        let _ = self.shared.requests.send(request).await;
     }
 
     /// Unregisters a type: its messages then fail with `EntityTypeNotRegistered`, and the ones

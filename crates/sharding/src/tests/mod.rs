@@ -2,6 +2,7 @@
 //! connected by a switchboard, over a fake entity layer that records what it is asked to do,
 //! with the coordinator committing through a real catalog.
 
+mod fencing;
 mod handoff;
 mod remember;
 mod routing;
@@ -234,6 +235,7 @@ async fn start_region(
         remember,
         shard_states: None,
         lease: None,
+        catalog: None,
     };
     let (region, ()) = Region::start(parts, |_router| (local, ())).unwrap();
     region.register_type(counter(), settings).await.unwrap();

@@ -312,6 +312,7 @@ async fn a_local_refusal_reaches_the_sender() {
         remember: None,
         shard_states: None,
         lease: None,
+        catalog: None,
     };
     let (region, ()) =
         Region::start(parts, |_| (Arc::new(Full) as Arc<dyn LocalEntities>, ())).unwrap();

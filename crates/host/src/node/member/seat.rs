@@ -1,8 +1,11 @@
 //! Where the shard coordinator runs. A single node runs it for its whole life. In a cluster it
 //! runs on the metadata primary — allocations are catalog commands, and the primary orders
-//! them — so the seat follows the plane's status: when this node becomes primary it starts a
-//! coordinator from the committed allocation table, and when another node takes over it
-//! detaches its own, whose task then ends. The mesh is told the primary each time, so
+//! them — so the seat follows the plane's status: when this node becomes primary of a view it
+//! starts a coordinator for that view (its epoch: it takes the catalog's coordinator seat
+//! before it reads the committed allocation table), and when another node takes over, or a
+//! later view begins, it detaches its own, whose task then ends. A detached coordinator that
+//! has not noticed yet (a stalled process) is fenced by the catalog, which refuses decisions
+//! of any epoch but the seated one. The mesh is told the primary each time, so
 //! regions' commands reach whichever node holds the seat.
 
 use super::mesh::Mesh;
@@ -52,40 +55,46 @@ impl CoordinatorSeat {
         mesh: Arc<Mesh>,
     ) -> CoordinatorSeat {
         let task = tokio::spawn(async move {
-            let mut seated: Option<CoordinatorHandle> = None;
+            // The running coordinator and the view it was seated in.
+            let mut seated: Option<(CoordinatorHandle, u64)> = None;
             loop {
-                let primary = status.borrow_and_update().primary.clone();
+                let (primary, view) = {
+                    let status = status.borrow_and_update();
+                    (status.primary.clone(), status.view)
+                };
                 mesh.set_primary(primary.clone());
                 let here = primary.as_deref() == Some(parts.node.as_str());
-                match (&seated, here) {
-                    (None, true) => {
-                        match Coordinator::start(
-                            parts.config.clone(),
-                            parts.members.clone(),
-                            parts.switchboard.clone(),
-                            parts.plane.clone(),
-                        ) {
-                            Ok(handle) => {
-                                tracing::info!(node = %parts.node, "this node runs the shard coordinator");
-                                seated = Some(handle);
-                            }
-                            Err(error) => {
-                                tracing::error!(%error, "the shard coordinator could not start here");
-                            }
+                // A coordinator of an earlier view goes, even when this node is primary again:
+                // the catalog takes decisions from the coordinator of the latest seat only.
+                if let Some((handle, seated_view)) = &seated
+                    && (!here || *seated_view != view)
+                {
+                    handle.disconnect(&parts.switchboard);
+                    seated = None;
+                    tracing::info!(node = %parts.node, ?primary, view, "the shard coordinator moved away");
+                }
+                if here && seated.is_none() {
+                    match Coordinator::start_in_epoch(
+                        parts.config.clone(),
+                        view,
+                        parts.members.clone(),
+                        parts.switchboard.clone(),
+                        parts.plane.clone(),
+                    ) {
+                        Ok(handle) => {
+                            tracing::info!(node = %parts.node, view, "this node runs the shard coordinator");
+                            seated = Some((handle, view));
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "the shard coordinator could not start here");
                         }
                     }
-                    (Some(handle), false) => {
-                        handle.disconnect(&parts.switchboard);
-                        seated = None;
-                        tracing::info!(node = %parts.node, ?primary, "the shard coordinator moved away");
-                    }
-                    _ => {}
                 }
                 if status.changed().await.is_err() {
                     break; // the plane stopped
                 }
             }
-            if let Some(handle) = seated {
+            if let Some((handle, _)) = seated {
                 handle.disconnect(&parts.switchboard);
             }
         });

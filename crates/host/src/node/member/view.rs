@@ -44,6 +44,11 @@ pub struct ClusterStatus {
     pub view: u64,
     /// Catalog commands this node has applied.
     pub commit: u64,
+    /// How old this node's word on `primary` and `view` is: milliseconds since it last knew
+    /// itself part of a working metadata plane (as primary, acknowledged by a quorum; as a
+    /// backup, heard from its primary). `None` while it knows none (a view change), and for a
+    /// single node (which orders its own commands, so its word is always current).
+    pub contact_age_ms: Option<u64>,
 }
 
 impl Node {
@@ -104,6 +109,7 @@ impl Node {
             primary,
             view: plane.view,
             commit: plane.commit,
+            contact_age_ms: plane.contact_age_ms,
         })
     }
 }

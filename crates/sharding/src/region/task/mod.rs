@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+mod committed;
 mod handoff;
 
 use super::forward::Forwarder;
@@ -32,6 +33,8 @@ pub(crate) struct RegionTask {
     allocating: HashMap<ShardKey, Instant>,
     forwarder: Forwarder,
     transfers: Transfers,
+    /// Allocations naming this node that its catalog has not applied yet (`committed`).
+    unconfirmed: HashMap<ShardKey, Allocation>,
 }
 
 impl RegionTask {
@@ -51,6 +54,7 @@ impl RegionTask {
             allocating: HashMap::new(),
             forwarder: Forwarder::new(),
             transfers: Transfers::default(),
+            unconfirmed: HashMap::new(),
         };
         tokio::spawn(task.run(requests, links, internal_receiver));
     }
@@ -130,6 +134,8 @@ impl RegionTask {
                 // Refusals are counted (and a passivation's loss logged) by `route`.
                 let _ = self.route(item, Caller::Absent);
             }
+            Request::Committed { assigned, moved } => self.on_committed(assigned, moved),
+            Request::CatalogRestored => self.on_catalog_restored(),
             Request::RecoverType(type_key) => {
                 if let Some(recovery) = &self.recovery {
                     recovery.list_shards(type_key);
@@ -333,6 +339,26 @@ impl RegionTask {
             return;
         };
         let ours = allocation.node == self.shared.node;
+        let news = ty.slot(key.shard).is_some_and(|home| {
+            home.known_generation()
+                .is_none_or(|known| known < allocation.generation)
+        });
+        if ours && news {
+            // This node serves the shard only on what its catalog committed.
+            match self.confirm(key, &allocation) {
+                committed::Confirmation::Committed => {
+                    self.unconfirmed.remove(key);
+                }
+                committed::Confirmation::Lagging => {
+                    self.park(key, allocation);
+                    return;
+                }
+                committed::Confirmation::Superseded(committed) => {
+                    self.unconfirmed.remove(key);
+                    return self.learn(key, committed);
+                }
+            }
+        }
         let mut forwards = Vec::new();
         let was_local = {
             let Some(mut home) = ty.slot(key.shard) else {
@@ -426,6 +452,9 @@ impl RegionTask {
 
     fn on_tick(&mut self) {
         let now = Instant::now();
+        if !self.unconfirmed.is_empty() {
+            self.recheck_unconfirmed();
+        }
         self.forwarder.forget_expired(now);
         self.transfers.retry(&self.shared, now);
         let timeout = self.shared.config.request_timeout;
