@@ -36,6 +36,8 @@ pub struct Cluster {
     joiners: Vec<usize>,
     /// The test (in the calling binary) that runs a child node.
     child_test: &'static str,
+    /// Lines added to every node's `[sharding]` and `[cluster]` sections.
+    extra: (String, String),
 }
 
 impl Cluster {
@@ -59,7 +61,14 @@ impl Cluster {
             voters: nodes[..voters].to_vec(),
             joiners: (voters..nodes.len()).collect(),
             child_test,
+            extra: (String::new(), String::new()),
         }
+    }
+
+    /// Adds `sharding` and `cluster` (TOML lines) to every node's config file.
+    pub fn with_config(mut self, sharding: &str, cluster: &str) -> Cluster {
+        self.extra = (sharding.to_string(), cluster.to_string());
+        self
     }
 
     /// Starts node `index` (again, on its data directory).
@@ -121,9 +130,10 @@ impl Cluster {
             .iter()
             .map(|voter| format!("{voter:?}"))
             .collect();
+        let (sharding, cluster) = &self.extra;
         let config = format!(
-            "[sharding]\nrequest_timeout_ms = 5000\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n",
+            "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{cluster}\n",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),
             voters.join(", ")

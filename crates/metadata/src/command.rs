@@ -104,7 +104,8 @@ pub enum Command {
         generation: u64,
     },
     /// Adds a node as a joining member, or refreshes the addresses and roles of a member that
-    /// is joining or up already (a restart). Refused for a member leaving, exiting or down.
+    /// is joining, up or leaving already (a restart; it keeps its state). Refused for a member
+    /// exiting or down.
     JoinMember {
         /// The node's id.
         node: NodeId,

@@ -38,6 +38,7 @@ impl MemberState {
             (self, next),
             (Joining, Up)
                 | (Up, Leaving)
+                | (Leaving, Up)
                 | (Leaving, Exiting)
                 | (Exiting, Removed)
                 | (Joining | Up | Leaving | Exiting, Down)

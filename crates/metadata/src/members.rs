@@ -76,7 +76,14 @@ pub(super) fn join_member(
         .map(|bytes| decode(bytes.value()))
         .transpose()?;
     match existing {
-        Some(existing) if matches!(existing.state, MemberState::Joining | MemberState::Up) => {
+        // A restart: the member keeps its state (a leaving member whose leave stopped short
+        // comes back leaving, serves what it still owns and goes on handing it off).
+        Some(existing)
+            if matches!(
+                existing.state,
+                MemberState::Joining | MemberState::Up | MemberState::Leaving
+            ) =>
+        {
             record.state = existing.state;
             record.joined_ms = existing.joined_ms;
             record.updated_ms = existing.updated_ms;
@@ -287,6 +294,24 @@ mod tests {
         assert_eq!(again.state, MemberState::Up);
         assert_eq!(again.api_address, "b:2");
         assert_eq!(again.joined_ms, 10);
+    }
+
+    #[test]
+    fn a_member_whose_leave_stopped_short_rejoins_leaving_and_may_be_called_back_up() {
+        let (_dir, store) = store();
+        store.apply(join("n1", "a:1")).expect("join");
+        store.apply(set("n1", MemberState::Up)).expect("up");
+        store
+            .apply(set("n1", MemberState::Leaving))
+            .expect("leaving");
+        let Applied::Member(again) = store.apply(join("n1", "a:1")).expect("rejoin") else {
+            panic!("a join reports the member");
+        };
+        assert_eq!(again.state, MemberState::Leaving);
+        let Applied::Member(back) = store.apply(set("n1", MemberState::Up)).expect("up") else {
+            panic!("a state change reports the member");
+        };
+        assert_eq!(back.state, MemberState::Up);
     }
 
     #[test]

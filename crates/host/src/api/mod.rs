@@ -53,6 +53,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/cluster/members", get(cluster::members))
         .route("/v1/cluster/members/{node}/down", post(cluster::down))
+        .route("/v1/cluster/members/{node}/up", post(cluster::up))
         .route("/v1/cluster/members/{node}/remove", post(cluster::remove))
         .route("/v1/cluster/shards", get(cluster::shards))
         .fallback(not_found)

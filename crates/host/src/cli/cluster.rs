@@ -27,6 +27,12 @@ enum ClusterCommand {
         /// The member's node id.
         node: String,
     },
+    /// Bring a leaving member back up (its leave could not hand its shards off): it serves
+    /// what it owns and may own new shards again.
+    Up {
+        /// The member's node id.
+        node: String,
+    },
     /// Remove a down or exiting member; it may join again later as a new member. This
     /// declares the state of the shards it owns lost: once its lease has run out they restart
     /// empty on other nodes. Refused without `--state-lost`.
@@ -64,6 +70,7 @@ pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
     let result = match args.command {
         ClusterCommand::Status => status(&args.client),
         ClusterCommand::Down { node } => act(&args.client, &node, "down"),
+        ClusterCommand::Up { node } => act(&args.client, &node, "up"),
         ClusterCommand::Remove {
             node,
             state_lost: false,

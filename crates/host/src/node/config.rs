@@ -170,6 +170,10 @@ pub struct ClusterConfig {
     /// How long start-up waits for a quorum of voters to commit this node's join.
     #[serde(default = "default_join_timeout_ms")]
     pub join_timeout_ms: u64,
+    /// How long a graceful leave waits for this node's shards to be handed off. A leave that
+    /// does not finish in time leaves the member `leaving` (it never throws state away).
+    #[serde(default = "default_leave_timeout_ms")]
+    pub leave_timeout_ms: u64,
     /// Catalog commands between the metadata plane's checkpoints [default: the consensus
     /// layer's]. The log holds about two intervals; a node further behind catches up by state
     /// transfer. Small values are for tests.
@@ -189,6 +193,10 @@ fn default_join_timeout_ms() -> u64 {
     120_000
 }
 
+fn default_leave_timeout_ms() -> u64 {
+    60_000
+}
+
 impl ClusterConfig {
     /// A cluster section with no seeds and the default tick and join timeout.
     pub fn new(
@@ -206,6 +214,7 @@ impl ClusterConfig {
             seeds: std::collections::BTreeMap::new(),
             tick_ms: default_tick_ms(),
             join_timeout_ms: default_join_timeout_ms(),
+            leave_timeout_ms: default_leave_timeout_ms(),
             checkpoint_interval_ops: None,
             roles: Vec::new(),
         }
@@ -283,6 +292,11 @@ impl ClusterConfig {
         if self.join_timeout_ms == 0 || self.join_timeout_ms > API_TIMEOUT_MS_LIMIT {
             return Err(format!(
                 "cluster.join_timeout_ms must be 1 to {API_TIMEOUT_MS_LIMIT}"
+            ));
+        }
+        if self.leave_timeout_ms == 0 || self.leave_timeout_ms > API_TIMEOUT_MS_LIMIT {
+            return Err(format!(
+                "cluster.leave_timeout_ms must be 1 to {API_TIMEOUT_MS_LIMIT}"
             ));
         }
         Ok(())

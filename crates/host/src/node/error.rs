@@ -49,6 +49,20 @@ pub enum NodeError {
     /// The catalog refused or failed a command or read.
     #[error(transparent)]
     Catalog(#[from] MetadataError),
+    /// A graceful leave could not hand every shard off in time; the member stays `leaving`.
+    #[error(
+        "the leave did not finish within {waited_ms} ms: the catalog still gives this node \
+         {owned} shard(s) and it serves {held}; it stays leaving (restart it to go on leaving, \
+         or `tessera cluster up` it)"
+    )]
+    LeaveIncomplete {
+        /// Shards the committed table still gives this node.
+        owned: usize,
+        /// Shards its region still serves or hands off.
+        held: usize,
+        /// How long the leave waited.
+        waited_ms: u64,
+    },
     /// Entity state storage failed.
     #[error(transparent)]
     Storage(#[from] StoreError),

@@ -48,6 +48,17 @@ pub async fn down(
     Ok(Json(node.act_on_member(&member, MemberAction::Down).await?))
 }
 
+/// `POST /v1/cluster/members/{node}/up` → the member, `up` again: refused unless it is
+/// `leaving` (a leave that could not hand its shards off is called off).
+pub async fn up(
+    State(node): State<Arc<Node>>,
+    _: Admin,
+    member: Result<Path<String>, PathRejection>,
+) -> Result<Json<MemberRecord>, ApiError> {
+    let member = path(member)?;
+    Ok(Json(node.act_on_member(&member, MemberAction::Up).await?))
+}
+
 /// What a removal must say: `?state_lost=true`.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct RemoveQuery {

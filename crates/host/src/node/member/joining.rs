@@ -214,9 +214,6 @@ async fn submit_patiently(
 /// routed to it just before are passed on, not lost with the process.
 pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
 
-/// How long a leaving node waits for its shards to be handed off before it exits anyway.
-pub const LEAVE_HANDOFF_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// What an operator may do to another member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberAction {
@@ -228,6 +225,9 @@ pub enum MemberAction {
     /// owns lost: once its lease has run out they restart empty on other nodes. It may join
     /// again later as a new member.
     Remove,
+    /// Brings a leaving member back up (its leave could not hand its shards off): it serves
+    /// what it still owns and may own new shards again.
+    Up,
 }
 
 impl Node {
@@ -241,6 +241,7 @@ impl Node {
         let state = match action {
             MemberAction::Down => MemberState::Down,
             MemberAction::Remove => MemberState::Removed,
+            MemberAction::Up => MemberState::Up,
         };
         let command = Command::SetMemberState {
             node: node.to_string(),
@@ -260,11 +261,13 @@ impl Node {
 
     /// Leaves the cluster gracefully, if this node is a non-voting member: `Leaving` (no new
     /// shards come to it, and the coordinator hands every shard it owns to another node, state
-    /// and buffered messages with it), then — once it holds no shard, or after
-    /// `LEAVE_HANDOFF_TIMEOUT` — its entities stopped, `Exiting`, `Removed`. A shard still held
-    /// at the timeout stays allocated to this node and answers `shard_unavailable` until it
-    /// joins again. A voter stays a member (the voters are configuration) and a single node
-    /// has no cluster to leave: for them this does nothing.
+    /// and buffered messages with it), then — once it holds no shard — its entities stopped,
+    /// `Exiting`, `Removed`. A leave never removes a member that still owns state: when the
+    /// handoffs do not finish within `cluster.leave_timeout_ms` (no other member may take the
+    /// shards, or the target is cut off), the member stays `leaving` and this answers
+    /// [`NodeError::LeaveIncomplete`] saying what it still holds; restarting it goes on
+    /// leaving, and `tessera cluster up` brings it back. A voter stays a member (the voters are
+    /// configuration) and a single node has no cluster to leave: for them this does nothing.
     pub async fn leave(&self) -> Result<(), NodeError> {
         let Some(cluster) = &self.config.cluster else {
             return Ok(());
@@ -272,13 +275,14 @@ impl Node {
         if cluster.voters.contains(&self.config.node_id) {
             return Ok(());
         }
+        let timeout = Duration::from_millis(cluster.leave_timeout_ms);
         for state in [
             MemberState::Leaving,
             MemberState::Exiting,
             MemberState::Removed,
         ] {
             if state == MemberState::Exiting {
-                self.wait_for_handoffs().await?;
+                self.wait_for_handoffs(timeout).await?;
                 self.entities.stop_all().await;
             }
             let step = Command::SetMemberState {
@@ -292,9 +296,10 @@ impl Node {
         Ok(())
     }
 
-    /// Waits until the committed table gives this node no shard and its region holds none.
-    async fn wait_for_handoffs(&self) -> Result<(), NodeError> {
-        let deadline = Instant::now() + LEAVE_HANDOFF_TIMEOUT;
+    /// Waits until the committed table gives this node no shard and its region holds none;
+    /// [`NodeError::LeaveIncomplete`] after `timeout`.
+    async fn wait_for_handoffs(&self, timeout: Duration) -> Result<(), NodeError> {
+        let deadline = Instant::now() + timeout;
         loop {
             let table = self.plane.store().shard_table()?;
             let owned = table
@@ -316,8 +321,13 @@ impl Node {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                tracing::warn!(owned, held, "leaving with shards not handed off");
-                return Ok(());
+                let error = NodeError::LeaveIncomplete {
+                    owned,
+                    held,
+                    waited_ms: timeout.as_millis() as u64,
+                };
+                tracing::warn!(node = %self.config.node_id, %error, "the leave stops short: the member stays leaving");
+                return Err(error);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
