@@ -114,17 +114,13 @@ impl TestNode {
         limits: InstanceLimits,
         passivate_idle: Option<Duration>,
     ) {
-        self.types.bind(
-            TypeKey::new(TENANT, entity_type),
-            TypeBinding {
-                plugin: plugin(plugin_path),
-                version,
-                limits,
-                passivate_idle,
-                mailbox_capacity: 1024,
-                tenant_live_entities_max: None,
-                remember: false,
-            },
+        bind_type(
+            &self.types,
+            entity_type,
+            plugin_path,
+            version,
+            limits,
+            passivate_idle,
         );
     }
 
@@ -151,6 +147,29 @@ impl TestNode {
     pub fn store(&self) -> &StateStore {
         self.state.store()
     }
+}
+
+/// Binds `plugin_path` as `entity_type` of [`TENANT`] (version `version`) in `types`.
+pub fn bind_type(
+    types: &TypeTable,
+    entity_type: &str,
+    plugin_path: &str,
+    version: u32,
+    limits: InstanceLimits,
+    passivate_idle: Option<Duration>,
+) {
+    types.bind(
+        TypeKey::new(TENANT, entity_type),
+        TypeBinding {
+            plugin: plugin(plugin_path),
+            version,
+            limits,
+            passivate_idle,
+            mailbox_capacity: 1024,
+            tenant_live_entities_max: None,
+            remember: false,
+        },
+    );
 }
 
 /// A JSON value as MessagePack, through the host's codec.

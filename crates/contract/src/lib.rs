@@ -16,4 +16,4 @@ pub use address::{
 };
 pub use envelope::{Envelope, MessageMeta, Origin, Reply, ReplyPort};
 pub use error::{ErrorKind, MessageError};
-pub use routing::{BoxFuture, NoRoutes, Router};
+pub use routing::{BoxFuture, NoRoutes, Router, SEQUENCES_PER_GENERATION_LOG2, sequence_base};

@@ -3,7 +3,7 @@
 //! reminder; the sharding layer implements it (the region routes to the entity's home, on this
 //! node or another), so a message enters the sharding layer exactly once.
 
-use super::address::EntityAddress;
+use super::address::{EntityAddress, ShardId};
 use super::envelope::{MessageMeta, Reply};
 use super::error::{ErrorKind, MessageError};
 use std::future::Future;
@@ -25,6 +25,45 @@ pub trait Router: Send + Sync + 'static {
         meta: MessageMeta,
         timeout: Duration,
     ) -> BoxFuture<'static, Reply>;
+
+    /// Whether this node may still serve `to` (in `shard`): asked before a message's writes
+    /// commit and again before its reply leaves, so a node that lost its lease or its shard
+    /// while the message waited or ran (a stalled process, a move) neither keeps its writes
+    /// nor answers from them. The default — a host without shards — always may.
+    fn may_serve(&self, to: &EntityAddress, shard: ShardId) -> Result<(), MessageError> {
+        let _ = (to, shard);
+        Ok(())
+    }
+
+    /// Where the outbox sequence of an entity with no tells in its state starts. A receiver
+    /// drops a sender's tells up to the highest sequence it committed, so a sender whose state
+    /// was lost and starts again (a new lineage of its shard) must number its tells above
+    /// everything its former life sent: a sharded host starts each lineage at
+    /// [`sequence_base`] of the shard's generation, which the catalog only ever raises. The
+    /// default — a host without shards, whose entities' state is never declared lost — is 0.
+    fn sequence_base(&self, sender: &EntityAddress, shard: ShardId) -> u64 {
+        let _ = (sender, shard);
+        0
+    }
+}
+
+/// Tells a sender's life may send, at most, before its sequences reach the next generation's
+/// base: 2^32.
+pub const SEQUENCES_PER_GENERATION_LOG2: u32 = 32;
+
+/// The first outbox sequence of a sender whose state starts afresh in a shard at
+/// `generation`: above every sequence of a life begun at an earlier generation, as long as
+/// that life sent fewer than 2^32 tells.
+///
+/// ```
+/// use tessera_contract::sequence_base;
+/// assert!(sequence_base(2) > sequence_base(1) + 1_000_000);
+/// assert_eq!(sequence_base(0), 0);
+/// ```
+pub fn sequence_base(generation: u64) -> u64 {
+    generation
+        .min(u64::from(u32::MAX))
+        .saturating_mul(1 << SEQUENCES_PER_GENERATION_LOG2)
 }
 
 /// A router that reaches nobody: for tools that run one entity alone (`tessera invoke`).

@@ -29,7 +29,8 @@ impl MemberState {
     /// assert!(Joining.may_become(Up));
     /// assert!(Up.may_become(Leaving));
     /// assert!(Up.may_become(Down));
-    /// assert!(!Leaving.may_become(Up));
+    /// assert!(Leaving.may_become(Up)); // a leave called off
+    /// assert!(!Exiting.may_become(Up));
     /// assert!(!Down.may_become(Up));
     /// ```
     pub fn may_become(self, next: MemberState) -> bool {

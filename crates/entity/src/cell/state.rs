@@ -187,7 +187,12 @@ impl CellState {
             .state
             .sequences(&self.address)
             .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
-        self.next_seq = sequences.next_seq;
+        // A sender with no tells in its state numbers them from its shard's lineage, so a
+        // life begun after its state was lost is never taken for the former one.
+        self.next_seq = match sequences.next_seq {
+            0 => core.router.sequence_base(&self.address, self.shard),
+            held => held,
+        };
         self.last_timer = sequences.last_timer;
         let recorded = meta.version;
         let reason = match (upgraded_from, recorded) {

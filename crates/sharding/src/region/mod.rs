@@ -36,7 +36,7 @@ use route::{fail_all, stopped};
 pub use stats::RegionCounters;
 pub(crate) use stats::RegionStats;
 use tessera_contract::{
-    Allocation, ErrorKind, MessageError, NodeId, Router, ShardId, ShardKey, TypeKey,
+    Allocation, EntityAddress, ErrorKind, MessageError, NodeId, Router, ShardId, ShardKey, TypeKey,
 };
 use tessera_metadata::{Applied, MetadataStore};
 use tessera_state::remember::{RememberEvent, RememberWriter};
@@ -355,6 +355,48 @@ impl RegionHandle {
 
 impl Shared {
     /// Whether this region owns `key` right now (recovery checks it before every start).
+    /// Whether this node may still serve `to` in `shard` (see [`Router::may_serve`]).
+    pub(crate) fn may_serve(&self, to: &EntityAddress, shard: ShardId) -> Result<(), MessageError> {
+        if !self.lease.is_valid_now() {
+            return Err(MessageError::shard_unavailable(format!(
+                "node {} lost its lease on its shards while {to} was served: nothing it wrote \
+                 is kept; retry",
+                self.node
+            )));
+        }
+        let serving = self
+            .homes
+            .get(&to.tenant, &to.entity_type)
+            .and_then(|ty| {
+                ty.slot(shard).map(|home| {
+                    matches!(
+                        *home,
+                        homes::Home::Local { .. } | homes::Home::HandingOff { .. }
+                    )
+                })
+            })
+            .unwrap_or(false);
+        if !serving {
+            return Err(MessageError::shard_unavailable(format!(
+                "shard {shard} of {} left node {} while {to} was served: nothing it wrote is \
+                 kept; retry",
+                to.type_key(),
+                self.node
+            )));
+        }
+        Ok(())
+    }
+
+    /// The generation at which this region serves `to`'s shard, if it does.
+    pub(crate) fn serving_generation(&self, to: &EntityAddress, shard: ShardId) -> Option<u64> {
+        let ty = self.homes.get(&to.tenant, &to.entity_type)?;
+        let home = ty.slot(shard)?;
+        match &*home {
+            homes::Home::Local { generation } => Some(*generation),
+            _ => None,
+        }
+    }
+
     pub(crate) fn owns(&self, key: &ShardKey) -> bool {
         self.homes
             .get_key(&key.type_key)

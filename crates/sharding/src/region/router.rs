@@ -7,7 +7,9 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use super::{RegionHandle, Shared, route::stopped};
-use tessera_contract::{BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router};
+use tessera_contract::{
+    BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router, ShardId,
+};
 
 pub(crate) struct RegionRouter(Weak<Shared>);
 
@@ -34,5 +36,20 @@ impl Router for RegionRouter {
     ) -> BoxFuture<'static, Reply> {
         let region = self.region();
         Box::pin(async move { region?.ask_with(to, payload, meta, Some(timeout)).await })
+    }
+
+    /// This node may serve `to` while its lease is valid and the shard is its own (or being
+    /// handed off: the messages already in mailboxes finish here).
+    fn may_serve(&self, to: &EntityAddress, shard: ShardId) -> Result<(), MessageError> {
+        let shared = self.0.upgrade().ok_or_else(stopped)?;
+        shared.may_serve(to, shard)
+    }
+
+    /// The base of the shard's generation here (0 if this region does not serve it).
+    fn sequence_base(&self, sender: &EntityAddress, shard: ShardId) -> u64 {
+        self.0
+            .upgrade()
+            .and_then(|shared| shared.serving_generation(sender, shard))
+            .map_or(0, tessera_contract::sequence_base)
     }
 }

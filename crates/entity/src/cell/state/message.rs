@@ -336,6 +336,11 @@ impl CellState {
                 effects,
                 writes: None,
             }) => {
+                // A reply read from state this node may no longer serve is not sent.
+                if let Err(error) = self.may_serve() {
+                    self.finish(port, Err(error));
+                    return None;
+                }
                 if let Some(effects) = &effects {
                     self.carry_out(effects);
                 }
@@ -354,6 +359,14 @@ impl CellState {
             writes,
             port,
         } = committing;
+        // This node may have lost its lease or the shard while the message waited or ran (a
+        // stalled process, a move): then nothing it wrote is kept, and the instance, which saw
+        // those writes, starts afresh.
+        if let Err(error) = self.may_serve() {
+            self.discard_instance(&error);
+            self.finish(port, Err(error));
+            return;
+        }
         let started = std::time::Instant::now();
         let committed = self.core.state.commit(*writes).await;
         self.counters.committed(started.elapsed());
@@ -365,10 +378,23 @@ impl CellState {
             return;
         }
         self.version_to_record = None;
+        // Lost during the commit: the writes landed on a copy no one serves any more (a new
+        // owner starts from what was handed off, or afresh), so the reply is not sent and
+        // neither is the messaging.
+        if let Err(error) = self.may_serve() {
+            self.discard_instance(&error);
+            self.finish(port, Err(error));
+            return;
+        }
         if let Some(effects) = &effects {
             self.carry_out(effects);
         }
         self.finish(port, Ok(reply));
+    }
+
+    /// Whether this node may still serve this entity (its lease, its shard).
+    fn may_serve(&self) -> Result<(), MessageError> {
+        self.core.router.may_serve(&self.address, self.shard)
     }
 
     /// Answers `message` with `error` before its call began; nothing is left to run.
