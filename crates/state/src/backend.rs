@@ -103,4 +103,10 @@ pub trait ShardStates: Send + Sync + 'static {
 
     /// Removes everything held for the shard (after its new owner installed it).
     fn discard(&self, scope: ShardScope) -> CommitFuture;
+
+    /// This node starts serving the shard at `generation` (an assignment, or a restart): rows
+    /// it holds for an older generation are removed first, so the shard starts from exactly
+    /// what its owner installed, or from empty; rows of this generation (a restart, a move
+    /// installed) stay.
+    fn begin_lineage(&self, scope: ShardScope, generation: u64) -> CommitFuture;
 }

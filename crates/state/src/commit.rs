@@ -61,6 +61,8 @@ pub(crate) enum Work {
     InstallShard(ShardScope, u64, Box<ShardPart>),
     /// A shard this node handed off: its rows go.
     DiscardShard(ShardScope),
+    /// A shard this node starts serving at a generation: rows of an older lineage go.
+    BeginLineage(ShardScope, u64),
 }
 
 impl Work {
@@ -69,7 +71,7 @@ impl Work {
             Work::Writes(writes) => writes.commit_bytes(),
             Work::Remember(ops) => ops.iter().map(|op| op.id().id.len() + 16).sum(),
             Work::InstallShard(_, _, part) => part.bytes(),
-            Work::DiscardShard(_) => 0,
+            Work::DiscardShard(_) | Work::BeginLineage(..) => 0,
         }
     }
 }
@@ -194,7 +196,7 @@ fn count(stats: &GroupCommitStats, batch: &[Pending]) {
             Work::Remember(ops) => stats
                 .remember_ops
                 .fetch_add(ops.len() as u64, Ordering::Relaxed),
-            Work::InstallShard(..) | Work::DiscardShard(_) => {
+            Work::InstallShard(..) | Work::DiscardShard(_) | Work::BeginLineage(..) => {
                 stats.shard_transfers.fetch_add(1, Ordering::Relaxed)
             }
         };
@@ -252,6 +254,9 @@ pub(crate) fn apply_shard_work(
             shard_transfer::install(transaction, scope, *generation, part)?
         }
         Work::DiscardShard(scope) => shard_transfer::discard(transaction, scope)?,
+        Work::BeginLineage(scope, generation) => {
+            shard_transfer::begin_lineage(transaction, scope, *generation)?
+        }
         Work::Writes(_) | Work::Remember(_) => {}
     }
     Ok(())

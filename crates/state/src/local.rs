@@ -188,6 +188,10 @@ impl ShardStates for LocalState {
     fn discard(&self, scope: ShardScope) -> CommitFuture {
         self.write(Work::DiscardShard(scope))
     }
+
+    fn begin_lineage(&self, scope: ShardScope, generation: u64) -> CommitFuture {
+        self.write(Work::BeginLineage(scope, generation))
+    }
 }
 
 impl RememberStore for LocalState {

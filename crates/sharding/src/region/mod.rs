@@ -72,6 +72,8 @@ pub(crate) enum Internal {
     /// A shard's state was read for its new owner (or could not be).
     Exported(ShardKey, Allocation, Result<Vec<ShardPart>, StoreError>),
     RememberedShards(TypeKey, Vec<ShardId>),
+    /// A shard's lineage began here (its stale rows cleared), or could not.
+    LineageBegun(ShardKey, Result<(), String>),
 }
 
 /// State shared by the region task and every handle.

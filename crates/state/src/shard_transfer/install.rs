@@ -11,6 +11,48 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 pub(crate) const SHARD_ARRIVALS: TableDefinition<(&str, &str, u32), u64> =
     TableDefinition::new("shard_arrivals");
 
+/// The generation whose state this node's rows of a shard hold, per shard:
+/// `(tenant, type, shard) -> generation` — set when a move's first part is installed, and when
+/// the node starts serving the shard from its own rows ([`begin_lineage`]).
+pub(crate) const SHARD_LINEAGES: TableDefinition<(&str, &str, u32), u64> =
+    TableDefinition::new("shard_lineages");
+
+/// The node starts serving the shard at `generation`. Rows held for an older generation — an
+/// earlier ownership whose discard was lost in a crash, parts of a move that was sent elsewhere
+/// — are not this lineage's: they go, and the shard starts from what its owner installed or
+/// from empty. Rows of this generation or a later one (a restart; a move whose parts arrived
+/// first) stay. A shard with no record (rows written before records were kept) keeps its rows.
+pub(crate) fn begin_lineage(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+    generation: u64,
+) -> Result<(), StoreError> {
+    let row = (
+        scope.type_key.tenant.as_str(),
+        scope.type_key.entity_type.as_str(),
+        scope.shard,
+    );
+    let held = {
+        let lineages = transaction.open_table(SHARD_LINEAGES).map_err(io)?;
+        let arrivals = transaction.open_table(SHARD_ARRIVALS).map_err(io)?;
+        let lineage = lineages.get(row).map_err(io)?.map(|guard| guard.value());
+        let arrived = arrivals.get(row).map_err(io)?.map(|guard| guard.value());
+        lineage.max(arrived)
+    };
+    if held.is_some_and(|held| held >= generation) {
+        return Ok(());
+    }
+    if held.is_some() {
+        discard(transaction, scope)?;
+    }
+    transaction
+        .open_table(SHARD_LINEAGES)
+        .map_err(io)?
+        .insert(row, generation)
+        .map_err(io)?;
+    Ok(())
+}
+
 /// Removes every row of the shard's entities and its remembered ids: each table is walked over
 /// the type's key range only (`past` is the first type name after it) and keeps the rows of
 /// other shards.
@@ -125,6 +167,11 @@ pub(crate) fn install(
     drop(arrivals);
     if part.index == 0 {
         discard(transaction, scope)?;
+        transaction
+            .open_table(SHARD_LINEAGES)
+            .map_err(io)?
+            .insert((tenant, entity_type, scope.shard), generation)
+            .map_err(io)?;
     }
     let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
     let mut state = transaction.open_table(ENTITY_STATE).map_err(io)?;

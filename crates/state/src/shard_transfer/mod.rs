@@ -19,7 +19,7 @@ mod install;
 mod tests;
 
 pub(crate) use export::export;
-pub(crate) use install::{discard, install};
+pub(crate) use install::{begin_lineage, discard, install};
 
 /// The most bytes of entity data one [`ShardPart`] carries; an entity larger than this travels
 /// alone in its part (its size is bounded by the tenant's state quota).

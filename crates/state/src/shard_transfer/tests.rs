@@ -171,3 +171,46 @@ async fn a_part_naming_an_entity_of_another_shard_is_refused_whole() {
         "nothing of the part landed"
     );
 }
+
+#[tokio::test]
+async fn a_shard_starts_its_lineage_from_its_own_rows_or_from_empty_never_from_stale_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = node(&dir, "node");
+    let (a1, b1) = (
+        EntityAddress::new("t", "counter", "a1"),
+        EntityAddress::new("t", "counter", "b1"),
+    );
+    write_entity(&state, "a1", 1).await;
+    write_entity(&state, "b1", 2).await;
+    // Rows written before any record: kept, and the lineage recorded.
+    state.begin_lineage(scope(1), 4).await.unwrap();
+    assert_eq!(state.get(&a1, "value").unwrap(), Some(vec![1]));
+    // A restart at the same generation keeps them.
+    state.begin_lineage(scope(1), 4).await.unwrap();
+    assert_eq!(state.get(&a1, "value").unwrap(), Some(vec![1]));
+    // A later generation starts afresh: the shard's rows go, the other shard's stay.
+    state.begin_lineage(scope(1), 9).await.unwrap();
+    assert_eq!(state.get(&a1, "value").unwrap(), None);
+    assert_eq!(state.get(&b1, "value").unwrap(), Some(vec![2]));
+    assert!(state.outbox(&a1, 10).unwrap().is_empty());
+    // Parts of a move installed here at generation 12 are that lineage's: kept when it
+    // begins; an older generation named afterwards changes nothing.
+    let part = ShardPart {
+        index: 0,
+        last: true,
+        entities: vec![EntityRecord {
+            id: "a7".into(),
+            state: vec![StateRow {
+                key: "value".into(),
+                value: vec![7],
+            }],
+            ..EntityRecord::default()
+        }],
+        remembered: Vec::new(),
+    };
+    state.install(scope(1), 12, part).await.unwrap();
+    state.begin_lineage(scope(1), 12).await.unwrap();
+    state.begin_lineage(scope(1), 10).await.unwrap();
+    let a7 = EntityAddress::new("t", "counter", "a7");
+    assert_eq!(state.get(&a7, "value").unwrap(), Some(vec![7]));
+}

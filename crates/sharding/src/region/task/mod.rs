@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 mod committed;
 mod handoff;
+mod lineage;
 
 use super::forward::Forwarder;
 use super::homes::{Home, RegisteredType};
@@ -35,6 +36,11 @@ pub(crate) struct RegionTask {
     transfers: Transfers,
     /// Allocations naming this node that its catalog has not applied yet (`committed`).
     unconfirmed: HashMap<ShardKey, Allocation>,
+    /// Shards whose lineage is beginning here, with the allocation to serve once it has
+    /// (`lineage`); at most one per shard of a registered type.
+    starting: HashMap<ShardKey, Allocation>,
+    /// The generation each shard's lineage began at here, in this process (`lineage`).
+    lineages: HashMap<ShardKey, u64>,
 }
 
 impl RegionTask {
@@ -55,6 +61,8 @@ impl RegionTask {
             forwarder: Forwarder::new(),
             transfers: Transfers::default(),
             unconfirmed: HashMap::new(),
+            starting: HashMap::new(),
+            lineages: HashMap::new(),
         };
         tokio::spawn(task.run(requests, links, internal_receiver));
     }
@@ -358,6 +366,9 @@ impl RegionTask {
                     return self.learn(key, committed);
                 }
             }
+            if !self.lineage_ready(key, &allocation, &ty) {
+                return;
+            }
         }
         let mut forwards = Vec::new();
         let was_local = {
@@ -417,6 +428,7 @@ impl RegionTask {
     fn on_internal(&mut self, message: Internal) {
         match message {
             Internal::HandoffStopped(key) => self.on_handoff_stopped(key),
+            Internal::LineageBegun(key, begun) => self.on_lineage_begun(key, begun),
             Internal::Exported(key, to, exported) => self.on_exported(key, to, exported),
             Internal::RememberedShards(type_key, shards) => {
                 let Some(ty) = self.registered(&type_key) else {
