@@ -3,7 +3,8 @@
 //! the shard coordinator. What peers send is judged and handed to its owner in `dispatch.rs`.
 //! The mesh is the switchboard's way to other processes ([`RemoteLinks`]): a region or
 //! coordinator never knows whether the one it talks to is in this process. Peers come from the
-//! config's seeds and, as members commit, from the catalog.
+//! config's seeds and, as members commit, from the catalog; a removed member's process is
+//! refused from then on (its transport incarnation is quarantined).
 
 use super::authority::Kind;
 use crate::node::metric_families::{Kind as MetricKind, Sample, Snapshot};
@@ -148,8 +149,8 @@ impl Mesh {
         }
     }
 
-    /// Follows a committed member: dials it at its cluster address, or forgets it once it
-    /// is removed.
+    /// Follows a committed member: dials it at its cluster address, or, once it is removed,
+    /// forgets it and refuses the process that was it (a restart of the node may join again).
     pub(crate) fn show_member(&self, member: &MemberRecord) {
         if member.node == self.node {
             return;
@@ -157,7 +158,7 @@ impl Mesh {
         if member.state == MemberState::Removed {
             // A voter stays a peer: the voters are configuration, and the plane needs it.
             if !self.voters.contains(&member.node) {
-                self.transport.remove_peer(&member.node);
+                self.transport.quarantine_peer(&member.node);
             }
             return;
         }
