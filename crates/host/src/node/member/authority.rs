@@ -23,7 +23,7 @@
 //! message until the catalog catches up or a bound runs out (`held.rs`), then refuses it, and
 //! the sender retries what matters.
 
-use super::mesh::PeerMessage;
+use super::peer_message::PeerMessage;
 use tessera_consensus::group::GroupMessage;
 use tessera_contract::{Allocation, NodeId, ShardKey};
 use tessera_metadata::{CatalogMachine, Command, MemberState};

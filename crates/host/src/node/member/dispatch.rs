@@ -8,7 +8,8 @@
 
 use super::authority::{CommittedCatalog, Kind, Knowledge, Verdict, judge};
 use super::held::{Held, Released};
-use super::mesh::{Mesh, PeerMessage, bump};
+use super::mesh::{Mesh, bump};
+use super::peer_message::PeerMessage;
 use std::cell::OnceCell;
 use std::sync::{Arc, Weak};
 use std::time::Instant as StdInstant;

@@ -4,7 +4,8 @@
 //! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
 
 use super::dispatch::DispatchParts;
-use super::mesh::{Mesh, PeerMessage, plane_queue};
+use super::mesh::{Mesh, plane_queue};
+use super::peer_message::PeerMessage;
 use crate::node::catalog::NodeCatalog;
 use crate::node::{ClusterConfig, Node, NodeConfig, NodeError};
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! The node's connections to the other nodes of its cluster: one [`Transport`] carrying every
-//! kind of [`PeerMessage`] — the metadata plane's, the regions' link messages and commands to
+//! kind of [`PeerMessage`] (`peer_message.rs`) — the metadata plane's, the regions' link messages and commands to
 //! the shard coordinator. What peers send is judged and handed to its owner in `dispatch.rs`.
 //! The mesh is the switchboard's way to other processes ([`RemoteLinks`]): a region or
 //! coordinator never knows whether the one it talks to is in this process. Peers come from the
@@ -7,9 +7,9 @@
 //! refused from then on (its transport incarnation is quarantined).
 
 use super::authority::Kind;
+use super::peer_message::PeerMessage;
 use crate::node::metric_families::{Kind as MetricKind, Sample, Snapshot};
 use crate::node::{ClusterConfig, NodeError};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,25 +34,6 @@ const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 /// Largest frame between nodes: a deploy carries its plugin (up to the API's 64 MiB upload
 /// bound by default) inside a catalog command, with room for the protocol around it.
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
-
-/// One frame between two nodes: what the cluster transport of a node carries. Each kind is
-/// accepted only from the node the committed catalog says may send it (see `docs/cluster.md`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PeerMessage {
-    /// A frame of a VSR group: today the metadata plane's
-    /// ([`METADATA_GROUP`](tessera_metadata::METADATA_GROUP)), the only group a node runs.
-    Group(GroupFrame),
-    /// To the receiver's region.
-    Region(LinkMessage),
-    /// To the shard coordinator, which runs on the metadata primary.
-    Coordinator(CoordinatorCommand),
-    /// The sender's metadata commit number, sent to every peer each [`PROGRESS_EVERY`], so
-    /// the cluster view can show how far each member trails.
-    Progress {
-        /// Catalog commands the sender has applied.
-        commit: u64,
-    },
-}
 
 /// How often the coordinator's membership view is brought in step with reachability.
 pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
