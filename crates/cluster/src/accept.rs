@@ -1,9 +1,10 @@
 //! The accept loop. Each incoming connection gets TLS as a server (a client certificate from
 //! the cluster CA is required) and the acceptor's side of the hello, within the handshake
 //! timeout and at most `handshakes_in_flight_max` at a time. The dialer must claim the node
-//! id its certificate names, be in the peer table (or, with `admit_unknown_peers`, is added
-//! to it as a peer that dials), and be the pair's dialer; then the connection goes to that
-//! peer's task. Every refusal is counted by reason.
+//! id its certificate names, not be an incarnation of a removed peer (`quarantine`), be in the
+//! peer table (or, with `admit_unknown_peers`, is added to it as a peer that dials), and be
+//! the pair's dialer; then the connection goes to that peer's task. Every refusal is counted
+//! by reason.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,7 @@ where
         handshake_incoming(&shared, tcp),
     )
     .await;
-    let (node_id, connection) = match attempt {
+    let (hello, connection) = match attempt {
         Ok(Ok(accepted)) => accepted,
         Ok(Err(reason)) => {
             shared.stats.refusals.count(reason);
@@ -79,6 +80,7 @@ where
             return;
         }
     };
+    let node_id = hello.node_id;
     let handed = {
         let mut peers = lock(&shared.peers);
         if !peers.contains_key(&node_id)
@@ -92,9 +94,13 @@ where
             let address = remote.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
             insert_peer(&shared, &mut peers, &node_id, address, Role::Acceptor);
         }
-        peers
-            .get(&node_id)
-            .map(|entry| entry.accepted.try_send(connection).is_ok())
+        peers.get(&node_id).map(|entry| {
+            entry
+                .link
+                .incarnation
+                .store(hello.incarnation, Ordering::Release);
+            entry.accepted.try_send(connection).is_ok()
+        })
     };
     if handed != Some(true) {
         tracing::debug!(peer = %node_id, "cluster connection dropped: its peer is busy or gone");
@@ -104,7 +110,7 @@ where
 async fn handshake_incoming<M>(
     shared: &Shared<M>,
     tcp: TcpStream,
-) -> Result<(String, Connection), RefusalReason> {
+) -> Result<(Hello, Connection), RefusalReason> {
     let _ = tcp.set_nodelay(true);
     let acceptor = TlsAcceptor::from(shared.identity.server_config());
     let tls = acceptor
@@ -126,6 +132,9 @@ async fn handshake_incoming<M>(
         if !certificate_names_node(&certificate, &hello.node_id) {
             return Err(RefusalReason::NodeIdMismatch);
         }
+        if lock(&shared.quarantine).refuses(&hello.node_id, hello.incarnation) {
+            return Err(RefusalReason::Removed);
+        }
         match lock(&shared.peers).get(&hello.node_id) {
             None if shared.config.admit_unknown_peers => Ok(()),
             None => Err(RefusalReason::UnknownPeer),
@@ -133,7 +142,7 @@ async fn handshake_incoming<M>(
             Some(_) => Ok(()),
         }
     };
-    let node_id = handshake::accept(&mut framed, &shared.hello, check_peer)
+    let hello = handshake::accept(&mut framed, &shared.hello, check_peer)
         .await
         .map_err(|error| match error {
             HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason) => reason,
@@ -143,5 +152,5 @@ async fn handshake_incoming<M>(
     framed
         .codec_mut()
         .set_max_frame_length(shared.config.max_frame_bytes);
-    Ok((node_id, framed))
+    Ok((hello, framed))
 }

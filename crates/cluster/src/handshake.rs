@@ -1,5 +1,5 @@
 //! The hello exchange that opens every connection, after TLS. The dialer sends a [`Hello`]
-//! (magic, protocol version, cluster id, node id); the acceptor checks it, and answers
+//! (magic, protocol version, cluster id, node id, incarnation); the acceptor checks it, and answers
 //! `Welcome` with its own hello, or `Refused` with the reason and closes. The dialer checks
 //! the acceptor's hello the same way. Handshake frames are capped at [`HELLO_FRAME_BYTES_MAX`];
 //! the caller bounds the whole exchange with the handshake timeout.
@@ -18,8 +18,8 @@ use tessera_contract::NodeId;
 pub const HELLO_MAGIC: u32 = u32::from_be_bytes(*b"TSRA");
 
 /// The protocol this build speaks. A peer with another version is refused. Version 2: every
-/// VSR group's frame names its group.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// VSR group's frame names its group. Version 3: a hello names its sender's incarnation.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The largest hello or hello reply. Hellos are tiny; the cap keeps a peer from making the
 /// handshake buffer a full `max_frame_bytes`.
@@ -36,6 +36,10 @@ pub struct Hello {
     pub cluster_id: String,
     /// The sender's node id; must be the one its certificate names.
     pub node_id: NodeId,
+    /// Which run of that node this is: drawn at random when its transport starts, so a
+    /// restarted process is told apart from the one a cluster removed (whose incarnation its
+    /// peers refuse, see `Transport::quarantine_peer`). Never 0.
+    pub incarnation: u64,
 }
 
 /// The fields every protocol version keeps, read before the rest: a hello from another
@@ -74,13 +78,14 @@ pub enum HandshakeError {
 }
 
 impl Hello {
-    /// This build's hello for `node_id` in `cluster_id`.
+    /// This build's hello for `node_id` in `cluster_id`, as a new incarnation of the node.
     pub fn new(cluster_id: &str, node_id: &str) -> Hello {
         Hello {
             magic: HELLO_MAGIC,
             protocol_version: PROTOCOL_VERSION,
             cluster_id: cluster_id.to_owned(),
             node_id: node_id.to_owned(),
+            incarnation: rand::random::<u64>().max(1),
         }
     }
 }
@@ -115,12 +120,13 @@ fn check_hello(hello: &Hello, cluster_id: &str) -> Result<(), RefusalReason> {
 }
 
 /// The acceptor's side: reads the dialer's hello, checks it and then `check_peer` (the
-/// certificate and the peer table), and answers. Returns the dialer's node id.
+/// certificate, the peer table and the refused incarnations), and answers. Returns the
+/// dialer's hello.
 pub(crate) async fn accept<S>(
     framed: &mut Framed<S, LengthDelimitedCodec>,
     own: &Hello,
     check_peer: impl FnOnce(&Hello) -> Result<(), RefusalReason>,
-) -> Result<NodeId, HandshakeError>
+) -> Result<Hello, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -138,7 +144,7 @@ where
     match checked {
         Ok(hello) => {
             send(framed, &HelloReply::Welcome { hello: own.clone() }).await?;
-            Ok(hello.node_id)
+            Ok(hello)
         }
         Err(reason) => {
             // Best effort: the peer may already be gone, and we close either way.
@@ -149,12 +155,12 @@ where
 }
 
 /// The dialer's side: sends `own` and checks the acceptor's answer, which must come from
-/// `expected_peer`.
+/// `expected_peer`. Returns the acceptor's hello.
 pub(crate) async fn dial<S>(
     framed: &mut Framed<S, LengthDelimitedCodec>,
     own: &Hello,
     expected_peer: &str,
-) -> Result<(), HandshakeError>
+) -> Result<Hello, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -180,7 +186,7 @@ where
     if hello.node_id != expected_peer {
         return Err(HandshakeError::Refused(RefusalReason::NodeIdMismatch));
     }
-    Ok(())
+    Ok(hello)
 }
 
 async fn send<S, T>(

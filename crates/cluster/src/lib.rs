@@ -3,9 +3,10 @@
 //! the cluster CA and node certificates and `cert_files` keeps them in a directory; [`tls`]
 //! turns them into rustls configs; [`frame`] and [`handshake`] are the wire format;
 //! [`Transport`] sends, requests and receives (`peer`, `accept` and `connection` are its
-//! tasks, `shared` what they share); [`TransportStats`](TransportStatsSnapshot) counts every
-//! drop and refusal; [`detector`] is the phi accrual failure detector that reads peers'
-//! progress reports. The protocol and its bounds are described in `docs/cluster.md`.
+//! tasks, `shared` what they share, `quarantine` the removed peers it refuses);
+//! [`TransportStats`](TransportStatsSnapshot) counts every drop and refusal; [`detector`] is
+//! the phi accrual failure detector that reads peers' progress reports. The protocol and its
+//! bounds are described in `docs/cluster.md`.
 //!
 //! Uses `tessera-contract` only; it knows nothing of what its frames carry. The metadata plane
 //! and the node (`tessera-metadata`, `tessera-host`) use it.
@@ -21,6 +22,7 @@ pub mod frame;
 pub mod handshake;
 mod node_name;
 mod peer;
+mod quarantine;
 mod request;
 mod shared;
 mod stats;
@@ -43,6 +45,7 @@ pub use config::{
 };
 pub use error::{RequestError, SendError, TransportError};
 pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id};
+pub use quarantine::{QUARANTINED_PEERS_MAX, REMOVED_PEER_LINGER};
 pub use request::{Inbound, Incoming, Responder};
 pub use shared::PEERS_MAX;
 pub use stats::{RefusalCounts, RefusalReason, TransportStatsSnapshot};

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,6 +56,7 @@ pub(crate) fn insert_peer<M>(
         address: Mutex::new(address),
         queue,
         unreachable: AtomicBool::new(false),
+        incarnation: AtomicU64::new(0),
     });
     let task = tokio::spawn(run_peer(
         Arc::clone(shared),
@@ -234,7 +235,11 @@ async fn dial_once<M>(shared: &Shared<M>, link: &PeerLink) -> Result<Connection,
             tokio_rustls::TlsStream::Client(tls),
             frame::codec(shared.config.max_frame_bytes),
         );
-        handshake::dial(&mut framed, &shared.hello, &link.node_id).await?;
+        let peer = handshake::dial(&mut framed, &shared.hello, &link.node_id).await?;
+        if lock(&shared.quarantine).refuses(&peer.node_id, peer.incarnation) {
+            return Err(HandshakeError::Refused(RefusalReason::Removed).into());
+        }
+        link.incarnation.store(peer.incarnation, Ordering::Release);
         framed
             .codec_mut()
             .set_max_frame_length(shared.config.max_frame_bytes);

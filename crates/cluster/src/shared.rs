@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use super::config::TransportConfig;
 use super::frame::Connection;
 use super::handshake::Hello;
+use super::quarantine::Quarantine;
 use super::request::{Incoming, PendingRequests};
 use super::stats::TransportStats;
 use super::tls::TlsIdentity;
@@ -30,6 +31,8 @@ pub(crate) struct Shared<M> {
     /// Taken on close, so `Inbound::recv` ends once the tasks are gone.
     pub inbound: Mutex<Option<mpsc::Sender<Incoming<M>>>>,
     pub peers: Mutex<HashMap<NodeId, PeerEntry>>,
+    /// Incarnations of removed peers, refused at the handshake.
+    pub quarantine: Mutex<Quarantine>,
     pub closed: AtomicBool,
 }
 
@@ -71,6 +74,8 @@ pub(crate) struct PeerLink {
     pub queue: mpsc::Sender<Bytes>,
     /// Set once the peer has been down longer than `peer_down_drop_after`.
     pub unreachable: AtomicBool,
+    /// The incarnation of the peer's latest connection (0 before the first).
+    pub incarnation: AtomicU64,
 }
 
 /// Aborts the task when dropped, so removing a peer or dropping the transport stops it.

@@ -24,6 +24,9 @@ pub enum RefusalReason {
     WrongDirection,
     /// The hello could not be decoded, or did not come in time.
     BadHello,
+    /// The peer is the incarnation of a node its cluster removed (see
+    /// `Transport::quarantine_peer`): a restarted process of it may connect, this one not.
+    Removed,
 }
 
 /// The counters. Shared by every task of one transport.
@@ -61,6 +64,7 @@ pub(crate) struct RefusalCounters {
     unknown_peer: AtomicU64,
     wrong_direction: AtomicU64,
     bad_hello: AtomicU64,
+    removed: AtomicU64,
 }
 
 impl RefusalCounters {
@@ -74,6 +78,7 @@ impl RefusalCounters {
             RefusalReason::UnknownPeer => &self.unknown_peer,
             RefusalReason::WrongDirection => &self.wrong_direction,
             RefusalReason::BadHello => &self.bad_hello,
+            RefusalReason::Removed => &self.removed,
         };
         bump(counter);
     }
@@ -88,6 +93,7 @@ impl RefusalCounters {
             unknown_peer: read(&self.unknown_peer),
             wrong_direction: read(&self.wrong_direction),
             bad_hello: read(&self.bad_hello),
+            removed: read(&self.removed),
         }
     }
 }
@@ -112,6 +118,8 @@ pub struct RefusalCounts {
     pub wrong_direction: u64,
     /// See [`RefusalReason::BadHello`].
     pub bad_hello: u64,
+    /// See [`RefusalReason::Removed`].
+    pub removed: u64,
 }
 
 /// The transport's counters at one moment.

@@ -25,6 +25,7 @@ use super::frame::{self, Envelope};
 use super::handshake::Hello;
 use super::node_name::validate_node_id;
 use super::peer::insert_peer;
+use super::quarantine::REMOVED_PEER_LINGER;
 use super::request::{Inbound, PendingRequests, enqueue};
 use super::shared::{AbortOnDrop, PEERS_MAX, Role, Shared, lock};
 use super::stats::{TransportStatsSnapshot, bump};
@@ -100,6 +101,7 @@ where
             stats: Arc::default(),
             inbound: Mutex::new(Some(inbound_sender)),
             peers: Mutex::new(HashMap::new()),
+            quarantine: Mutex::default(),
             closed: AtomicBool::new(false),
             config,
             identity,
@@ -176,6 +178,32 @@ where
     /// longer dialed, and its connections are refused. False if it was not a peer.
     pub fn remove_peer(&self, node_id: &str) -> bool {
         lock(&self.shared.peers).remove(node_id).is_some()
+    }
+
+    /// Removes `node_id` for good, as [`remove_peer`](Self::remove_peer) does, and refuses
+    /// from now on the incarnation of it this transport last connected with (its cluster
+    /// removed the member): that process's handshakes are refused with
+    /// [`RefusalReason::Removed`](crate::RefusalReason::Removed), however the transport
+    /// admits peers. A restarted process of the node is a new incarnation and is not refused.
+    /// Its connection stays open for [`REMOVED_PEER_LINGER`], so what was queued for it is
+    /// still written; nothing new is. False if it was not a peer.
+    pub fn quarantine_peer(&self, node_id: &str) -> bool {
+        let Some(entry) = lock(&self.shared.peers).remove(node_id) else {
+            return false;
+        };
+        let incarnation = entry.link.incarnation.load(Ordering::Acquire);
+        if incarnation != 0 {
+            lock(&self.shared.quarantine).refuse(node_id, incarnation);
+        }
+        // Dropped after the linger (dropping an entry aborts its task), or now outside a
+        // runtime.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(REMOVED_PEER_LINGER).await;
+                drop(entry);
+            });
+        }
+        true
     }
 
     /// The peers in the table.

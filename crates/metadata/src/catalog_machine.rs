@@ -93,6 +93,11 @@ impl CatalogMachine {
         rmp_serde::to_vec_named(command).unwrap_or_default()
     }
 
+    /// Reads a command from the operation bytes a client submitted (`None`: they are not one).
+    pub fn decode_command(operation: &[u8]) -> Option<Command> {
+        rmp_serde::from_slice(operation).ok()
+    }
+
     /// Reads an operation's answer.
     pub fn decode_result(bytes: &[u8]) -> CatalogResult {
         rmp_serde::from_slice(bytes).unwrap_or_else(|error| {

@@ -19,6 +19,7 @@
 mod apply;
 mod catalog_machine;
 mod command;
+mod committed;
 mod error;
 mod limits;
 mod member_state;
@@ -31,6 +32,7 @@ mod store;
 
 pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use command::{Applied, Command, ShardAssignment, ShardMove};
+pub use committed::CommittedRead;
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use member_state::MemberState;

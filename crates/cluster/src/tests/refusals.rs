@@ -245,6 +245,71 @@ async fn a_message_over_the_frame_limit_is_refused_before_sending() {
     assert!(matches!(refused, Err(SendError::Frame(_))), "{refused:?}");
 }
 
+/// A transport that admits peers it does not know yet (a voter, for members joining).
+async fn admitting(certs: &Certs, node_id: &str) -> (Transport<Message>, Inbound<Message>) {
+    let mut admitting = config(CLUSTER);
+    admitting.admit_unknown_peers = true;
+    start(certs, node_id, admitting).await
+}
+
+#[tokio::test]
+async fn a_quarantined_peer_is_refused_when_it_dials_again_and_its_restart_is_not() {
+    let certs = Certs::new(&["node-1", "node-2"]);
+    let (voter, mut voter_inbound) = admitting(&certs, "node-2").await;
+    // node-1 < node-2: the member dials, and the voter admits it by its certificate.
+    let (member, _member_inbound) = start(&certs, "node-1", config(CLUSTER)).await;
+    member.add_peer("node-2", voter.local_addr()).unwrap();
+    member.send("node-2", &"joining".to_owned()).unwrap();
+    assert_eq!(receive(&mut voter_inbound).await.from, "node-1");
+
+    assert!(voter.quarantine_peer("node-1"));
+    assert!(!voter.peers().contains(&"node-1".to_owned()));
+    // Once the linger is over the connection closes; the same process dials again at once
+    // (its backoff is milliseconds) and is refused, however the voter admits peers.
+    eventually(
+        "the removed incarnation is refused when it dials again",
+        || voter.stats().refusals.removed >= 1 && member.stats().refused_by_peer >= 1,
+    )
+    .await;
+    assert!(!voter.peers().contains(&"node-1".to_owned()));
+
+    // A restarted process of the node is a new incarnation: admitted.
+    drop(member);
+    let (restarted, _restarted_inbound) = start(&certs, "node-1", config(CLUSTER)).await;
+    restarted.add_peer("node-2", voter.local_addr()).unwrap();
+    restarted.send("node-2", &"back".to_owned()).unwrap();
+    let incoming = receive(&mut voter_inbound).await;
+    assert_eq!(
+        (incoming.from.as_str(), incoming.message.as_str()),
+        ("node-1", "back")
+    );
+    assert!(voter.peers().contains(&"node-1".to_owned()));
+}
+
+#[tokio::test]
+async fn what_was_queued_for_a_quarantined_peer_is_still_written() {
+    let certs = Certs::new(&["node-1", "node-2"]);
+    let (voter, mut voter_inbound) = admitting(&certs, "node-2").await;
+    let (member, mut member_inbound) = start(&certs, "node-1", config(CLUSTER)).await;
+    member.add_peer("node-2", voter.local_addr()).unwrap();
+    member.send("node-2", &"joining".to_owned()).unwrap();
+    receive(&mut voter_inbound).await;
+    // The answer to the command that removed it, say: queued just before the removal.
+    voter.send("node-1", &"you are removed".to_owned()).unwrap();
+    assert!(voter.quarantine_peer("node-1"));
+    assert_eq!(
+        receive(&mut member_inbound).await.message,
+        "you are removed"
+    );
+    assert!(
+        matches!(
+            voter.send("node-1", &"more".to_owned()),
+            Err(SendError::UnknownPeer(_))
+        ),
+        "nothing new is queued for it"
+    );
+}
+
 /// Reads until the node closes the connection (or resets it).
 async fn expect_closed(connection: Connection) {
     let mut stream = connection.into_inner();

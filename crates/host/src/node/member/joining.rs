@@ -3,7 +3,9 @@
 //! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
 //! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
 
-use super::mesh::{Mesh, PeerMessage, plane_queue};
+use super::dispatch::DispatchParts;
+use super::mesh::{Mesh, plane_queue};
+use super::peer_message::PeerMessage;
 use crate::node::catalog::NodeCatalog;
 use crate::node::{ClusterConfig, Node, NodeConfig, NodeError};
 use std::path::PathBuf;
@@ -87,6 +89,7 @@ pub(in crate::node) fn start_plane(
     switchboard: &Arc<Switchboard>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
     let (to_plane, plane_inbound) = plane_queue();
+    let catalog_as_applied = metadata.clone();
     let plane_config = PlaneConfig {
         voters: cluster.voters.clone(),
         node: config.node_id.clone(),
@@ -111,10 +114,13 @@ pub(in crate::node) fn start_plane(
     let status = plane.watch_status();
     let started: (Arc<dyn MetadataPlane>, _) = (Arc::new(plane), status);
     write_cluster_marker(config, cluster)?;
-    tokio::spawn(
-        mesh.clone()
-            .dispatch(inbound, to_plane, Arc::downgrade(switchboard)),
-    );
+    let parts = DispatchParts {
+        plane: to_plane,
+        switchboard: Arc::downgrade(switchboard),
+        catalog: catalog_as_applied,
+        status: started.1.clone(),
+    };
+    tokio::spawn(mesh.clone().dispatch(inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
     Ok(started)
 }

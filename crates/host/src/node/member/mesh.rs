@@ -1,26 +1,30 @@
 //! The node's connections to the other nodes of its cluster: one [`Transport`] carrying every
-//! kind of [`PeerMessage`] — the metadata plane's, the regions' link messages and commands to
-//! the shard coordinator — and the task that hands each received message to its owner. The
-//! mesh is the switchboard's way to other processes ([`RemoteLinks`]): a region or coordinator
-//! never knows whether the one it talks to is in this process. Peers come from the config's
-//! seeds and, as members commit, from the catalog.
+//! kind of [`PeerMessage`] (`peer_message.rs`) — the metadata plane's, the regions' link messages and commands to
+//! the shard coordinator. What peers send is judged and handed to its owner in `dispatch.rs`.
+//! The mesh is the switchboard's way to other processes ([`RemoteLinks`]): a region or
+//! coordinator never knows whether the one it talks to is in this process. Peers come from the
+//! config's seeds and, as members commit, from the catalog; a removed member's process is
+//! refused from then on (its transport incarnation is quarantined).
 
-use crate::node::metric_families::{Kind, Sample, Snapshot};
+use super::authority::Kind;
+use super::peer_message::PeerMessage;
+use crate::node::metric_families::{Kind as MetricKind, Sample, Snapshot};
 use crate::node::{ClusterConfig, NodeError};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
-use tessera_cluster::{Direction, Inbound, SendError, Transport, TransportConfig, load_identity};
+use tessera_cluster::{
+    Direction, Inbound, SendError, Transport, TransportConfig, TransportStatsSnapshot,
+    load_identity,
+};
 use tessera_consensus::group::{GROUP_INBOUND_MAX, GroupFrame, GroupInbound, GroupOutbox};
 use tessera_contract::NodeId;
-use tessera_metadata::METADATA_GROUP;
 use tessera_metadata::{MemberRecord, MemberState};
 use tessera_sharding::link::{LinkError, Refused};
-use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks, Switchboard};
+use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks};
 use tokio::sync::mpsc;
 
 /// How long sends to a peer that stays disconnected are queued before they fail at once
@@ -31,47 +35,34 @@ const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 /// bound by default) inside a catalog command, with room for the protocol around it.
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 
-/// One frame between two nodes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PeerMessage {
-    /// A frame of a VSR group: today the metadata plane's ([`METADATA_GROUP`]), the only
-    /// group a node runs.
-    Group(GroupFrame),
-    /// To the receiver's region.
-    Region(LinkMessage),
-    /// To the shard coordinator, which runs on the metadata primary.
-    Coordinator(CoordinatorCommand),
-    /// The sender's metadata commit number, sent to every peer each [`PROGRESS_EVERY`], so
-    /// the cluster view can show how far each member trails.
-    Progress {
-        /// Catalog commands the sender has applied.
-        commit: u64,
-    },
-}
-
 /// How often the coordinator's membership view is brought in step with reachability.
 pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
 
 /// What the mesh dropped, by reason.
 #[derive(Debug, Default)]
 pub(crate) struct MeshCounters {
+    /// Messages refused because their sender may not send them, or the committed catalog
+    /// does not vouch for what they claim, by [`Kind`] (`Kind::index`).
+    pub(crate) unauthorized: [AtomicU64; Kind::ALL.len()],
+    /// Messages waiting for the catalog to vouch for them, dropped because too many waited.
+    pub(crate) hold_full: AtomicU64,
     /// Plane frames dropped because the plane's inbound queue was full.
     pub(crate) plane_dropped: AtomicU64,
     /// Frames of a group this node does not run.
     pub(crate) group_unknown: AtomicU64,
     /// Region messages dropped because this node's region could not take them.
     pub(crate) region_dropped: AtomicU64,
-    /// Coordinator commands that reached a node not running the coordinator, or that named
-    /// another node as the requester.
+    /// Coordinator commands that reached a node not running the coordinator (or whose
+    /// coordinator could not take them).
     pub(crate) coordinator_misdirected: AtomicU64,
 }
 
 /// The node's side of the cluster transport.
 pub(crate) struct Mesh {
-    node: NodeId,
+    pub(super) node: NodeId,
     /// The metadata plane's voters: a non-voting member dials them (they cannot know its
     /// address before it joins); among voters, or among the others, the smaller id dials.
-    voters: Vec<NodeId>,
+    pub(super) voters: Vec<NodeId>,
     transport: Transport<PeerMessage>,
     /// The metadata primary as this node last saw it: where coordinator commands go.
     primary: RwLock<Option<NodeId>>,
@@ -139,8 +130,8 @@ impl Mesh {
         }
     }
 
-    /// Follows a committed member: dials it at its cluster address, or forgets it once it
-    /// is removed.
+    /// Follows a committed member: dials it at its cluster address, or, once it is removed,
+    /// forgets it and refuses the process that was it (a restart of the node may join again).
     pub(crate) fn show_member(&self, member: &MemberRecord) {
         if member.node == self.node {
             return;
@@ -148,7 +139,7 @@ impl Mesh {
         if member.state == MemberState::Removed {
             // A voter stays a peer: the voters are configuration, and the plane needs it.
             if !self.voters.contains(&member.node) {
-                self.transport.remove_peer(&member.node);
+                self.transport.quarantine_peer(&member.node);
             }
             return;
         }
@@ -195,60 +186,12 @@ impl Mesh {
             .clone()
     }
 
-    /// Hands every received message to its owner until the transport closes: the plane's to
-    /// `plane`, the region's to this node's region, the coordinator's to the coordinator if it
-    /// runs here. Nothing waits: a full queue drops the message and counts it (every sender
-    /// retries what matters).
-    pub(crate) async fn dispatch(
-        self: Arc<Mesh>,
-        mut inbound: Inbound<PeerMessage>,
-        plane: mpsc::Sender<(String, GroupFrame)>,
-        switchboard: Weak<Switchboard>,
-    ) {
-        let node = self.node.clone();
-        let weak = Arc::downgrade(&self);
-        drop(self);
-        while let Some(incoming) = inbound.recv().await {
-            let Some(mesh) = weak.upgrade() else { return };
-            let Some(switchboard) = switchboard.upgrade() else {
-                return;
-            };
-            let from = incoming.from;
-            match incoming.message {
-                PeerMessage::Group(frame) if frame.group == METADATA_GROUP => {
-                    if plane.try_send((from, frame)).is_err() {
-                        bump(&mesh.counters.plane_dropped);
-                    }
-                }
-                PeerMessage::Group(frame) => {
-                    bump(&mesh.counters.group_unknown);
-                    tracing::debug!(%from, group = %frame.group, "a frame of an unknown group dropped");
-                }
-                PeerMessage::Region(message) => {
-                    if let Err(refused) = switchboard.deliver_local(&node, message) {
-                        bump(&mesh.counters.region_dropped);
-                        tracing::debug!(%from, error = %refused.0, "region message dropped");
-                    }
-                }
-                PeerMessage::Progress { commit } => {
-                    if mesh.transport.peers().contains(&from) {
-                        write(&mesh.detector).report(&from, Instant::now());
-                        write(&mesh.progress).insert(from, commit);
-                    }
-                }
-                PeerMessage::Coordinator(command) => {
-                    let honest = match &command {
-                        CoordinatorCommand::Allocate { requester, .. } => *requester == from,
-                        _ => true,
-                    };
-                    if !honest
-                        || !switchboard.has_local_coordinator()
-                        || switchboard.command_local(command).is_err()
-                    {
-                        bump(&mesh.counters.coordinator_misdirected);
-                    }
-                }
-            }
+    /// Notes `from`'s commit number, and its report as a heartbeat for the failure detector
+    /// (peers only: bounded by the transport's peer table).
+    pub(super) fn note_progress(&self, from: NodeId, commit: u64, now: Instant) {
+        if self.transport.peers().contains(&from) {
+            write(&self.detector).report(&from, now);
+            write(&self.progress).insert(from, commit);
         }
     }
 
@@ -322,7 +265,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
-fn bump(counter: &AtomicU64) {
+pub(super) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -392,11 +335,33 @@ type CounterFamily = (
 );
 
 impl Mesh {
+    /// `tessera_peer_dropped`'s values by reason.
+    fn dropped(&self, stats: &TransportStatsSnapshot) -> Vec<(&'static str, u64)> {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let mut dropped = vec![
+            ("send_queue_full", stats.send_dropped_queue_full),
+            ("peer_down", stats.send_dropped_peer_down),
+            ("inbound_full", stats.inbound_dropped_full),
+            ("plane_queue_full", load(&self.counters.plane_dropped)),
+            ("group_unknown", load(&self.counters.group_unknown)),
+            ("region_refused", load(&self.counters.region_dropped)),
+            (
+                "coordinator_misdirected",
+                load(&self.counters.coordinator_misdirected),
+            ),
+            ("hold_full", load(&self.counters.hold_full)),
+        ];
+        for kind in Kind::ALL {
+            let refused = load(&self.counters.unauthorized[kind.index()]);
+            dropped.push((kind.refusal_label(), refused));
+        }
+        dropped
+    }
+
     /// The transport's and the mesh's counters, for `/metrics` (every label listed, zeros
     /// included).
     pub(in crate::node) fn snapshot(&self, snapshot: &mut Snapshot) {
         let stats = self.transport.stats();
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let families: [CounterFamily; 5] = [
             (
                 "tessera_peer_frames",
@@ -418,20 +383,10 @@ impl Mesh {
             ),
             (
                 "tessera_peer_dropped",
-                "Messages between nodes dropped, by reason.",
+                "Messages between nodes dropped, by reason; unauthorized_<kind>: the sender may \
+                 not send it, or the committed catalog does not vouch for what it claims.",
                 "reason",
-                vec![
-                    ("send_queue_full", stats.send_dropped_queue_full),
-                    ("peer_down", stats.send_dropped_peer_down),
-                    ("inbound_full", stats.inbound_dropped_full),
-                    ("plane_queue_full", load(&self.counters.plane_dropped)),
-                    ("group_unknown", load(&self.counters.group_unknown)),
-                    ("region_refused", load(&self.counters.region_dropped)),
-                    (
-                        "coordinator_misdirected",
-                        load(&self.counters.coordinator_misdirected),
-                    ),
-                ],
+                self.dropped(&stats),
             ),
             (
                 "tessera_peer_connection_events",
@@ -459,6 +414,7 @@ impl Mesh {
                     ("unknown_peer", stats.refusals.unknown_peer),
                     ("wrong_direction", stats.refusals.wrong_direction),
                     ("bad_hello", stats.refusals.bad_hello),
+                    ("removed", stats.refusals.removed),
                     ("malformed_frame", stats.malformed_frames),
                     ("oversized_frame", stats.oversized_frames),
                     ("refused_by_peer", stats.refused_by_peer),
@@ -466,7 +422,7 @@ impl Mesh {
             ),
         ];
         for (name, help, label, values) in families {
-            let family = snapshot.family(name, help, Kind::Counter);
+            let family = snapshot.family(name, help, MetricKind::Counter);
             for (value_label, value) in values {
                 family.push(Sample::counter(
                     vec![(label, value_label.to_string())],
@@ -478,7 +434,7 @@ impl Mesh {
             .family(
                 "tessera_peers_disconnected_bad_input",
                 "Peers disconnected for a malformed or oversized frame.",
-                Kind::Counter,
+                MetricKind::Counter,
             )
             .push(Sample::counter(
                 Vec::new(),

@@ -1,0 +1,235 @@
+//! The one place where what peers send enters the node. Each received [`PeerMessage`] is first
+//! judged (`authority.rs`): refused ones are dropped and counted by kind
+//! (`tessera_peer_dropped_total{reason="unauthorized_<kind>"}`), those only a catalog this node
+//! has not applied yet could vouch for are held (`held.rs`) and judged again as the plane
+//! moves, and the rest go to their owner without waiting — the plane's frames to the plane,
+//! the regions' messages to this node's region, commands to the coordinator if it runs here. A
+//! full queue drops the message and counts it; every sender retries what matters.
+
+use super::authority::{CommittedCatalog, Kind, Knowledge, Verdict, judge};
+use super::held::{Held, Released};
+use super::mesh::{Mesh, bump};
+use super::peer_message::PeerMessage;
+use std::cell::OnceCell;
+use std::sync::{Arc, Weak};
+use std::time::Instant as StdInstant;
+use tessera_cluster::Inbound;
+use tessera_consensus::group::GroupFrame;
+use tessera_contract::{Allocation, NodeId, ShardKey};
+use tessera_metadata::{CommittedRead, METADATA_GROUP, MemberState, MetadataStore, PlaneStatus};
+use tessera_sharding::Switchboard;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Where received messages go, and what they are judged by.
+pub(crate) struct DispatchParts {
+    /// The metadata plane's inbound queue.
+    pub(crate) plane: mpsc::Sender<(String, GroupFrame)>,
+    /// This node's region and, while it runs here, the coordinator.
+    pub(crate) switchboard: Weak<Switchboard>,
+    /// The catalog this node has applied: what peers' claims are checked against.
+    pub(crate) catalog: MetadataStore,
+    /// The plane's status: the primary, and a change whenever a command is applied.
+    pub(crate) status: watch::Receiver<PlaneStatus>,
+}
+
+impl Mesh {
+    /// Judges every received message and hands it to its owner until the transport closes
+    /// (see the module's paragraph).
+    pub(crate) async fn dispatch(
+        self: Arc<Mesh>,
+        mut inbound: Inbound<PeerMessage>,
+        parts: DispatchParts,
+    ) {
+        let weak = Arc::downgrade(&self);
+        drop(self);
+        let mut held: Held<PeerMessage> = Held::default();
+        // Told of every move of the plane, apart from the status the judge reads.
+        let mut plane_moves = parts.status.clone();
+        let mut plane_running = true;
+        loop {
+            let deadline = held.next_deadline();
+            tokio::select! {
+                incoming = inbound.recv() => {
+                    let Some(incoming) = incoming else { return };
+                    let Some(mesh) = weak.upgrade() else { return };
+                    mesh.receive(&mut held, &parts, incoming.from, incoming.message);
+                }
+                changed = plane_moves.changed(), if plane_running && !held.is_empty() => {
+                    plane_running = changed.is_ok();
+                    let Some(mesh) = weak.upgrade() else { return };
+                    mesh.release(&mut held, &parts);
+                }
+                () = sleep_until(deadline), if deadline.is_some() => {
+                    let Some(mesh) = weak.upgrade() else { return };
+                    mesh.release(&mut held, &parts);
+                }
+            }
+        }
+    }
+
+    fn receive(
+        &self,
+        held: &mut Held<PeerMessage>,
+        parts: &DispatchParts,
+        from: NodeId,
+        message: PeerMessage,
+    ) {
+        if let PeerMessage::Group(frame) = &message
+            && frame.group != METADATA_GROUP
+        {
+            bump(&self.counters.group_unknown);
+            tracing::debug!(%from, group = %frame.group, "a frame of an unknown group dropped");
+            return;
+        }
+        // A region's or the coordinator's message waits behind those of its sender held
+        // before it, so a peer's messages keep their order.
+        let ordered = matches!(
+            message,
+            PeerMessage::Region(_) | PeerMessage::Coordinator(_)
+        );
+        let verdict = if ordered && held.holds_for(&from) {
+            Verdict::Hold
+        } else {
+            self.judge(parts, &from, &message)
+        };
+        match verdict {
+            Verdict::Accept => self.deliver(parts, from, message),
+            Verdict::Refuse => self.refuse(&from, &message),
+            Verdict::Hold => {
+                if held.hold(&from, message, Instant::now()).is_err() {
+                    bump(&self.counters.hold_full);
+                    tracing::debug!(%from, "a message waiting for the catalog dropped: too many wait");
+                }
+            }
+        }
+    }
+
+    /// Judges held messages again (the plane moved, or one ran out of time).
+    fn release(&self, held: &mut Held<PeerMessage>, parts: &DispatchParts) {
+        let released = held.release(Instant::now(), |from, message| {
+            self.judge(parts, from, message)
+        });
+        for released in released {
+            match released {
+                Released::Accepted(from, message) => self.deliver(parts, from, message),
+                Released::Refused(from, message) => self.refuse(&from, &message),
+            }
+        }
+    }
+
+    fn judge(&self, parts: &DispatchParts, from: &str, message: &PeerMessage) -> Verdict {
+        let primary = parts.status.borrow().primary.clone();
+        let catalog = CatalogAsApplied::new(&parts.catalog);
+        let known = Knowledge {
+            node: &self.node,
+            voters: &self.voters,
+            primary: primary.as_deref(),
+            catalog: &catalog,
+        };
+        judge(from, message, &known)
+    }
+
+    fn refuse(&self, from: &str, message: &PeerMessage) {
+        if let Some(kind) = Kind::of(message) {
+            bump(&self.counters.unauthorized[kind.index()]);
+            tracing::debug!(%from, reason = kind.refusal_label(), "a peer's message refused");
+        }
+    }
+
+    /// Hands a message its sender may send to its owner.
+    fn deliver(&self, parts: &DispatchParts, from: NodeId, message: PeerMessage) {
+        let Some(switchboard) = parts.switchboard.upgrade() else {
+            return; // the node is stopping
+        };
+        match message {
+            PeerMessage::Group(frame) => {
+                if parts.plane.try_send((from, frame)).is_err() {
+                    bump(&self.counters.plane_dropped);
+                }
+            }
+            PeerMessage::Region(message) => {
+                if let Err(refused) = switchboard.deliver_local(&self.node, message) {
+                    bump(&self.counters.region_dropped);
+                    tracing::debug!(%from, error = %refused.0, "region message dropped");
+                }
+            }
+            PeerMessage::Progress { commit } => self.note_progress(from, commit, StdInstant::now()),
+            PeerMessage::Coordinator(command) => {
+                if !switchboard.has_local_coordinator()
+                    || switchboard.command_local(command).is_err()
+                {
+                    bump(&self.counters.coordinator_misdirected);
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The catalog this node has applied, read through one transaction opened on the first
+/// question (most plane frames ask none). A catalog that cannot be read vouches for nothing.
+struct CatalogAsApplied<'a> {
+    store: &'a MetadataStore,
+    read: OnceCell<Option<CommittedRead>>,
+}
+
+impl<'a> CatalogAsApplied<'a> {
+    fn new(store: &'a MetadataStore) -> Self {
+        CatalogAsApplied {
+            store,
+            read: OnceCell::new(),
+        }
+    }
+
+    fn read(&self) -> Option<&CommittedRead> {
+        self.read
+            .get_or_init(|| match self.store.committed() {
+                Ok(read) => Some(read),
+                Err(error) => {
+                    tracing::warn!(%error, "the catalog could not be read to judge a peer's message");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn ask<T>(
+        &self,
+        question: impl FnOnce(&CommittedRead) -> Result<T, tessera_metadata::MetadataError>,
+    ) -> Option<T> {
+        match question(self.read()?) {
+            Ok(answer) => Some(answer),
+            Err(error) => {
+                tracing::warn!(%error, "the catalog could not be read to judge a peer's message");
+                None
+            }
+        }
+    }
+}
+
+impl CommittedCatalog for CatalogAsApplied<'_> {
+    fn member_state(&self, node: &str) -> Option<MemberState> {
+        self.ask(|read| read.member_state(node)).flatten()
+    }
+
+    fn allocation(&self, key: &ShardKey) -> Option<Allocation> {
+        self.ask(|read| read.allocation(key)).flatten()
+    }
+
+    fn handoff_from(&self, key: &ShardKey) -> Option<NodeId> {
+        self.ask(|read| read.handoff_from(key)).flatten()
+    }
+
+    fn next_generation(&self) -> u64 {
+        // Unreadable: every generation is one this node has not applied, so nothing that
+        // claims one is acted on, and what waits is refused when its time is up.
+        self.ask(CommittedRead::next_generation).unwrap_or(0)
+    }
+}
