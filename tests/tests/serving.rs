@@ -1,7 +1,8 @@
 //! A node that may no longer serve an entity — its lease ran out or its shard left while the
 //! message waited or ran — keeps nothing the message wrote and sends no reply from it: the
-//! entity layer asks the router (`Router::may_serve`) before a message's writes commit and
-//! before its reply leaves. Here the router's answer is switched by hand; in a node it is the
+//! entity layer asks the router (`Router::may_serve`: lease and shard) before a message's
+//! writes commit and before its reply leaves, and (`Router::holds_lease`) before a reply read
+//! from state leaves. Here the router's answer is switched by hand; in a node it is the
 //! region's lease and shard table.
 
 use serde_json::json;
@@ -33,12 +34,15 @@ impl Router for Switched {
     }
 
     fn may_serve(&self, to: &EntityAddress, _shard: ShardId) -> Result<(), MessageError> {
+        self.holds_lease()
+            .map_err(|error| MessageError::shard_unavailable(format!("{to}: {}", error.message)))
+    }
+
+    fn holds_lease(&self) -> Result<(), MessageError> {
         if self.serving.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err(MessageError::shard_unavailable(format!(
-                "{to}: not served here"
-            )))
+            Err(MessageError::shard_unavailable("not served here"))
         }
     }
 }

@@ -35,6 +35,14 @@ pub trait Router: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether this node may still answer from state it only read: its lease, without the
+    /// shard lookup of [`Router::may_serve`] (asked on every read, on the hot path). A shard
+    /// moves away from a live node only by a handoff, whose messages already in mailboxes may
+    /// finish here, or after its lease must have run out. The default always may.
+    fn holds_lease(&self) -> Result<(), MessageError> {
+        Ok(())
+    }
+
     /// Where the outbox sequence of an entity with no tells in its state starts. A receiver
     /// drops a sender's tells up to the highest sequence it committed, so a sender whose state
     /// was lost and starts again (a new lineage of its shard) must number its tells above

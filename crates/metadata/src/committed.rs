@@ -17,13 +17,14 @@ use tessera_contract::{Allocation, NodeId, ShardKey};
 /// command.
 ///
 /// ```
-/// use tessera_metadata::{Command, MetadataStore};
+/// use tessera_metadata::{Command, MetadataStore, ShardAssignment};
 /// use tessera_contract::{ShardKey, TypeKey};
 /// let dir = tempfile::tempdir().unwrap();
 /// let database = std::sync::Arc::new(redb::Database::create(dir.path().join("m.redb")).unwrap());
 /// let metadata = MetadataStore::open(database).unwrap();
 /// let key = ShardKey::new(TypeKey::new("acme", "counter"), 3);
-/// metadata.apply(Command::AssignShards { assignments: vec![(key.clone(), "n1".into())] }).unwrap();
+/// let to = ShardAssignment { key: key.clone(), expected: None, to: "n1".into() };
+/// metadata.apply(Command::AssignShards { epoch: 0, assignments: vec![to] }).unwrap();
 /// let committed = metadata.committed().unwrap();
 /// assert_eq!(committed.allocation(&key).unwrap().unwrap().node, "n1");
 /// assert_eq!(committed.next_generation().unwrap(), 2);

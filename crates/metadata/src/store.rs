@@ -206,20 +206,7 @@ impl MetadataStore {
 
     /// `key`'s committed allocation, if it has one.
     pub fn shard_allocation(&self, key: &ShardKey) -> Result<Option<Allocation>, MetadataError> {
-        let transaction = self.database.begin_read().map_err(storage)?;
-        let table = transaction.open_table(SHARDS).map_err(storage)?;
-        let row = (
-            key.type_key.tenant.as_str(),
-            key.type_key.entity_type.as_str(),
-            key.shard,
-        );
-        Ok(table.get(row).map_err(storage)?.map(|value| {
-            let (node, generation) = value.value();
-            Allocation {
-                node: node.to_string(),
-                generation,
-            }
-        }))
+        self.committed()?.allocation(key)
     }
 
     /// The committed shard allocation table.

@@ -359,13 +359,7 @@ impl Shared {
     /// Whether this region owns `key` right now (recovery checks it before every start).
     /// Whether this node may still serve `to` in `shard` (see [`Router::may_serve`]).
     pub(crate) fn may_serve(&self, to: &EntityAddress, shard: ShardId) -> Result<(), MessageError> {
-        if !self.lease.is_valid_now() {
-            return Err(MessageError::shard_unavailable(format!(
-                "node {} lost its lease on its shards while {to} was served: nothing it wrote \
-                 is kept; retry",
-                self.node
-            )));
-        }
+        self.holds_lease()?;
         let serving = self
             .homes
             .get(&to.tenant, &to.entity_type)
@@ -387,6 +381,18 @@ impl Shared {
             )));
         }
         Ok(())
+    }
+
+    /// Whether this node's lease is valid (see [`Router::holds_lease`]).
+    pub(crate) fn holds_lease(&self) -> Result<(), MessageError> {
+        if self.lease.is_valid_now() {
+            return Ok(());
+        }
+        Err(MessageError::shard_unavailable(format!(
+            "node {} lost its lease on its shards while serving: nothing it wrote is kept, and \
+             no answer is sent from what it read; retry",
+            self.node
+        )))
     }
 
     /// The generation at which this region serves `to`'s shard, if it does.

@@ -45,6 +45,11 @@ impl Router for RegionRouter {
         shared.may_serve(to, shard)
     }
 
+    fn holds_lease(&self) -> Result<(), MessageError> {
+        let shared = self.0.upgrade().ok_or_else(stopped)?;
+        shared.holds_lease()
+    }
+
     /// The base of the shard's generation here (0 if this region does not serve it).
     fn sequence_base(&self, sender: &EntityAddress, shard: ShardId) -> u64 {
         self.0

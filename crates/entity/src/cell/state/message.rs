@@ -337,7 +337,7 @@ impl CellState {
                 writes: None,
             }) => {
                 // A reply read from state this node may no longer serve is not sent.
-                if let Err(error) = self.may_serve() {
+                if let Err(error) = self.core.router.holds_lease() {
                     self.finish(port, Err(error));
                     return None;
                 }
