@@ -6,8 +6,10 @@
 //! authenticates the token ([`auth`]) and, only for a valid token, reads the body under its
 //! route's limit ([`body`]), handing both to the handler. [`error`] is the single error shape
 //! and the status table. [`serve`] runs the router on a listener until a shutdown signal, in
-//! the accept loop of [`server`], which bounds connections and the time a client may take.
+//! the accept loop of [`server`], which bounds connections and the time a client may take
+//! (`activity`).
 
+mod activity;
 pub mod auth;
 pub mod body;
 pub mod error;

@@ -2,7 +2,7 @@
 //! bound a hostile client could otherwise stretch (`[api]` in the node config, listed in
 //! `docs/api.md`). At most `connections_max` connections are served at once; one past the cap
 //! is accepted, told `503` in one non-blocking write and closed, so a client learns at once
-//! instead of hanging in the listen backlog. Each connection has a watchdog (`Activity`): a
+//! instead of hanging in the listen backlog. Each connection has a watchdog over its [`Activity`](super::activity::Activity): a
 //! request head must arrive within `header_read_timeout_ms` (from the connection's start, or
 //! from the first byte of a later request), and a keep-alive connection idle between requests
 //! for `idle_timeout_ms` is closed. hyper's own `header_read_timeout` is not used because its
@@ -11,6 +11,7 @@
 //! ([`super::body::read_limited`]). On shutdown the loop stops accepting, lets requests in
 //! flight finish for up to `drain_timeout_ms`, then cuts what is left.
 
+use super::activity::{Activity, ConnectionTimeouts, Expired, Watched};
 use crate::node::{EdgeCounters, Node};
 use axum::Router;
 use hyper::body::Incoming;
@@ -20,11 +21,10 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -55,13 +55,6 @@ const REFUSAL: &str = concat!(
     "\r\n",
     refusal_body!(),
 );
-
-/// The per-connection bounds, from `ApiLimits`.
-#[derive(Clone, Copy, Debug)]
-struct ConnectionTimeouts {
-    header: Duration,
-    idle: Duration,
-}
 
 /// Serves `router` on `listener` under `node`'s `[api]` limits until `shutdown` completes,
 /// then drains; see the module doc.
@@ -261,186 +254,9 @@ enum Event {
     Stopping,
 }
 
-/// Which bound a connection passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expired {
-    Header,
-    Idle,
-}
-
-/// Where a connection is between requests, as its reads, writes and requests show it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for a request head: since the connection opened, or since the first byte
-    /// after an idle spell.
-    Head { since: Instant },
-    /// Requests handed to the router and not answered yet (bodies are bounded there).
-    Busy { requests: usize },
-    /// Answered; nothing new read since the last answer or write.
-    Idle { since: Instant },
-}
-
-/// A connection's phase, updated by its reads ([`Watched`]) and requests, read by its watchdog.
-#[derive(Debug)]
-struct Activity {
-    phase: Mutex<Phase>,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            phase: Mutex::new(Phase::Head {
-                since: Instant::now(),
-            }),
-        }
-    }
-
-    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
-        // Every critical section is one assignment: a poisoned lock still holds a valid phase.
-        self.phase
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Bytes arrived: after an idle spell they start a request head.
-    fn read(&self) {
-        let mut phase = self.phase();
-        if let Phase::Idle { .. } = *phase {
-            *phase = Phase::Head {
-                since: Instant::now(),
-            };
-        }
-    }
-
-    /// Bytes of an answer went out: the connection is not idle yet.
-    fn wrote(&self) {
-        let mut phase = self.phase();
-        if let Phase::Idle { .. } = *phase {
-            *phase = Phase::Idle {
-                since: Instant::now(),
-            };
-        }
-    }
-
-    /// A request head was read and handed to the router; the guard marks its answer.
-    fn request_started(self: &Arc<Self>) -> RequestDone {
-        let mut phase = self.phase();
-        *phase = match *phase {
-            Phase::Busy { requests } => Phase::Busy {
-                requests: requests + 1,
-            },
-            _ => Phase::Busy { requests: 1 },
-        };
-        RequestDone(self.clone())
-    }
-
-    fn request_done(&self) {
-        let mut phase = self.phase();
-        *phase = match *phase {
-            Phase::Busy { requests } if requests > 1 => Phase::Busy {
-                requests: requests - 1,
-            },
-            _ => Phase::Idle {
-                since: Instant::now(),
-            },
-        };
-    }
-
-    /// When the current phase runs out, if it can.
-    fn deadline(&self, timeouts: ConnectionTimeouts) -> Option<Instant> {
-        match *self.phase() {
-            Phase::Head { since } => Some(since + timeouts.header),
-            Phase::Idle { since } => Some(since + timeouts.idle),
-            Phase::Busy { .. } => None,
-        }
-    }
-
-    /// The bound the connection has passed at `now`, if any.
-    fn expired(&self, timeouts: ConnectionTimeouts, now: Instant) -> Option<Expired> {
-        match *self.phase() {
-            Phase::Head { since } if now >= since + timeouts.header => Some(Expired::Header),
-            Phase::Idle { since } if now >= since + timeouts.idle => Some(Expired::Idle),
-            _ => None,
-        }
-    }
-}
-
-/// Marks a request answered when dropped (also when hyper drops the request's future).
-struct RequestDone(Arc<Activity>);
-
-impl Drop for RequestDone {
-    fn drop(&mut self) {
-        self.0.request_done();
-    }
-}
-
-/// A connection's socket, telling its [`Activity`] about the bytes that pass.
-struct Watched {
-    stream: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.read();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.wrote();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.wrote();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TIMEOUTS: ConnectionTimeouts = ConnectionTimeouts {
-        header: Duration::from_millis(100),
-        idle: Duration::from_millis(1_000),
-    };
 
     #[test]
     fn the_refusal_is_one_well_formed_answer() {
@@ -450,43 +266,5 @@ mod tests {
         assert!(head.lines().any(|line| line == length), "{head}");
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(json["error"]["code"], "unavailable");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_moves_between_head_busy_and_idle() {
-        let activity = Arc::new(Activity::new());
-        let opened = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(opened + TIMEOUTS.header));
-        let request = activity.request_started();
-        assert_eq!(activity.deadline(TIMEOUTS), None);
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(activity.expired(TIMEOUTS, Instant::now()), None);
-        drop(request);
-        let answered = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(answered + TIMEOUTS.idle));
-        tokio::time::advance(Duration::from_millis(500)).await;
-        activity.read();
-        let head = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(head + TIMEOUTS.header));
-        tokio::time::advance(TIMEOUTS.header).await;
-        assert_eq!(
-            activity.expired(TIMEOUTS, Instant::now()),
-            Some(Expired::Header)
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_expires_unless_it_writes() {
-        let activity = Arc::new(Activity::new());
-        drop(activity.request_started());
-        tokio::time::advance(Duration::from_millis(900)).await;
-        activity.wrote();
-        tokio::time::advance(Duration::from_millis(900)).await;
-        assert_eq!(activity.expired(TIMEOUTS, Instant::now()), None);
-        tokio::time::advance(Duration::from_millis(100)).await;
-        assert_eq!(
-            activity.expired(TIMEOUTS, Instant::now()),
-            Some(Expired::Idle)
-        );
     }
 }
