@@ -1,7 +1,9 @@
 //! A connection's activity as its watchdog in the accept loop ([`super::server`]) reads it:
 //! where it is between requests ([`Phase`]: reading a request head, busy with requests, idle),
 //! updated by the bytes its socket passes ([`Watched`]) and by the requests it hands to the
-//! router ([`Activity::request_started`]), and which of the `[api]` timeouts it has passed.
+//! router ([`Activity::request_started`]), and which of the `[api]` timeouts it has passed. The
+//! admission table ([`super::admission`]) reads it too: a connection busy with a request is
+//! never shed.
 
 use std::io;
 use std::pin::Pin;
@@ -102,6 +104,11 @@ impl Activity {
                 since: Instant::now(),
             },
         };
+    }
+
+    /// Whether requests are in the router now: a busy connection is never shed.
+    pub(super) fn is_busy(&self) -> bool {
+        matches!(*self.phase(), Phase::Busy { .. })
     }
 
     /// When the current phase runs out, if it can.
