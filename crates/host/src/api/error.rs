@@ -1,5 +1,6 @@
 //! The one error shape every endpoint answers with — `{"error":{"code","message"}}` — and the
-//! table from node and entity errors to HTTP status codes (documented in `docs/api.md`).
+//! table from node and entity errors to HTTP status codes (documented in `docs/api.md`). A
+//! server error is logged through [`super::failure_log`], which writes repeats as one count.
 
 use crate::node::NodeError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -143,7 +144,7 @@ impl From<NodeError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
-            tracing::warn!(code = self.code, message = %self.message, "request failed");
+            super::failure_log::request_failed(self.code, &self.message);
         } else {
             tracing::debug!(code = self.code, message = %self.message, "request refused");
         }
@@ -194,6 +195,54 @@ mod tests {
         for (kind, status) in table {
             assert_eq!(message_status(kind).as_u16(), status, "{}", kind.code());
         }
+    }
+
+    /// A `MakeWriter` that keeps what the test's subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines written at `warn` while `run` runs on this thread.
+    fn warnings_of(run: impl FnOnce()) -> Vec<String> {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_fault_answered_a_thousand_times_is_logged_once_per_shard() {
+        let unavailable = |shard: u32| {
+            let message = format!("shard log-flood-test/counter/{shard} has no home: owner down");
+            ApiError::from(MessageError::shard_unavailable(message))
+        };
+        let lines = warnings_of(|| {
+            for _ in 0..1_000 {
+                let _ = unavailable(7).into_response();
+            }
+            let _ = unavailable(8).into_response();
+            let _ = unavailable(7).into_response();
+        });
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(lines[0].contains("log-flood-test/counter/7"), "{lines:#?}");
+        assert!(lines[1].contains("log-flood-test/counter/8"), "{lines:#?}");
+        assert!(lines.iter().all(|line| line.contains("shard_unavailable")));
     }
 
     #[test]

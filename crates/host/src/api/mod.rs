@@ -14,6 +14,7 @@ mod admission;
 pub mod auth;
 pub mod body;
 pub mod error;
+mod failure_log;
 pub mod routes;
 pub mod server;
 

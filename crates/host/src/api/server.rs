@@ -12,10 +12,12 @@
 //! keep-alive connection waits for its next request, which would make the idle bound the
 //! header bound. Bodies are bounded by the edge middleware ([`super::body::read_limited`]). On
 //! shutdown the loop stops accepting, lets requests in flight finish for up to
-//! `drain_timeout_ms`, then cuts what is left.
+//! `drain_timeout_ms`, then cuts what is left. The loop also writes the counts of repeated
+//! request failures ([`super::failure_log`]) once their window has closed.
 
 use super::activity::{ConnectionTimeouts, Expired, Watched};
 use super::admission::{Admission, AdmissionLimits, ConnectionRef, OpenConnection, Place, Refusal};
+use super::failure_log;
 use crate::node::{EdgeCounters, Node};
 use axum::Router;
 use hyper::body::Incoming;
@@ -90,6 +92,8 @@ pub(super) async fn serve(
     let service = TowerToHyperService::new(router);
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
+    let mut summaries = tokio::time::interval(failure_log::REPEATED_FAILURE_WINDOW);
+    summaries.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
@@ -100,6 +104,8 @@ pub(super) async fn serve(
                     tracing::error!(%error, "a connection task failed");
                 }
             }
+            // The counts of repeated request failures, once their window has closed.
+            _ = summaries.tick() => failure_log::write_summaries(),
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match admission.admit(peer.ip()) {
                     Ok(admitted) => {
