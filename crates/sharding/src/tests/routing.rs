@@ -135,6 +135,77 @@ async fn allocation_buffer_overflow_is_reported_to_the_caller() {
     );
 }
 
+/// A `MakeWriter` that keeps what the test's subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Writes the lines logged at `warn` on this thread (every task of a current-thread test)
+    /// while the guard lives.
+    fn warnings() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains(text))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tells_dropped_together_for_one_shard_write_one_warning() {
+    const TELLS: usize = 1_000;
+    let (captured, _logging) = Captured::warnings();
+    let config = ShardingConfig {
+        allocation_buffer: TELLS,
+        ..test_config()
+    };
+    let switchboard = Arc::new(Switchboard::new());
+    // A coordinator that never answers: the allocation times out and the buffered tells fail.
+    let (silent_coordinator, _requests) = tokio::sync::mpsc::channel::<CoordinatorCommand>(16);
+    switchboard.connect_coordinator(silent_coordinator);
+    let settings = TypeSettings::new(16);
+    let (region, _fake) = start_region("node-0", &config, &switchboard, None, None, settings).await;
+    let address = counter().entity("unplaced");
+    for tell in 0..TELLS {
+        let payload = tell.to_le_bytes().to_vec();
+        region.tell(address.clone(), payload).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    while region.counters().tells_dropped < TELLS as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tells are never failed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dropped = captured.lines_with("tell dropped");
+    assert_eq!(dropped.len(), 1, "{dropped:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_per_sender_is_kept_under_concurrency() {
     let cluster = cluster(3, test_config(), None).await;

@@ -425,6 +425,7 @@ impl RegionTask {
     }
 
     fn on_tick(&mut self) {
+        self.shared.warnings.flush();
         let now = Instant::now();
         self.forwarder.forget_expired(now);
         self.transfers.retry(&self.shared, now);
