@@ -8,7 +8,8 @@
 //! [`LogAggregator`] is the policy, sans IO: the caller passes the time, so its tests drive it
 //! with a clock of their own. [`RepeatedWarnings`] is the aggregator behind a lock with the
 //! real clock, for warnings written from many tasks; each user names its keys and writes its
-//! own lines ([`WarningKey`]).
+//! own lines ([`WarningKey`]). Tests count what is written with `CapturedWarnings` (the
+//! `capture` feature).
 //!
 //! Uses no other Tessera crate; the entity layer, the sharding region and the HTTP edge use it.
 //!
@@ -36,7 +37,11 @@
 //! ```
 
 mod aggregator;
+#[cfg(feature = "capture")]
+mod capture;
 mod repeated;
 
 pub use aggregator::{LogAggregator, Recorded, Summary};
+#[cfg(feature = "capture")]
+pub use capture::CapturedWarnings;
 pub use repeated::{RepeatedWarnings, WarningKey};

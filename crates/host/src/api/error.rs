@@ -197,48 +197,19 @@ mod tests {
         }
     }
 
-    /// A `MakeWriter` that keeps what the test's subscriber writes.
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// The lines written at `warn` while `run` runs on this thread.
-    fn warnings_of(run: impl FnOnce()) -> Vec<String> {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, run);
-        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        text.lines().map(str::to_string).collect()
-    }
-
     #[test]
     fn a_fault_answered_a_thousand_times_is_logged_once_per_shard() {
         let unavailable = |shard: u32| {
             let message = format!("shard log-flood-test/counter/{shard} has no home: owner down");
             ApiError::from(MessageError::shard_unavailable(message))
         };
-        let lines = warnings_of(|| {
-            for _ in 0..1_000 {
-                let _ = unavailable(7).into_response();
-            }
-            let _ = unavailable(8).into_response();
+        let captured = tessera_logs::CapturedWarnings::start();
+        for _ in 0..1_000 {
             let _ = unavailable(7).into_response();
-        });
+        }
+        let _ = unavailable(8).into_response();
+        let _ = unavailable(7).into_response();
+        let lines = captured.lines();
         assert_eq!(lines.len(), 2, "{lines:#?}");
         assert!(lines[0].contains("log-flood-test/counter/7"), "{lines:#?}");
         assert!(lines[1].contains("log-flood-test/counter/8"), "{lines:#?}");

@@ -135,50 +135,10 @@ async fn allocation_buffer_overflow_is_reported_to_the_caller() {
     );
 }
 
-/// A `MakeWriter` that keeps what the test's subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// Writes the lines logged at `warn` on this thread (every task of a current-thread test)
-    /// while the guard lives.
-    fn warnings() -> (Captured, tracing::subscriber::DefaultGuard) {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        (captured, tracing::subscriber::set_default(subscriber))
-    }
-
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        let bytes = self.0.lock().unwrap().clone();
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
-            .filter(|line| line.contains(text))
-            .map(str::to_string)
-            .collect()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn tells_dropped_together_for_one_shard_write_one_warning() {
     const TELLS: usize = 1_000;
-    let (captured, _logging) = Captured::warnings();
+    let captured = tessera_logs::CapturedWarnings::start();
     let config = ShardingConfig {
         allocation_buffer: TELLS,
         ..test_config()
