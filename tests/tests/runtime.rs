@@ -770,3 +770,33 @@ async fn an_abandoned_eviction_does_not_leak_the_live_entity_limit() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A guest that traps on every message: each trap discards its instance, but the warning is
+/// written once per type and error kind in a window (the others are counted), not once each.
+/// On a current-thread runtime, so every task writes through the test's subscriber.
+#[tokio::test]
+async fn a_guest_trapping_on_every_message_writes_one_warning() {
+    const TRAPS: usize = 50;
+    let captured = tessera_logs::CapturedWarnings::start();
+    let (_dir, node) = node();
+    node.deploy(
+        "panics",
+        tessera_tests::PANICS,
+        1,
+        InstanceLimits::default(),
+    );
+    for index in 0..TRAPS {
+        let trapped = node
+            .ask("panics", &format!("p{index}"), json!("Panic"))
+            .await;
+        assert_eq!(trapped.unwrap_err().kind, ErrorKind::Trap);
+    }
+    let discards = node
+        .entities
+        .stats()
+        .instance_discards
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(discards, TRAPS as u64);
+    let written = captured.lines_with("instance discarded");
+    assert_eq!(written.len(), 1, "{written:#?}");
+}

@@ -1,6 +1,6 @@
 //! What every cell of a node shares with the directory that made it: the runtime and state
 //! backends, the type table, the table of live cells, the router guest `ask`s and `tell`s go
-//! through, the remember-entities writer and the layer's counters.
+//! through, the remember-entities writer, the layer's counters and its per-message warnings.
 
 use super::counters::TypeCounters;
 use super::delivery::config::DeliveryConfig;
@@ -143,6 +143,8 @@ pub(crate) struct Core {
     /// of running them, so shutdown waits at most for the guest calls already running.
     /// Also every instance's interrupt flag: running calls trap at their next epoch tick.
     pub(crate) closing: Arc<std::sync::atomic::AtomicBool>,
+    /// The per-message warnings, counted per kind.
+    pub(crate) warnings: super::warnings::EntityWarnings,
 }
 
 impl Core {
@@ -167,6 +169,7 @@ impl Core {
             messaging_started: std::sync::atomic::AtomicBool::new(false),
             gates: super::fairness::Gates::default(),
             closing: Arc::default(),
+            warnings: super::warnings::entity_warnings(),
         }
     }
 

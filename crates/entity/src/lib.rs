@@ -18,8 +18,8 @@
 //! fires reminders when due; a receiver drops what it already committed. See
 //! `docs/messaging.md`.
 //!
-//! Uses `tessera-contract`, `tessera-state` and `tessera-runtime`. Sharding and the node use
-//! it.
+//! Uses `tessera-contract`, `tessera-state`, `tessera-runtime` and `tessera-logs` (per-message
+//! warnings counted per kind). Sharding and the node use it.
 
 mod cell;
 mod cell_router;
@@ -32,6 +32,7 @@ mod fairness;
 mod live_cell;
 mod reminders;
 mod types;
+mod warnings;
 
 pub use self::core::{EntitiesStats, EntityConfig, EntityParts, TellDelivery};
 pub use cell::ClaimedRun;

@@ -11,8 +11,9 @@
 //! `tessera-metadata` is the catalog of tenants, types and shard allocations, changed by
 //! replayable commands and replicated by `tessera-consensus` over `tessera-cluster`, the
 //! mutually authenticated transport between nodes; `tessera-contract` is the vocabulary they
-//! share and `tessera-codec` the lossless JSON/MessagePack transcoding of the edge. No crate
-//! uses this one. `docs/architecture.md` draws the crates and walks one message through.
+//! share, `tessera-codec` the lossless JSON/MessagePack transcoding of the edge and
+//! `tessera-logs` how a warning that repeats per request is written once per kind and window.
+//! No crate uses this one. `docs/architecture.md` draws the crates and walks one message through.
 
 pub mod allocator;
 pub mod api;

@@ -11,7 +11,8 @@
 //! through [`LocalEntities`].
 //!
 //! Uses `tessera-contract`, `tessera-state`, `tessera-metadata` (allocations are catalog
-//! commands), `tessera-runtime` and `tessera-entity`. The node (`tessera-host`) uses it.
+//! commands), `tessera-runtime`, `tessera-entity` and `tessera-logs` (per-message warnings
+//! counted per kind). The node (`tessera-host`) uses it.
 
 pub mod config;
 pub mod coordinator;

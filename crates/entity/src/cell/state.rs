@@ -10,6 +10,7 @@ use crate::core::Core;
 use crate::counters::TypeCounters;
 use crate::fairness::CallPass;
 use crate::types::TypeBinding;
+use crate::warnings::EntityWarning;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, ShardId};
@@ -304,7 +305,13 @@ impl CellState {
             .stats
             .instance_discards
             .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(entity = %self.address, %error, "instance discarded");
+        let warning = EntityWarning::InstanceDiscarded {
+            entity_type: self.address.type_key(),
+            kind: error.kind,
+        };
+        if self.core.warnings.first_in_window(&warning) {
+            tracing::warn!(entity = %self.address, %error, "instance discarded");
+        }
         if let Some(instance) = self.take_instance() {
             self.count_dropped_log_lines(&instance);
         }

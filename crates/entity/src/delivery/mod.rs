@@ -14,6 +14,7 @@ pub(crate) mod senders;
 pub use config::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 
 use super::core::Core;
+use super::warnings::EntityWarning;
 use config::is_retryable;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -51,6 +52,7 @@ pub(crate) fn start_sweep(core: &Arc<Core>) {
         loop {
             let Some(core) = weak.upgrade() else { return };
             sweep(&core);
+            core.warnings.flush();
             drop(core);
             tokio::time::sleep(interval).await;
         }
@@ -189,7 +191,13 @@ async fn deliver_one(
             }
             Err(error) => {
                 core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
+                let warning = EntityWarning::DeadLetter {
+                    receiver: entry.to.type_key(),
+                    kind: error.kind,
+                };
+                if core.warnings.first_in_window(&warning) {
+                    tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
+                }
                 return true;
             }
         }

@@ -12,6 +12,7 @@ pub(crate) mod clock;
 
 use super::core::Core;
 use super::delivery::config::is_retryable;
+use super::warnings::EntityWarning;
 use clock::{Busy, now_ms};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -138,7 +139,13 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
         }
         Err(error) => {
             core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%entity, timer, %error, "reminder given up (dead letter)");
+            let warning = EntityWarning::ReminderGivenUp {
+                entity_type: entity.type_key(),
+                kind: error.kind,
+            };
+            if core.warnings.first_in_window(&warning) {
+                tracing::warn!(%entity, timer, %error, "reminder given up (dead letter)");
+            }
             let mut writes = WriteSet::new(entity.clone());
             writes.messaging_mut().cancels.push(timer);
             if let Err(error) = core.state.commit(writes).await {

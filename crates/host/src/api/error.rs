@@ -1,5 +1,6 @@
 //! The one error shape every endpoint answers with — `{"error":{"code","message"}}` — and the
-//! table from node and entity errors to HTTP status codes (documented in `docs/api.md`).
+//! table from node and entity errors to HTTP status codes (documented in `docs/api.md`). A
+//! server error is logged through [`super::failure_log`], which writes repeats as one count.
 
 use crate::node::NodeError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -143,7 +144,7 @@ impl From<NodeError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
-            tracing::warn!(code = self.code, message = %self.message, "request failed");
+            super::failure_log::request_failed(self.code, &self.message);
         } else {
             tracing::debug!(code = self.code, message = %self.message, "request refused");
         }
@@ -194,6 +195,25 @@ mod tests {
         for (kind, status) in table {
             assert_eq!(message_status(kind).as_u16(), status, "{}", kind.code());
         }
+    }
+
+    #[test]
+    fn a_fault_answered_a_thousand_times_is_logged_once_per_shard() {
+        let unavailable = |shard: u32| {
+            let message = format!("shard log-flood-test/counter/{shard} has no home: owner down");
+            ApiError::from(MessageError::shard_unavailable(message))
+        };
+        let captured = tessera_logs::CapturedWarnings::start();
+        for _ in 0..1_000 {
+            let _ = unavailable(7).into_response();
+        }
+        let _ = unavailable(8).into_response();
+        let _ = unavailable(7).into_response();
+        let lines = captured.lines();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(lines[0].contains("log-flood-test/counter/7"), "{lines:#?}");
+        assert!(lines[1].contains("log-flood-test/counter/8"), "{lines:#?}");
+        assert!(lines.iter().all(|line| line.contains("shard_unavailable")));
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! authenticates the token ([`auth`]) and, only for a valid token, reads the body under its
 //! route's limit ([`body`]), handing both to the handler. [`error`] is the single error shape
 //! and the status table. [`serve`] runs the router on a listener until a shutdown signal, in
-//! the accept loop of [`server`], which bounds connections and the time a client may take.
+//! the accept loop of [`server`], which bounds connections (who gets one: `admission`) and the
+//! time a client may take (`activity`).
 
+mod activity;
+mod admission;
 pub mod auth;
 pub mod body;
 pub mod error;
+mod failure_log;
 pub mod routes;
 pub mod server;
 
@@ -103,13 +107,20 @@ async fn trace_request(request: Request, next: Next) -> Response {
     .await
 }
 
-/// The edge, once per request: authenticates the token, and for a request with a body reads
-/// the body under its route's limit and within `api.body_read_timeout_ms` — only for a valid
-/// token, so an unauthenticated client cannot make the node buffer anything. Both go to the
-/// handler in the request's extensions. A refusal here leaves the body unread and closes the
-/// connection.
+/// The edge, once per request: authenticates the token (and tells the request's connection,
+/// which on the admin reserve takes admin requests only: [`admission`]), and for a request with
+/// a body reads the body under its route's limit and within `api.body_read_timeout_ms` — only
+/// for a valid token, so an unauthenticated client cannot make the node buffer anything. Both
+/// go to the handler in the request's extensions. A refusal here leaves the body unread and
+/// closes the connection.
 async fn edge(State(node): State<Arc<Node>>, mut request: Request, next: Next) -> Response {
     let principal = auth::principal(request.headers(), &node);
+    if let Some(connection) = request.extensions().get::<admission::ConnectionRef>()
+        && let Err(refused) = connection.check(&principal)
+    {
+        EdgeCounters::bump(&node.edge_counters().connections_refused_admin_reserve);
+        return closing(refused);
+    }
     let headers = request.headers();
     let declared = headers
         .get(header::CONTENT_LENGTH)

@@ -1,16 +1,23 @@
 //! The API's accept loop: hyper's HTTP/1 connection serving the axum [`Router`], with every
 //! bound a hostile client could otherwise stretch (`[api]` in the node config, listed in
-//! `docs/api.md`). At most `connections_max` connections are served at once; one past the cap
-//! is accepted, told `503` in one non-blocking write and closed, so a client learns at once
-//! instead of hanging in the listen backlog. Each connection has a watchdog (`Activity`): a
-//! request head must arrive within `header_read_timeout_ms` (from the connection's start, or
-//! from the first byte of a later request), and a keep-alive connection idle between requests
-//! for `idle_timeout_ms` is closed. hyper's own `header_read_timeout` is not used because its
-//! timer also runs while a keep-alive connection waits for its next request, which would make
-//! the idle bound the header bound. Bodies are bounded by the edge middleware
-//! ([`super::body::read_limited`]). On shutdown the loop stops accepting, lets requests in
-//! flight finish for up to `drain_timeout_ms`, then cuts what is left.
+//! `docs/api.md`). Each accepted connection passes the admission rules of [`super::admission`]
+//! — at most `connections_per_address_max` per client address, the oldest idle or
+//! unauthenticated connection shed to make room near `connections_max`, a few places kept for
+//! admin requests —; one refused is told `503` in one non-blocking write and closed, so a
+//! client learns at once instead of hanging in the listen backlog. Each connection has a
+//! watchdog over its [`Activity`](super::activity::Activity): a request head must arrive
+//! within `header_read_timeout_ms` (from the connection's start, or from the first byte of a
+//! later request), and a keep-alive connection idle between requests for `idle_timeout_ms` is
+//! closed. hyper's own `header_read_timeout` is not used because its timer also runs while a
+//! keep-alive connection waits for its next request, which would make the idle bound the
+//! header bound. Bodies are bounded by the edge middleware ([`super::body::read_limited`]). On
+//! shutdown the loop stops accepting, lets requests in flight finish for up to
+//! `drain_timeout_ms`, then cuts what is left. The loop also writes the counts of repeated
+//! request failures ([`super::failure_log`]) once their window has closed.
 
+use super::activity::{ConnectionTimeouts, Expired, Watched};
+use super::admission::{Admission, AdmissionLimits, ConnectionRef, OpenConnection, Place, Refusal};
+use super::failure_log;
 use crate::node::{EdgeCounters, Node};
 use axum::Router;
 use hyper::body::Incoming;
@@ -20,13 +27,12 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -38,30 +44,34 @@ pub const CONNECTION_BUFFER_BYTES_MAX: usize = 64 * 1024;
 /// say), so the loop does not spin while the error lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// The body of the answer to a connection past the cap (a macro so `concat!` can take it).
-macro_rules! refusal_body {
-    () => {
-        r#"{"error":{"code":"unavailable","message":"the node has too many open connections; retry later"}}"#
+/// The whole answer to a connection refused at accept, written once without waiting: a `503`
+/// whose body carries `message` in `length` bytes (a macro so `concat!` can build it; a unit
+/// test checks the length).
+macro_rules! refusal {
+    ($length:literal, $message:literal) => {
+        concat!(
+            "HTTP/1.1 503 Service Unavailable\r\n",
+            "content-type: application/json\r\n",
+            "retry-after: 1\r\n",
+            "connection: close\r\n",
+            "content-length: ",
+            $length,
+            "\r\n\r\n",
+            r#"{"error":{"code":"unavailable","message":""#,
+            $message,
+            r#""}}"#,
+        )
     };
 }
 
-/// The whole answer to a connection past the cap, written once without waiting.
-const REFUSAL: &str = concat!(
-    "HTTP/1.1 503 Service Unavailable\r\n",
-    "content-type: application/json\r\n",
-    "retry-after: 1\r\n",
-    "connection: close\r\n",
-    "content-length: 96\r\n",
-    "\r\n",
-    refusal_body!(),
-);
+/// The answer when `connections_max` are open and none can be shed.
+const NODE_FULL: &str = refusal!("96", "the node has too many open connections; retry later");
 
-/// The per-connection bounds, from `ApiLimits`.
-#[derive(Clone, Copy, Debug)]
-struct ConnectionTimeouts {
-    header: Duration,
-    idle: Duration,
-}
+/// The answer when the client's address holds `connections_per_address_max` connections.
+const ADDRESS_FULL: &str = refusal!(
+    "107",
+    "this client address has too many open connections; retry later"
+);
 
 /// Serves `router` on `listener` under `node`'s `[api]` limits until `shutdown` completes,
 /// then drains; see the module doc.
@@ -72,7 +82,7 @@ pub(super) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let limits = &node.config().api;
-    let slots = Arc::new(Semaphore::new(limits.connections_max));
+    let admission = Admission::new(AdmissionLimits::from(limits));
     let timeouts = ConnectionTimeouts {
         header: Duration::from_millis(limits.header_read_timeout_ms),
         idle: Duration::from_millis(limits.idle_timeout_ms),
@@ -82,6 +92,8 @@ pub(super) async fn serve(
     let service = TowerToHyperService::new(router);
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
+    let mut summaries = tokio::time::interval(failure_log::REPEATED_FAILURE_WINDOW);
+    summaries.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
@@ -92,24 +104,35 @@ pub(super) async fn serve(
                     tracing::error!(%error, "a connection task failed");
                 }
             }
+            // The counts of repeated request failures, once their window has closed.
+            _ = summaries.tick() => failure_log::write_summaries(),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match slots.clone().try_acquire_owned() {
-                    Ok(slot) => {
+                Ok((stream, peer)) => match admission.admit(peer.ip()) {
+                    Ok(admitted) => {
                         // Answers go out when written, not after the client's next ACK.
                         let _ = stream.set_nodelay(true);
-                        EdgeCounters::bump(&node.edge_counters().connections);
+                        let counters = node.edge_counters();
+                        EdgeCounters::bump(&counters.connections);
+                        if admitted.shed_another {
+                            EdgeCounters::bump(&counters.connections_shed);
+                        }
                         let connection = Connection {
                             node: node.clone(),
                             service: service.clone(),
                             timeouts,
                             stopping: stopping.clone(),
-                            _slot: slot,
+                            open: admitted.connection,
+                            _place: admitted.place,
                         };
                         connections.spawn(connection.run(stream));
                     }
-                    Err(_) => {
-                        EdgeCounters::bump(&node.edge_counters().connections_refused);
-                        refuse(stream);
+                    Err(refusal) => {
+                        let counters = node.edge_counters();
+                        EdgeCounters::bump(match refusal {
+                            Refusal::Full => &counters.connections_refused,
+                            Refusal::PerAddress => &counters.connections_refused_per_address,
+                        });
+                        refuse(stream, refusal);
                     }
                 },
                 Err(error) => accept_failed(error).await,
@@ -133,11 +156,15 @@ pub(super) async fn serve(
     Ok(())
 }
 
-/// Tells a connection past the cap why, if its socket takes the answer at once, and closes it.
-fn refuse(stream: TcpStream) {
-    tracing::debug!("connection refused: api.connections_max are open");
+/// Tells a connection past a cap why, if its socket takes the answer at once, and closes it.
+fn refuse(stream: TcpStream, refusal: Refusal) {
+    tracing::debug!(?refusal, "connection refused");
+    let answer = match refusal {
+        Refusal::Full => NODE_FULL,
+        Refusal::PerAddress => ADDRESS_FULL,
+    };
     // One non-blocking write: a client that does not read cannot hold the accept loop.
-    let _ = stream.try_write(REFUSAL.as_bytes());
+    let _ = stream.try_write(answer.as_bytes());
 }
 
 /// An accept error that belongs to one connection (reset before it was accepted) is skipped;
@@ -154,28 +181,31 @@ async fn accept_failed(error: io::Error) {
     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
 }
 
-/// One accepted connection and what it needs to serve it; holds its slot until it ends.
+/// One accepted connection and what it needs to serve it; holds its place until it ends.
 struct Connection {
     node: Arc<Node>,
     service: TowerToHyperService<Router>,
     timeouts: ConnectionTimeouts,
     stopping: watch::Receiver<bool>,
-    _slot: OwnedSemaphorePermit,
+    open: Arc<OpenConnection>,
+    _place: Place,
 }
 
 impl Connection {
-    /// Serves requests until the client or hyper closes the connection, a timeout cuts it, or
-    /// shutdown ends it after its request in flight.
+    /// Serves requests until the client or hyper closes the connection, a timeout cuts it, it
+    /// is shed, or shutdown ends it after its request in flight.
     async fn run(mut self, stream: TcpStream) {
-        let activity = Arc::new(Activity::new());
+        let activity = self.open.activity().clone();
         let io = TokioIo::new(Watched {
             stream,
             activity: activity.clone(),
         });
         let service = {
             let activity = activity.clone();
+            let open = ConnectionRef(self.open.clone());
             let service = self.service.clone();
-            hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                request.extensions_mut().insert(open.clone());
                 let request_done = activity.request_started();
                 let response = service.call(request);
                 async move {
@@ -200,6 +230,9 @@ impl Connection {
         ));
         let mut stop = pin!(self.stopping.changed());
         let mut shutting_down = false;
+        let open = self.open.clone();
+        let mut shed = pin!(open.shed());
+        let mut shed_told = false;
         loop {
             let event = std::future::poll_fn(|context| {
                 if let Poll::Ready(served) = connection.as_mut().poll(context) {
@@ -217,6 +250,9 @@ impl Connection {
                 }
                 if !shutting_down && stop.as_mut().poll(context).is_ready() {
                     return Poll::Ready(Event::Stopping);
+                }
+                if !shed_told && shed.as_mut().poll(context).is_ready() {
+                    return Poll::Ready(Event::Shed);
                 }
                 Poll::Pending
             })
@@ -246,6 +282,18 @@ impl Connection {
                     // Closes an idle connection now, a busy one after its answer.
                     connection.as_mut().graceful_shutdown();
                 }
+                // Checked not busy when it was shed, but a request may have started since:
+                // that one is answered first.
+                Event::Shed if activity.is_busy() => {
+                    shed_told = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                Event::Shed => {
+                    // Dropped rather than shut down gracefully: hyper would wait for a request
+                    // head a client has only begun to send.
+                    tracing::debug!("connection shed to make room for another");
+                    return;
+                }
             }
         }
     }
@@ -259,234 +307,23 @@ enum Event {
     Expiry,
     /// The node is shutting down (or its shutdown signal was dropped).
     Stopping,
-}
-
-/// Which bound a connection passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expired {
-    Header,
-    Idle,
-}
-
-/// Where a connection is between requests, as its reads, writes and requests show it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for a request head: since the connection opened, or since the first byte
-    /// after an idle spell.
-    Head { since: Instant },
-    /// Requests handed to the router and not answered yet (bodies are bounded there).
-    Busy { requests: usize },
-    /// Answered; nothing new read since the last answer or write.
-    Idle { since: Instant },
-}
-
-/// A connection's phase, updated by its reads ([`Watched`]) and requests, read by its watchdog.
-#[derive(Debug)]
-struct Activity {
-    phase: Mutex<Phase>,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            phase: Mutex::new(Phase::Head {
-                since: Instant::now(),
-            }),
-        }
-    }
-
-    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
-        // Every critical section is one assignment: a poisoned lock still holds a valid phase.
-        self.phase
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Bytes arrived: after an idle spell they start a request head.
-    fn read(&self) {
-        let mut phase = self.phase();
-        if let Phase::Idle { .. } = *phase {
-            *phase = Phase::Head {
-                since: Instant::now(),
-            };
-        }
-    }
-
-    /// Bytes of an answer went out: the connection is not idle yet.
-    fn wrote(&self) {
-        let mut phase = self.phase();
-        if let Phase::Idle { .. } = *phase {
-            *phase = Phase::Idle {
-                since: Instant::now(),
-            };
-        }
-    }
-
-    /// A request head was read and handed to the router; the guard marks its answer.
-    fn request_started(self: &Arc<Self>) -> RequestDone {
-        let mut phase = self.phase();
-        *phase = match *phase {
-            Phase::Busy { requests } => Phase::Busy {
-                requests: requests + 1,
-            },
-            _ => Phase::Busy { requests: 1 },
-        };
-        RequestDone(self.clone())
-    }
-
-    fn request_done(&self) {
-        let mut phase = self.phase();
-        *phase = match *phase {
-            Phase::Busy { requests } if requests > 1 => Phase::Busy {
-                requests: requests - 1,
-            },
-            _ => Phase::Idle {
-                since: Instant::now(),
-            },
-        };
-    }
-
-    /// When the current phase runs out, if it can.
-    fn deadline(&self, timeouts: ConnectionTimeouts) -> Option<Instant> {
-        match *self.phase() {
-            Phase::Head { since } => Some(since + timeouts.header),
-            Phase::Idle { since } => Some(since + timeouts.idle),
-            Phase::Busy { .. } => None,
-        }
-    }
-
-    /// The bound the connection has passed at `now`, if any.
-    fn expired(&self, timeouts: ConnectionTimeouts, now: Instant) -> Option<Expired> {
-        match *self.phase() {
-            Phase::Head { since } if now >= since + timeouts.header => Some(Expired::Header),
-            Phase::Idle { since } if now >= since + timeouts.idle => Some(Expired::Idle),
-            _ => None,
-        }
-    }
-}
-
-/// Marks a request answered when dropped (also when hyper drops the request's future).
-struct RequestDone(Arc<Activity>);
-
-impl Drop for RequestDone {
-    fn drop(&mut self) {
-        self.0.request_done();
-    }
-}
-
-/// A connection's socket, telling its [`Activity`] about the bytes that pass.
-struct Watched {
-    stream: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.read();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.wrote();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.wrote();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
+    /// The connection was shed to make room for another ([`super::admission`]).
+    Shed,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const TIMEOUTS: ConnectionTimeouts = ConnectionTimeouts {
-        header: Duration::from_millis(100),
-        idle: Duration::from_millis(1_000),
-    };
-
     #[test]
-    fn the_refusal_is_one_well_formed_answer() {
-        let (head, body) = REFUSAL.split_once("\r\n\r\n").unwrap();
-        assert_eq!(body, refusal_body!());
-        let length = format!("content-length: {}", body.len());
-        assert!(head.lines().any(|line| line == length), "{head}");
-        let json: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(json["error"]["code"], "unavailable");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_moves_between_head_busy_and_idle() {
-        let activity = Arc::new(Activity::new());
-        let opened = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(opened + TIMEOUTS.header));
-        let request = activity.request_started();
-        assert_eq!(activity.deadline(TIMEOUTS), None);
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(activity.expired(TIMEOUTS, Instant::now()), None);
-        drop(request);
-        let answered = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(answered + TIMEOUTS.idle));
-        tokio::time::advance(Duration::from_millis(500)).await;
-        activity.read();
-        let head = Instant::now();
-        assert_eq!(activity.deadline(TIMEOUTS), Some(head + TIMEOUTS.header));
-        tokio::time::advance(TIMEOUTS.header).await;
-        assert_eq!(
-            activity.expired(TIMEOUTS, Instant::now()),
-            Some(Expired::Header)
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_expires_unless_it_writes() {
-        let activity = Arc::new(Activity::new());
-        drop(activity.request_started());
-        tokio::time::advance(Duration::from_millis(900)).await;
-        activity.wrote();
-        tokio::time::advance(Duration::from_millis(900)).await;
-        assert_eq!(activity.expired(TIMEOUTS, Instant::now()), None);
-        tokio::time::advance(Duration::from_millis(100)).await;
-        assert_eq!(
-            activity.expired(TIMEOUTS, Instant::now()),
-            Some(Expired::Idle)
-        );
+    fn each_refusal_is_one_well_formed_answer() {
+        for refusal in [NODE_FULL, ADDRESS_FULL] {
+            let (head, body) = refusal.split_once("\r\n\r\n").unwrap();
+            let length = format!("content-length: {}", body.len());
+            assert!(head.lines().any(|line| line == length), "{head}");
+            let json: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(json["error"]["code"], "unavailable");
+            assert!(json["error"]["message"].as_str().unwrap().contains("retry"));
+        }
     }
 }

@@ -21,8 +21,16 @@ pub struct ApiLimits {
     pub ask_timeout_ms_default: u64,
     /// Longest ask timeout a client may ask for.
     pub ask_timeout_ms_max: u64,
-    /// Connections served at once; a connection past the cap is answered `503` and closed.
+    /// Connections served at once; near it, a newcomer sheds the oldest connection that is idle
+    /// or never authenticated, and a connection past it is answered `503` and closed.
     pub connections_max: usize,
+    /// Connections one client address may hold at once (an IPv6 client counts by its /64); one
+    /// more from it is answered `503` and closed. Behind a proxy every client has the proxy's
+    /// address: raise it to `connections_max` there.
+    pub connections_per_address_max: usize,
+    /// Of `connections_max`, the places kept for admin requests: when all others are busy, a
+    /// connection admitted to them may make requests with the admin token only.
+    pub admin_connections_reserved: usize,
     /// Time a client has to send a whole request head, from the moment the connection opens
     /// or the first byte of a later request arrives.
     pub header_read_timeout_ms: u64,
@@ -50,6 +58,8 @@ impl Default for ApiLimits {
             ask_timeout_ms_default: 5_000,
             ask_timeout_ms_max: 60_000,
             connections_max: 1024,
+            connections_per_address_max: 128,
+            admin_connections_reserved: 4,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
@@ -67,6 +77,19 @@ impl ApiLimits {
         if self.connections_max == 0 || self.connections_max > API_CONNECTIONS_MAX_LIMIT {
             return Err(format!(
                 "api.connections_max must be 1 to {API_CONNECTIONS_MAX_LIMIT}"
+            ));
+        }
+        if self.connections_per_address_max == 0
+            || self.connections_per_address_max > API_CONNECTIONS_MAX_LIMIT
+        {
+            return Err(format!(
+                "api.connections_per_address_max must be 1 to {API_CONNECTIONS_MAX_LIMIT}"
+            ));
+        }
+        if self.admin_connections_reserved >= self.connections_max {
+            return Err(format!(
+                "api.admin_connections_reserved must be below api.connections_max ({})",
+                self.connections_max
             ));
         }
         let timeouts = [
@@ -400,6 +423,30 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(error.contains("idle_timeout_ms"), "{error}");
+    }
+
+    #[test]
+    fn connection_shares_are_checked() {
+        let per_address = |connections_per_address_max| ApiLimits {
+            connections_per_address_max,
+            ..ApiLimits::default()
+        };
+        assert!(per_address(0).validate().is_err());
+        assert!(
+            per_address(API_CONNECTIONS_MAX_LIMIT + 1)
+                .validate()
+                .is_err()
+        );
+        assert!(per_address(1).validate().is_ok());
+        let reserved = |admin_connections_reserved| ApiLimits {
+            connections_max: 8,
+            admin_connections_reserved,
+            ..ApiLimits::default()
+        };
+        assert!(reserved(0).validate().is_ok(), "no reserve");
+        assert!(reserved(7).validate().is_ok());
+        let error = reserved(8).validate().unwrap_err();
+        assert!(error.contains("admin_connections_reserved"), "{error}");
     }
 
     #[test]

@@ -423,9 +423,10 @@ impl Node {
                 edge.connections,
             ),
             (
-                "tessera_http_connections_refused",
-                "HTTP connections closed at once because api.connections_max were open.",
-                edge.connections_refused,
+                "tessera_http_connections_shed",
+                "HTTP connections closed to make room for a newcomer near api.connections_max \
+                 (idle, or never authenticated).",
+                edge.connections_shed,
             ),
             (
                 "tessera_http_header_timeouts",
@@ -442,6 +443,18 @@ impl Node {
             snapshot
                 .family(name, help, Kind::Counter)
                 .push(Sample::counter(Vec::new(), value));
+        }
+        let refused = snapshot.family(
+            "tessera_http_connections_refused",
+            "HTTP connections answered 503 and closed, by the bound that refused them.",
+            Kind::Counter,
+        );
+        for (reason, value) in [
+            ("connections_max", edge.connections_refused),
+            ("per_address", edge.connections_refused_per_address),
+            ("admin_reserve", edge.connections_refused_admin_reserve),
+        ] {
+            refused.push(Sample::counter(vec![("reason", reason.into())], value));
         }
     }
 }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::route::{Caller, refuse};
+use super::warnings::RegionWarning;
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::link::{
     FORWARD_BATCH_MAX, FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody, WireEnvelope,
@@ -129,7 +130,13 @@ impl Forwarder {
             };
             let _ = shared.switchboard.send_to_region(&reply_to.node, reply);
         } else {
-            tracing::warn!(%node, %error, "forwarded tell dropped");
+            let kind = RegionWarning::ForwardedTellDropped {
+                node: node.to_string(),
+                error: RegionWarning::error_kind(error),
+            };
+            if shared.warnings.first_in_window(&kind) {
+                tracing::warn!(%node, %error, "forwarded tell dropped");
+            }
         }
     }
 

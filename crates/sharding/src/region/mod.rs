@@ -6,7 +6,8 @@
 //! coordinator (buffering, bounded, meanwhile), forwarding to the shard's owner on another
 //! node, answering asks forwarded from there, and handing shards off when the coordinator moves
 //! them. Remembered entities of acquired shards are restarted by `recovery`; guest `tell`s and
-//! `ask`s enter through the region's [`Router`] (`router`).
+//! `ask`s enter through the region's [`Router`] (`router`). Warnings that come once per
+//! message are counted per kind (`warnings`).
 
 mod entity_route;
 mod forward;
@@ -18,6 +19,7 @@ mod send;
 mod stats;
 mod task;
 mod transfer;
+mod warnings;
 
 pub use entity_route::EntityRoute;
 pub use entity_route::PendingReply;
@@ -89,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) lease: Arc<NodeLease>,
     pub(crate) requests: mpsc::Sender<Request>,
     pub(crate) stats: RegionStats,
+    /// The per-message warnings, counted per kind.
+    pub(crate) warnings: warnings::RegionWarnings,
 }
 
 /// What a region is built from.
@@ -194,6 +198,7 @@ impl Region {
                     .unwrap_or_else(|| Arc::new(NodeLease::always_valid())),
                 requests,
                 stats: RegionStats::default(),
+                warnings: warnings::region_warnings(),
             }
         });
         let extra = extra.expect("invariant: new_cyclic ran the closure that builds the entities");

@@ -1,7 +1,7 @@
 //! Routing one envelope under its shard's slot lock — the one decision both a sender (the local
 //! fast path) and the region task make: deliver to the local entity, hold in the slot's buffer,
 //! start an allocation, or hand it to the region task for forwarding. Also how a failed
-//! envelope is answered.
+//! envelope is answered (or, for a tell, counted and logged once per kind: `warnings`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::homes::{Home, RegisteredType};
+use super::warnings::RegionWarning;
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::link::{LinkMessage, ReplyTo, WireReply};
 use tessera_contract::{
@@ -208,6 +209,7 @@ fn failed_shard(
 fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
     let (port, receiver) = oneshot::channel::<Reply>();
     let switchboard = Arc::clone(&shared.switchboard);
+    let warnings = Arc::clone(&shared.warnings);
     tokio::spawn(async move {
         let timeout = Duration::from_millis(reply_to.timeout_ms);
         let reply = match tokio::time::timeout(timeout, receiver).await {
@@ -223,7 +225,13 @@ fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
             reply: WireReply::from(reply),
         };
         if let Err(error) = switchboard.send_to_region(&reply_to.node, message) {
-            tracing::warn!(node = %reply_to.node, %error, "ask reply could not be sent");
+            let kind = RegionWarning::AskReplyLost {
+                node: reply_to.node.clone(),
+                error: RegionWarning::error_kind(&error),
+            };
+            if warnings.first_in_window(&kind) {
+                tracing::warn!(node = %reply_to.node, %error, "ask reply could not be sent");
+            }
         }
     });
     port
@@ -269,11 +277,22 @@ pub(crate) fn fail(shared: &Shared, item: Buffered, error: MessageError) {
                 reply: WireReply::Err(error),
             };
             if let Err(link_error) = shared.switchboard.send_to_region(&reply_to.node, message) {
-                tracing::warn!(node = %reply_to.node, %link_error, "failure reply lost");
+                let kind = RegionWarning::FailureReplyLost {
+                    node: reply_to.node.clone(),
+                    error: RegionWarning::error_kind(&link_error),
+                };
+                if shared.warnings.first_in_window(&kind) {
+                    tracing::warn!(node = %reply_to.node, %link_error, "failure reply lost");
+                }
             }
         }
         _ => {
-            tracing::warn!(node = %shared.node, address = %item.address, %error, "tell dropped");
+            let kind = RegionWarning::TellDropped {
+                error: RegionWarning::error_kind(&error),
+            };
+            if shared.warnings.first_in_window(&kind) {
+                tracing::warn!(node = %shared.node, address = %item.address, %error, "tell dropped");
+            }
         }
     }
 }

@@ -135,6 +135,37 @@ async fn allocation_buffer_overflow_is_reported_to_the_caller() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn tells_dropped_together_for_one_shard_write_one_warning() {
+    const TELLS: usize = 1_000;
+    let captured = tessera_logs::CapturedWarnings::start();
+    let config = ShardingConfig {
+        allocation_buffer: TELLS,
+        ..test_config()
+    };
+    let switchboard = Arc::new(Switchboard::new());
+    // A coordinator that never answers: the allocation times out and the buffered tells fail.
+    let (silent_coordinator, _requests) = tokio::sync::mpsc::channel::<CoordinatorCommand>(16);
+    switchboard.connect_coordinator(silent_coordinator);
+    let settings = TypeSettings::new(16);
+    let (region, _fake) = start_region("node-0", &config, &switchboard, None, None, settings).await;
+    let address = counter().entity("unplaced");
+    for tell in 0..TELLS {
+        let payload = tell.to_le_bytes().to_vec();
+        region.tell(address.clone(), payload).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    while region.counters().tells_dropped < TELLS as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tells are never failed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dropped = captured.lines_with("tell dropped");
+    assert_eq!(dropped.len(), 1, "{dropped:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_per_sender_is_kept_under_concurrency() {
     let cluster = cluster(3, test_config(), None).await;

@@ -463,6 +463,7 @@ impl RegionTask {
     }
 
     fn on_tick(&mut self) {
+        self.shared.warnings.flush();
         let now = Instant::now();
         if !self.unconfirmed.is_empty() {
             self.recheck_unconfirmed();
