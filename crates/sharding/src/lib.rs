@@ -33,8 +33,11 @@ pub use config::{ConfigError, RememberConfig, ShardMoves, ShardingConfig};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
 pub use link::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
-pub use local::{LocalCell, LocalEntities};
+pub use local::{LocalCell, LocalEntities, StateRead};
 pub use membership::{Member, MemberSet, MemberStatus, Membership};
 pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};
 pub use region::PendingReply;
-pub use region::{EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, TypeSettings};
+pub use region::{
+    EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, STATE_READ_BYTES_MAX,
+    STATE_READ_ENTRIES_MAX, TypeSettings,
+};

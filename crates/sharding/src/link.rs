@@ -37,6 +37,11 @@ pub enum WireBody {
         /// The asker, for an ask.
         reply_to: Option<ReplyTo>,
     },
+    /// A request for the entity's committed state, answered to `reply_to` like an ask.
+    ReadState {
+        /// The asker.
+        reply_to: ReplyTo,
+    },
     /// A request to passivate the entity.
     Passivate,
 }

@@ -2,8 +2,8 @@
 //! [`WireEnvelope`], hop-bounded, queued per owner and sent in batches of at most
 //! [`FORWARD_BATCH_MAX`] when the region task has handled what was ready (the seed's
 //! forward / batch-result shape: the owner answers each batch with the envelopes it refused).
-//! A local ask's reply port is kept, under a request id, until the owner's reply message comes
-//! back or the ask's deadline passes.
+//! A local ask's (or state read's) reply port is kept, under a request id, until the owner's
+//! reply message comes back or the ask's deadline passes.
 
 use std::collections::HashMap;
 use tokio::time::Instant;
@@ -115,7 +115,8 @@ impl Forwarder {
             WireBody::Message {
                 reply_to: Some(reply_to),
                 ..
-            } => Some(reply_to.clone()),
+            }
+            | WireBody::ReadState { reply_to } => Some(reply_to.clone()),
             _ => None,
         };
         let one_way = local_ask.is_none() && remote.is_none();
@@ -164,14 +165,7 @@ impl Forwarder {
             refuse(shared, item, error.clone(), caller);
             return Err(error);
         }
-        let local_ask = matches!(
-            &item.body,
-            BufferedBody::Message {
-                reply: ReplyRoute::Local { .. },
-                ..
-            }
-        );
-        if local_ask && self.pending_asks.len() >= shared.config.command_buffer {
+        if item.body.is_answered_here() && self.pending_asks.len() >= shared.config.command_buffer {
             let error = MessageError::unavailable(format!(
                 "{} asks already wait for remote replies (command_buffer)",
                 self.pending_asks.len()
@@ -194,19 +188,7 @@ impl Forwarder {
                 meta,
                 reply,
             } => {
-                let (reply_to, local_port) = match reply {
-                    ReplyRoute::None => (None, None),
-                    ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
-                    ReplyRoute::Local { port, deadline } => {
-                        let remaining = deadline.saturating_duration_since(Instant::now());
-                        let reply_to = ReplyTo {
-                            node: shared.node.clone(),
-                            request_id,
-                            timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
-                        };
-                        (Some(reply_to), Some((port, deadline)))
-                    }
-                };
+                let (reply_to, local_port) = wire_reply(shared, reply, request_id);
                 let body = WireBody::Message {
                     payload,
                     meta,
@@ -214,6 +196,11 @@ impl Forwarder {
                 };
                 (body, local_port)
             }
+            BufferedBody::ReadState { reply } => match wire_reply(shared, reply, request_id) {
+                (Some(reply_to), local_port) => (WireBody::ReadState { reply_to }, local_port),
+                // Nobody waits for the state: nothing to read.
+                (None, _) => return Ok(()),
+            },
         };
         let node = allocation.node.clone();
         let envelope = WireEnvelope {
@@ -238,5 +225,28 @@ impl Forwarder {
             self.flush_node(shared, &node);
         }
         Ok(())
+    }
+}
+
+/// Where the owner's answer to an envelope goes: the asker named by a forwarded ask, or this
+/// node under `request_id` for an ask made here (whose port and deadline are kept until the
+/// answer comes); nowhere for a tell.
+fn wire_reply(
+    shared: &Shared,
+    reply: ReplyRoute,
+    request_id: u64,
+) -> (Option<ReplyTo>, Option<(ReplyPort, Instant)>) {
+    match reply {
+        ReplyRoute::None => (None, None),
+        ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
+        ReplyRoute::Local { port, deadline } => {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let reply_to = ReplyTo {
+                node: shared.node.clone(),
+                request_id,
+                timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            };
+            (Some(reply_to), Some((port, deadline)))
+        }
     }
 }

@@ -5,8 +5,9 @@
 //! task); the region task (`task`) is involved only on a miss — allocating a shard through the
 //! coordinator (buffering, bounded, meanwhile), forwarding to the shard's owner on another
 //! node, answering asks forwarded from there, and handing shards off when the coordinator moves
-//! them. Remembered entities of acquired shards are restarted by `recovery`; guest `tell`s and
-//! `ask`s enter through the region's [`Router`] (`router`).
+//! them. A state read goes where an ask would and is answered from the owner's state
+//! (`state_read`). Remembered entities of acquired shards are restarted by `recovery`; guest
+//! `tell`s and `ask`s enter through the region's [`Router`] (`router`).
 
 mod entity_route;
 mod forward;
@@ -15,6 +16,7 @@ mod recovery;
 mod route;
 mod router;
 mod send;
+mod state_read;
 mod stats;
 mod task;
 mod transfer;
@@ -22,6 +24,7 @@ mod transfer;
 pub use entity_route::EntityRoute;
 pub use entity_route::PendingReply;
 pub use homes::TypeSettings;
+pub use state_read::{STATE_READ_BYTES_MAX, STATE_READ_ENTRIES_MAX};
 
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};

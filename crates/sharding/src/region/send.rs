@@ -232,6 +232,21 @@ impl RegionHandle {
             hops: 0,
             body,
         };
+        self.request(ty, item, receiver, deadline, timeout, caller)
+            .await
+    }
+
+    /// Routes `item` — an ask or a state read made here, whose answer comes on `receiver` —
+    /// and waits for the answer until `deadline` (`timeout` after it was sent).
+    pub(super) async fn request(
+        &self,
+        ty: Arc<RegisteredType>,
+        item: Buffered,
+        receiver: oneshot::Receiver<Reply>,
+        deadline: Instant,
+        timeout: Duration,
+        caller: Caller,
+    ) -> Reply {
         // Bound first: a scrutinee's temporaries would live across the awaits below.
         let forward = self.dispatch_here(&ty, item, caller)?;
         drop(ty);
