@@ -1,15 +1,15 @@
 //! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
-//! passivation, state inspection, per-type status, the shard table, and shutdown.
+//! passivation, state inspection (read where the entity's shard lives), per-type status, the
+//! shard table, and shutdown.
 
 use super::sending::routes::{ByRegion, Tried};
 use super::{Node, NodeError};
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
-use tessera_state::EntityState;
 
 /// The most keys one state inspection returns, so inspecting a huge entity cannot exhaust host
-/// memory.
-pub const ENTITY_ENTRIES_MAX: usize = 10_000;
+/// memory (the region's bound on a state read).
+pub const ENTITY_ENTRIES_MAX: usize = tessera_sharding::STATE_READ_ENTRIES_MAX;
 
 /// The state of one entity type, for `tessera status`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -140,13 +140,20 @@ impl Node {
         Ok(self.region.passivate(entity.clone()).await?)
     }
 
-    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys).
-    pub fn entity_state(
+    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys), as the owner of
+    /// its shard holds it: in a cluster the read goes to that node, wherever it is, and fails as
+    /// an ask would while the shard has no owner that can answer (retryable), or with
+    /// `timeout` after `api.ask_timeout_ms_default`.
+    pub async fn entity_state(
         &self,
         entity: &EntityAddress,
     ) -> Result<Vec<(String, Vec<u8>)>, NodeError> {
         self.require_type(entity)?;
-        Ok(self.state.entries(entity, ENTITY_ENTRIES_MAX)?)
+        let timeout = Duration::from_millis(self.config.api.ask_timeout_ms_default);
+        Ok(self
+            .region
+            .read_state(entity.clone(), Some(timeout))
+            .await?)
     }
 
     /// Per type of `tenant`: active version, live and remembered entities.
