@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -16,6 +15,7 @@ use super::config::TransportConfig;
 use super::frame::Connection;
 use super::handshake::Hello;
 use super::request::{Incoming, PendingRequests};
+use super::send_queue::FrameSender;
 use super::stats::TransportStats;
 use super::tls::TlsIdentity;
 use tessera_contract::NodeId;
@@ -68,7 +68,7 @@ pub(crate) struct PeerLink {
     pub node_id: NodeId,
     pub role: Role,
     pub address: Mutex<SocketAddr>,
-    pub queue: mpsc::Sender<Bytes>,
+    pub queue: FrameSender,
     /// Set once the peer has been down longer than `peer_down_drop_after`.
     pub unreachable: AtomicBool,
 }

@@ -31,6 +31,11 @@ const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 /// bound by default) inside a catalog command, with room for the protocol around it.
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 
+/// Bytes of frames queued for one peer: room for the largest frame (a deploy's) with as much
+/// again queued before it. Past it a send fails at once (`QueueFull`, counted as
+/// `send_queue_full`), and what waits on it is answered `unavailable`.
+const MESH_SEND_QUEUE_BYTES_MAX: usize = 2 * MESH_FRAME_BYTES_MAX;
+
 /// One frame between two nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerMessage {
@@ -101,6 +106,7 @@ impl Mesh {
         // Voters take joining members that dial them before the catalog names them.
         transport_config.admit_unknown_peers = config.voters.iter().any(|voter| voter == node);
         transport_config.max_frame_bytes = MESH_FRAME_BYTES_MAX;
+        transport_config.send_queue_bytes_max = MESH_SEND_QUEUE_BYTES_MAX;
         let (transport, inbound) = Transport::start(transport_config, identity)
             .await
             .map_err(|error| NodeError::Config(format!("cluster transport: {error}")))?;
