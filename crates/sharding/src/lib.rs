@@ -32,7 +32,10 @@ mod tests;
 pub use config::{ConfigError, RememberConfig, ShardMoves, ShardingConfig};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
-pub use link::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
+pub use link::{
+    CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, FORWARD_PAYLOAD_BYTES_MAX, LinkMessage,
+    RemoteLinks, Switchboard,
+};
 pub use local::{LocalCell, LocalEntities, StateRead};
 pub use membership::{Member, MemberSet, MemberStatus, Membership};
 pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};

@@ -9,6 +9,7 @@
 //! (`state_read`). Remembered entities of acquired shards are restarted by `recovery`; guest
 //! `tell`s and `ask`s enter through the region's [`Router`] (`router`).
 
+mod batch;
 mod entity_route;
 mod forward;
 mod homes;

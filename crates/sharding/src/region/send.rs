@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::batch::too_large_to_forward;
 use super::homes::{self, RegisteredType};
-use super::route::{Caller, Routed, fail_all, not_registered, route_in_slot, stopped};
+use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_slot, stopped};
 use super::{RegionHandle, Request};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use tessera_contract::{
@@ -115,8 +116,13 @@ impl RegionHandle {
         Box::pin(self.submit_unboxed(item))
     }
 
-    /// [`submit`](Self::submit)'s work, boxed there: it waits, so its future is large.
+    /// [`submit`](Self::submit)'s work, boxed there: it waits, so its future is large. A
+    /// message that could never be forwarded is refused here, so a tell hears of it too.
     async fn submit_unboxed(&self, item: Buffered) -> Result<(), MessageError> {
+        if let Some(error) = too_large_to_forward(&item) {
+            refuse(&self.shared, item, error.clone(), Caller::Waiting);
+            return Err(error);
+        }
         let one_way = item.body.is_one_way();
         let (accepted, receiver) = if one_way {
             (None, None)
@@ -145,7 +151,8 @@ impl RegionHandle {
     /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its
     /// shard, forwarded, or — for an idle local entity — started on the caller's task (and
     /// finished, if it did not have to wait for anything); an error means it was not accepted
-    /// (unregistered type, full mailbox or buffer, failed shard, ...).
+    /// (unregistered type, full mailbox or buffer, failed shard, a payload too large to be
+    /// forwarded to its shard's remote owner, ...).
     ///
     /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {

@@ -2,6 +2,7 @@
 //! connected by a switchboard, over a fake entity layer that records what it is asked to do,
 //! with the coordinator committing through a real catalog.
 
+mod forwarding;
 mod handoff;
 mod remember;
 mod routing;
