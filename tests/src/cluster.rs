@@ -36,6 +36,8 @@ pub struct Cluster {
     joiners: Vec<usize>,
     /// The test (in the calling binary) that runs a child node.
     child_test: &'static str,
+    /// TOML appended to every node's config file (see [`Cluster::with_config`]).
+    extra_config: String,
 }
 
 impl Cluster {
@@ -59,7 +61,15 @@ impl Cluster {
             voters: nodes[..voters].to_vec(),
             joiners: (voters..nodes.len()).collect(),
             child_test,
+            extra_config: String::new(),
         }
+    }
+
+    /// The same cluster with `toml` appended to every node's config file: whole tables the
+    /// generated file does not have (say `[api]`), for the settings a test needs.
+    pub fn with_config(mut self, toml: &str) -> Cluster {
+        self.extra_config = toml.to_string();
+        self
     }
 
     /// Starts node `index` (again, on its data directory).
@@ -112,7 +122,7 @@ impl Cluster {
     /// A config file with what has no flag: a checkpoint every 8 catalog commands, so a node
     /// that misses a few dozen must catch up by state transfer; and a 5 s budget for a
     /// shard's allocation (a replicated commit, which a loaded 2-core CI machine can stretch
-    /// past the 750 ms default).
+    /// past the 750 ms default); then whatever the test added ([`Cluster::with_config`]).
     fn config_file(&self, index: usize) -> std::path::PathBuf {
         let member = &self.members[index];
         let path = self.dir.path().join(format!("{}.toml", member.id));
@@ -123,10 +133,11 @@ impl Cluster {
             .collect();
         let config = format!(
             "[sharding]\nrequest_timeout_ms = 5000\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n",
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{}",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),
-            voters.join(", ")
+            voters.join(", "),
+            self.extra_config
         );
         std::fs::write(&path, config).expect("config file");
         path

@@ -20,7 +20,10 @@ use tessera_contract::NodeId;
 use tessera_metadata::METADATA_GROUP;
 use tessera_metadata::{MemberRecord, MemberState};
 use tessera_sharding::link::{LinkError, Refused};
-use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks, Switchboard};
+use tessera_sharding::{
+    CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, LinkMessage, Membership, RemoteLinks,
+    STATE_READ_BYTES_MAX, Switchboard,
+};
 use tokio::sync::mpsc;
 
 /// How long sends to a peer that stays disconnected are queued before they fail at once
@@ -35,6 +38,11 @@ const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 /// again queued before it. Past it a send fails at once (`QueueFull`, counted as
 /// `send_queue_full`), and what waits on it is answered `unavailable`.
 const MESH_SEND_QUEUE_BYTES_MAX: usize = 2 * MESH_FRAME_BYTES_MAX;
+
+// A forwarding batch, and the answer to a state read, cross in one frame each: bounded well
+// below the frame limit, they always fit, whatever else a tenant sends.
+const _: () = assert!(4 * FORWARD_BATCH_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
+const _: () = assert!(2 * STATE_READ_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
 
 /// One frame between two nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
