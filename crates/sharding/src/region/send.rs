@@ -1,7 +1,7 @@
-//! Sending through a region: a sender's `tell`, `ask` and `passivate` resolve the type and
-//! shard, route under the shard's slot lock (delivering to a local entity — possibly running
-//! its message on the sender's task —, buffering while the shard is allocated or handed off),
-//! and hand the region task only what it must do: ask the coordinator, forward to a peer.
+//! Sending through a region: a sender's `tell`, `ask`, `passivate` and `read_state` resolve the
+//! type and shard, route under the shard's slot lock (delivering to a local entity — possibly
+//! running its message on the sender's task —, buffering while the shard is allocated or handed
+//! off), and hand the region task only what it must do: ask the coordinator, forward to a peer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::batch::too_large_to_forward;
 use super::homes::{self, RegisteredType};
 use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_slot, stopped};
+use super::state_read;
 use super::{RegionHandle, Request};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use tessera_contract::{
@@ -264,6 +265,39 @@ impl RegionHandle {
             }
         }
         await_reply(receiver, deadline, timeout).await
+    }
+
+    /// The committed state of `address` as the owner of its shard holds it, whichever node
+    /// that is (`state_read`): up to
+    /// [`STATE_READ_ENTRIES_MAX`](crate::STATE_READ_ENTRIES_MAX) keys and their values, in key
+    /// order (none for an entity that never wrote any). Fails as an ask to the entity would
+    /// while its shard has no owner that can answer — `unavailable` or `shard_unavailable`, or
+    /// `timeout` when no answer comes within `timeout` (by default `request_timeout`) — and
+    /// with `reply_too_large` past [`STATE_READ_BYTES_MAX`](crate::STATE_READ_BYTES_MAX). A
+    /// message still in the entity's mailbox, or not yet committed, is not in what it reads.
+    ///
+    /// See [`Region::start`](super::Region::start) for a complete setup.
+    pub async fn read_state(
+        &self,
+        address: EntityAddress,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<(String, Vec<u8>)>, MessageError> {
+        let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
+        let deadline = Instant::now() + timeout;
+        let (ty, shard) = self.resolve(&address)?;
+        let (port, receiver) = oneshot::channel();
+        let item = Buffered {
+            address,
+            shard,
+            hops: 0,
+            body: BufferedBody::ReadState {
+                reply: ReplyRoute::Local { port, deadline },
+            },
+        };
+        let answer = self
+            .request(ty, item, receiver, deadline, timeout, Caller::Waiting)
+            .await?;
+        state_read::decode(&answer)
     }
 
     /// Asks the entity's owner to passivate it after the messages already sent to it.

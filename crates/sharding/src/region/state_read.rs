@@ -1,20 +1,17 @@
-//! Reading an entity's committed state where it lives: a state read entering any node is routed
-//! like an ask — to the owner of the entity's shard (forwarded to another node as a
+//! Reading an entity's committed state where it lives. A state read entering any node
+//! ([`RegionHandle::read_state`](super::RegionHandle::read_state), in `send`) is routed like an
+//! ask — to the owner of the entity's shard (forwarded to another node as a
 //! [`WireBody::ReadState`](crate::link::WireBody::ReadState)), held in the slot's buffer while
 //! the shard is allocated or handed off, refused as an ask is while the owner is cut off
-//! (`shard_unavailable`) or no answer comes in time — and answered by the owner's region from
-//! its entity layer ([`LocalEntities::read_state`](crate::LocalEntities::read_state)), off the
-//! slot's lock, as MessagePack entries in the reply. So a read through any node sees what the
-//! owner holds, never another node's stale or empty copy.
+//! (`shard_unavailable`) or no answer comes in time. Here is the owner's side: its region
+//! answers from its entity layer ([`LocalEntities::read_state`](crate::LocalEntities::read_state)),
+//! off the slot's lock, with the entries as MessagePack in the reply, which the reader decodes.
+//! So a read through any node sees what the owner holds, never another node's stale or empty
+//! copy.
 
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-use super::route::Caller;
-use super::{RegionHandle, Shared};
-use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
+use super::Shared;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, ReplyPort};
 
 /// The most keys one state read returns, so that reading an entity with very many keys cannot
@@ -32,40 +29,6 @@ struct Entry {
     key: String,
     #[serde(with = "serde_bytes")]
     value: Vec<u8>,
-}
-
-impl RegionHandle {
-    /// The committed state of `address` as the owner of its shard holds it, whichever node
-    /// that is: up to [`STATE_READ_ENTRIES_MAX`] keys and their values, in key order (none for
-    /// an entity that never wrote any). Fails as an ask to the entity would while its shard
-    /// has no owner that can answer — `unavailable` or `shard_unavailable`, or `timeout` when
-    /// no answer comes within `timeout` (by default `request_timeout`) — and with
-    /// `reply_too_large` past [`STATE_READ_BYTES_MAX`]. A message still in the entity's
-    /// mailbox, or not yet committed, is not in what it reads.
-    ///
-    /// See [`Region::start`](super::Region::start) for a complete setup.
-    pub async fn read_state(
-        &self,
-        address: EntityAddress,
-        timeout: Option<Duration>,
-    ) -> Result<Vec<(String, Vec<u8>)>, MessageError> {
-        let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
-        let deadline = Instant::now() + timeout;
-        let (ty, shard) = self.resolve(&address)?;
-        let (port, receiver) = oneshot::channel();
-        let item = Buffered {
-            address,
-            shard,
-            hops: 0,
-            body: BufferedBody::ReadState {
-                reply: ReplyRoute::Local { port, deadline },
-            },
-        };
-        let answer = self
-            .request(ty, item, receiver, deadline, timeout, Caller::Waiting)
-            .await?;
-        decode(&answer)
-    }
 }
 
 /// Answers `port` with the committed state of `address`, which this node's entity layer reads
@@ -112,7 +75,7 @@ fn encode(
 }
 
 /// A state read's answer (from this node or a peer) as keys and values.
-fn decode(answer: &[u8]) -> Result<Vec<(String, Vec<u8>)>, MessageError> {
+pub(super) fn decode(answer: &[u8]) -> Result<Vec<(String, Vec<u8>)>, MessageError> {
     let entries: Vec<Entry> = rmp_serde::from_slice(answer).map_err(|error| {
         MessageError::new(
             ErrorKind::Internal,
