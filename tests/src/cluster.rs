@@ -36,8 +36,11 @@ pub struct Cluster {
     joiners: Vec<usize>,
     /// The test (in the calling binary) that runs a child node.
     child_test: &'static str,
-    /// Lines added to every node's `[sharding]` and `[cluster]` sections.
+    /// Lines added to every node's `[sharding]` and `[cluster]` sections
+    /// ([`Cluster::with_config`]).
     extra: (String, String),
+    /// Whole tables appended to every node's config file ([`Cluster::with_tables`]).
+    extra_tables: String,
 }
 
 impl Cluster {
@@ -62,12 +65,20 @@ impl Cluster {
             joiners: (voters..nodes.len()).collect(),
             child_test,
             extra: (String::new(), String::new()),
+            extra_tables: String::new(),
         }
     }
 
     /// Adds `sharding` and `cluster` (TOML lines) to every node's config file.
     pub fn with_config(mut self, sharding: &str, cluster: &str) -> Cluster {
         self.extra = (sharding.to_string(), cluster.to_string());
+        self
+    }
+
+    /// The same cluster with `toml` appended to every node's config file: whole tables the
+    /// generated file does not have (say `[api]`), for the settings a test needs.
+    pub fn with_tables(mut self, toml: &str) -> Cluster {
+        self.extra_tables = toml.to_string();
         self
     }
 
@@ -121,7 +132,7 @@ impl Cluster {
     /// A config file with what has no flag: a checkpoint every 8 catalog commands, so a node
     /// that misses a few dozen must catch up by state transfer; and a 5 s budget for a
     /// shard's allocation (a replicated commit, which a loaded 2-core CI machine can stretch
-    /// past the 750 ms default).
+    /// past the 750 ms default); then whatever the test added ([`Cluster::with_config`], [`Cluster::with_tables`]).
     fn config_file(&self, index: usize) -> std::path::PathBuf {
         let member = &self.members[index];
         let path = self.dir.path().join(format!("{}.toml", member.id));
@@ -133,10 +144,11 @@ impl Cluster {
         let (sharding, cluster) = &self.extra;
         let config = format!(
             "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{cluster}\n",
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{cluster}\n{}",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),
-            voters.join(", ")
+            voters.join(", "),
+            self.extra_tables
         );
         std::fs::write(&path, config).expect("config file");
         path

@@ -21,6 +21,12 @@ pub const MAX_FRAME_BYTES_CEILING: usize = u32::MAX as usize;
 /// drop is counted: a slow or absent peer costs bounded memory.
 pub const SEND_QUEUE_MAX: usize = 4096;
 
+/// Bytes of frames queued for one peer, by default. Beyond it `send` fails with `QueueFull` and
+/// the drop is counted, like a queue full in frames: however large the frames, a slow or absent
+/// peer costs bounded memory. At least `max_frame_bytes`, so the largest frame always fits in
+/// an empty queue.
+pub const SEND_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 /// Frames written before one flush. Bounds the time one writer spends before a syscall.
 pub const WRITE_BATCH_FRAMES_MAX: usize = 256;
 
@@ -69,6 +75,8 @@ pub struct TransportConfig {
     pub max_frame_bytes: usize,
     /// Frames queued per peer.
     pub send_queue_max: usize,
+    /// Bytes of frames queued per peer; at least `max_frame_bytes`.
+    pub send_queue_bytes_max: usize,
     /// Frames written per flush.
     pub write_batch_frames_max: usize,
     /// Received messages waiting for the application.
@@ -128,6 +136,7 @@ impl TransportConfig {
             listen_addr,
             max_frame_bytes: MAX_FRAME_BYTES,
             send_queue_max: SEND_QUEUE_MAX,
+            send_queue_bytes_max: SEND_QUEUE_BYTES_MAX,
             write_batch_frames_max: WRITE_BATCH_FRAMES_MAX,
             inbound_queue_max: INBOUND_QUEUE_MAX,
             pending_requests_max: PENDING_REQUESTS_MAX,
@@ -145,6 +154,12 @@ impl TransportConfig {
         if self.cluster_id.is_empty() {
             return Err(ConfigError::EmptyClusterId);
         }
+        if self.max_frame_bytes > MAX_FRAME_BYTES_CEILING {
+            return Err(ConfigError::TooLarge {
+                field: "max_frame_bytes",
+                most: MAX_FRAME_BYTES_CEILING as u64,
+            });
+        }
         let counts = [
             (
                 "max_frame_bytes",
@@ -152,6 +167,12 @@ impl TransportConfig {
                 MAX_FRAME_BYTES_FLOOR,
             ),
             ("send_queue_max", self.send_queue_max, 1),
+            // The largest frame must fit in an empty queue.
+            (
+                "send_queue_bytes_max",
+                self.send_queue_bytes_max,
+                self.max_frame_bytes,
+            ),
             ("write_batch_frames_max", self.write_batch_frames_max, 1),
             ("inbound_queue_max", self.inbound_queue_max, 1),
             ("pending_requests_max", self.pending_requests_max, 1),
@@ -164,12 +185,6 @@ impl TransportConfig {
                     least: least as u64,
                 });
             }
-        }
-        if self.max_frame_bytes > MAX_FRAME_BYTES_CEILING {
-            return Err(ConfigError::TooLarge {
-                field: "max_frame_bytes",
-                most: MAX_FRAME_BYTES_CEILING as u64,
-            });
         }
         let durations = [
             ("handshake_timeout", self.handshake_timeout),
@@ -207,6 +222,15 @@ mod tests {
             config.validate(),
             Err(ConfigError::TooLarge { .. })
         ));
+        let mut config = good.clone();
+        config.send_queue_bytes_max = config.max_frame_bytes - 1;
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::TooSmall {
+                field: "send_queue_bytes_max",
+                least: config.max_frame_bytes as u64,
+            })
+        );
         let mut config = good.clone();
         config.inbound_queue_max = 0;
         assert!(config.validate().is_err());

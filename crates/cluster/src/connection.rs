@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::frame::{self, Connection, Envelope, FRAME_LENGTH_PREFIX_BYTES};
 use super::request::{Incoming, Responder};
+use super::send_queue::FrameReceiver;
 use super::shared::{PeerLink, Shared, lock};
 use super::stats::{add, bump};
 
@@ -48,7 +49,7 @@ pub(crate) async fn serve<M>(
     shared: &Arc<Shared<M>>,
     link: &Arc<PeerLink>,
     connection: Connection,
-    queued: &mut mpsc::Receiver<Bytes>,
+    queued: &mut FrameReceiver,
     accepted: &mut mpsc::Receiver<Connection>,
 ) -> AfterServing
 where
@@ -84,7 +85,7 @@ where
 async fn write_loop<M>(
     shared: &Shared<M>,
     mut sink: FrameSink,
-    queued: &mut mpsc::Receiver<Bytes>,
+    queued: &mut FrameReceiver,
 ) -> Ended {
     let batch_frames_max = shared.config.write_batch_frames_max;
     loop {
@@ -101,7 +102,7 @@ async fn write_loop<M>(
                 return Ended::Lost;
             }
             if frames < batch_frames_max as u64 {
-                next = queued.try_recv().ok();
+                next = queued.try_recv();
             }
         }
         if sink.flush().await.is_err() {

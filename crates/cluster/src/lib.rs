@@ -24,6 +24,7 @@ mod node_name;
 mod peer;
 mod quarantine;
 mod request;
+mod send_queue;
 mod shared;
 mod stats;
 pub mod tls;
@@ -40,8 +41,8 @@ pub use certs::{CertError, ClusterCa, NodeCertificate};
 pub use config::{
     ConfigError, HANDSHAKE_TIMEOUT, HANDSHAKES_IN_FLIGHT_MAX, INBOUND_QUEUE_MAX, MAX_FRAME_BYTES,
     MAX_FRAME_BYTES_CEILING, MAX_FRAME_BYTES_FLOOR, PEER_DOWN_DROP_AFTER, PENDING_REQUESTS_MAX,
-    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SEND_QUEUE_MAX, TransportConfig,
-    WRITE_BATCH_FRAMES_MAX,
+    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SEND_QUEUE_BYTES_MAX, SEND_QUEUE_MAX,
+    TransportConfig, WRITE_BATCH_FRAMES_MAX,
 };
 pub use error::{RequestError, SendError, TransportError};
 pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id};

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use rand::Rng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,6 +23,7 @@ use tokio_util::codec::Framed;
 use super::connection::{AfterServing, serve};
 use super::frame::{self, Connection};
 use super::handshake::{self, HandshakeError};
+use super::send_queue::{FrameReceiver, send_queue};
 use super::shared::{AbortOnDrop, PeerEntry, PeerLink, Role, Shared, lock};
 use super::stats::{RefusalReason, add, bump};
 use super::tls::server_name_of;
@@ -48,7 +48,10 @@ pub(crate) fn insert_peer<M>(
 ) where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
-    let (queue, queued) = mpsc::channel(shared.config.send_queue_max);
+    let (queue, queued) = send_queue(
+        shared.config.send_queue_max,
+        shared.config.send_queue_bytes_max,
+    );
     let (accepted, accepted_connections) = mpsc::channel(ACCEPTED_CONNECTIONS_WAITING_MAX);
     let link = Arc::new(PeerLink {
         node_id: node_id.to_owned(),
@@ -74,7 +77,7 @@ pub(crate) fn insert_peer<M>(
 pub(crate) async fn run_peer<M>(
     shared: Arc<Shared<M>>,
     link: Arc<PeerLink>,
-    mut queued: mpsc::Receiver<Bytes>,
+    mut queued: FrameReceiver,
     mut accepted: mpsc::Receiver<Connection>,
 ) where
     M: Serialize + DeserializeOwned + Send + 'static,
@@ -117,7 +120,7 @@ pub(crate) async fn run_peer<M>(
 async fn dial_until_up<M>(
     shared: &Shared<M>,
     link: &PeerLink,
-    queued: &mut mpsc::Receiver<Bytes>,
+    queued: &mut FrameReceiver,
     down_since: Instant,
 ) -> Connection {
     let mut failures: u32 = 0;
@@ -145,7 +148,7 @@ async fn dial_until_up<M>(
 async fn wait_for_dialer<M>(
     shared: &Shared<M>,
     link: &PeerLink,
-    queued: &mut mpsc::Receiver<Bytes>,
+    queued: &mut FrameReceiver,
     accepted: &mut mpsc::Receiver<Connection>,
     down_since: Instant,
 ) -> Option<Connection> {
@@ -163,7 +166,7 @@ async fn wait_for_dialer<M>(
 fn drop_if_down_too_long<M>(
     shared: &Shared<M>,
     link: &PeerLink,
-    queued: &mut mpsc::Receiver<Bytes>,
+    queued: &mut FrameReceiver,
     down_since: Instant,
 ) {
     if down_since.elapsed() < shared.config.peer_down_drop_after {
@@ -171,7 +174,7 @@ fn drop_if_down_too_long<M>(
     }
     link.unreachable.store(true, Ordering::Release);
     let mut dropped = 0;
-    while queued.try_recv().is_ok() {
+    while queued.try_recv().is_some() {
         dropped += 1;
     }
     add(&shared.stats.send_dropped_peer_down, dropped);

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::SendError;
 use super::frame::{self, Envelope};
+use super::send_queue::{FrameSender, QueueRefused};
 use super::stats::{TransportStats, bump};
 use tessera_contract::NodeId;
 
@@ -71,7 +72,7 @@ impl<M> Inbound<M> {
 pub struct Responder<M> {
     pub(crate) id: u64,
     pub(crate) peer: NodeId,
-    pub(crate) queue: mpsc::Sender<Bytes>,
+    pub(crate) queue: FrameSender,
     pub(crate) max_frame_bytes: usize,
     pub(crate) stats: Arc<TransportStats>,
     pub(crate) _message: std::marker::PhantomData<fn(M)>,
@@ -92,19 +93,19 @@ impl<M: Serialize> Responder<M> {
     }
 }
 
-/// Queues one frame for a peer, counting a full queue.
+/// Queues one frame for a peer, counting a full queue (in frames or in bytes).
 pub(crate) fn enqueue(
-    queue: &mpsc::Sender<Bytes>,
+    queue: &FrameSender,
     peer: &str,
     body: Bytes,
     stats: &TransportStats,
 ) -> Result<(), SendError> {
-    queue.try_send(body).map_err(|error| match error {
-        mpsc::error::TrySendError::Full(_) => {
+    queue.try_send(body).map_err(|refused| match refused {
+        QueueRefused::Full => {
             bump(&stats.send_dropped_queue_full);
             SendError::QueueFull(peer.to_owned())
         }
-        mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+        QueueRefused::Closed => SendError::Closed,
     })
 }
 

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -17,6 +16,7 @@ use super::frame::Connection;
 use super::handshake::Hello;
 use super::quarantine::Quarantine;
 use super::request::{Incoming, PendingRequests};
+use super::send_queue::FrameSender;
 use super::stats::TransportStats;
 use super::tls::TlsIdentity;
 use tessera_contract::NodeId;
@@ -71,7 +71,7 @@ pub(crate) struct PeerLink {
     pub node_id: NodeId,
     pub role: Role,
     pub address: Mutex<SocketAddr>,
-    pub queue: mpsc::Sender<Bytes>,
+    pub queue: FrameSender,
     /// Set once the peer has been down longer than `peer_down_drop_after`.
     pub unreachable: AtomicBool,
     /// The incarnation of the peer's latest connection (0 before the first).

@@ -38,6 +38,10 @@ pub enum ErrorKind {
     ReplyTooLarge,
     /// The message wrote more state than the entity's quota allows.
     StateTooLarge,
+    /// The message is larger than its way to the entity can carry: in a cluster, a message
+    /// that could not fit in one forwarding batch to another node. Sending it again fails the
+    /// same way.
+    PayloadTooLarge,
     /// The entity's mailbox is full: back off and retry.
     MailboxFull,
     /// The shard's buffer is full while its home is being resolved or moved.

@@ -37,6 +37,12 @@ pub enum BufferedBody {
         /// Where its reply goes.
         reply: ReplyRoute,
     },
+    /// Read the entity's committed state where its shard lives; answered like an ask, with
+    /// the state as its reply (`region::state_read`). Its reply goes somewhere, never `None`.
+    ReadState {
+        /// Where the state goes.
+        reply: ReplyRoute,
+    },
     /// Passivate the entity.
     Passivate,
 }
@@ -49,8 +55,31 @@ impl BufferedBody {
             BufferedBody::Message {
                 reply: ReplyRoute::None,
                 ..
+            } | BufferedBody::ReadState {
+                reply: ReplyRoute::None
             } | BufferedBody::Passivate
         )
+    }
+
+    /// Whether a sender on this node waits for the answer (an ask or a state read made here).
+    pub fn is_answered_here(&self) -> bool {
+        matches!(
+            self,
+            BufferedBody::Message {
+                reply: ReplyRoute::Local { .. },
+                ..
+            } | BufferedBody::ReadState {
+                reply: ReplyRoute::Local { .. }
+            }
+        )
+    }
+
+    /// Where the answer goes, if anywhere (a passivation has none).
+    pub fn into_reply(self) -> Option<ReplyRoute> {
+        match self {
+            BufferedBody::Message { reply, .. } | BufferedBody::ReadState { reply } => Some(reply),
+            BufferedBody::Passivate => None,
+        }
     }
 }
 

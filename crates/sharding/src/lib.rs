@@ -33,9 +33,15 @@ mod tests;
 pub use config::{ConfigError, RememberConfig, ShardMoves, ShardingConfig};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
-pub use link::{CoordinatorCommand, LinkMessage, RemoteLinks, Switchboard};
-pub use local::{LocalCell, LocalEntities};
+pub use link::{
+    CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, FORWARD_PAYLOAD_BYTES_MAX, LinkMessage,
+    RemoteLinks, Switchboard,
+};
+pub use local::{LocalCell, LocalEntities, StateRead};
 pub use membership::{Member, MemberSet, MemberStatus, Membership};
 pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};
 pub use region::PendingReply;
-pub use region::{EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, TypeSettings};
+pub use region::{
+    EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, STATE_READ_BYTES_MAX,
+    STATE_READ_ENTRIES_MAX, TypeSettings,
+};

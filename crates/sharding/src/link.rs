@@ -37,6 +37,11 @@ pub enum WireBody {
         /// The asker, for an ask.
         reply_to: Option<ReplyTo>,
     },
+    /// A request for the entity's committed state, answered to `reply_to` like an ask.
+    ReadState {
+        /// The asker.
+        reply_to: ReplyTo,
+    },
     /// A request to passivate the entity.
     Passivate,
 }
@@ -90,11 +95,32 @@ impl From<WireReply> for Reply {
 /// Envelopes one region forwards to another in one message, at most.
 pub const FORWARD_BATCH_MAX: usize = 256;
 
+/// Bytes of envelopes one forwarding batch carries, at most: the sum of their MessagePack
+/// encodings, counted as they are queued. A batch crosses between nodes as one frame, and a
+/// frame over the transport's limit (the mesh's is 80 MiB) is refused whole; bounded well below
+/// it, a batch always fits, so one tenant's large messages cannot fail the other envelopes
+/// that share their batch. It also bounds what a region holds queued for one peer.
+pub const FORWARD_BATCH_BYTES_MAX: usize = 8 << 20;
+
+/// The largest payload a forwarded message may carry. Its envelope — the payload with its
+/// address, origin and call chain — must fit in one batch on its own; a client's message,
+/// whose address and origin take a few hundred bytes, fits whenever its payload is at most
+/// this. A message that could never fit is refused alone, at once, with `payload_too_large`.
+pub const FORWARD_PAYLOAD_BYTES_MAX: usize =
+    FORWARD_BATCH_BYTES_MAX - FORWARD_ENVELOPE_BYTES_RESERVED;
+
+/// What an envelope beside its payload may take within [`FORWARD_BATCH_BYTES_MAX`] for
+/// [`FORWARD_PAYLOAD_BYTES_MAX`] to hold: an entity id of at most 256 bytes, tenant and type
+/// names, the shard key, the allocation and the asker's node, an idempotency key of at most
+/// 128 bytes, and MessagePack's field names need far less.
+const FORWARD_ENVELOPE_BYTES_RESERVED: usize = 64 << 10;
+
 /// A message to a region, from a peer region or the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LinkMessage {
     /// Envelopes forwarded by a peer region, in the order they must run (at most
-    /// [`FORWARD_BATCH_MAX`]). Answered with [`LinkMessage::Delivered`].
+    /// [`FORWARD_BATCH_MAX`] of them and [`FORWARD_BATCH_BYTES_MAX`] bytes). Answered with
+    /// [`LinkMessage::Delivered`].
     Deliver {
         /// The forwarding node, where the batch result goes.
         from: NodeId,

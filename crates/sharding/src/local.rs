@@ -1,9 +1,13 @@
 //! The seam between a region and the entities of its own node: [`LocalEntities`], which the
 //! entity layer's [`Entities`] implements (here, in the layer above it) and tests replace with
 //! a fake. The region hands every local delivery the shard it computed, so the entity layer
-//! never recomputes it.
+//! never recomputes it, and reads an entity's committed state through it when this node owns
+//! the entity's shard.
 
-use tessera_contract::{BoxFuture, EntityAddress, Envelope, ShardId, TypeKey};
+use std::sync::Arc;
+use tessera_contract::{
+    BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, ShardId, TypeKey,
+};
 use tessera_entity::{ClaimedRun, Entities, LiveCell, Refused};
 
 /// What a region needs from the entities living on its own node.
@@ -65,7 +69,16 @@ pub trait LocalEntities: Send + Sync + 'static {
     fn stop_shard(&self, type_key: &TypeKey, shard: ShardId) -> BoxFuture<'static, ()>;
     /// Live entities of `type_key` in `shard`.
     fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize;
+    /// Reads up to `entries_max` committed keys and values of entity `to`, in key order, off
+    /// the caller's task (this node owns its shard). By default an entity layer keeps no
+    /// state, and every entity's is empty.
+    fn read_state(&self, _to: EntityAddress, _entries_max: usize) -> BoxFuture<'static, StateRead> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
+
+/// An entity's committed keys and values in key order, or why they could not be read.
+pub type StateRead = Result<Vec<(String, Vec<u8>)>, MessageError>;
 
 /// A sender's direct handle on one live local entity ([`LocalEntities::live_cell`]).
 pub trait LocalCell: Send + Sync + 'static {
@@ -128,5 +141,26 @@ impl LocalEntities for Entities {
 
     fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize {
         Entities::live_in_shard(self, type_key, shard)
+    }
+
+    fn read_state(&self, to: EntityAddress, entries_max: usize) -> BoxFuture<'static, StateRead> {
+        let state = Arc::clone(self.state());
+        Box::pin(async move {
+            // A read of many keys may take a while: not on a worker that serves messages.
+            let read = tokio::task::spawn_blocking(move || {
+                state.entries(&to, entries_max).map_err(|error| {
+                    MessageError::new(
+                        ErrorKind::Internal,
+                        format!("reading the state of {to} failed: {error}"),
+                    )
+                })
+            });
+            read.await.unwrap_or_else(|error| {
+                Err(MessageError::new(
+                    ErrorKind::Internal,
+                    format!("the state read stopped: {error}"),
+                ))
+            })
+        })
     }
 }

@@ -126,6 +126,7 @@ async fn a_restarted_node_brings_remembered_entities_back() {
     for (id, value) in expected {
         let state = node
             .entity_state(&EntityAddress::new("acme", "counter", id))
+            .await
             .unwrap();
         assert_eq!(state.len(), 1);
         assert_eq!(msgpack_to_json(&state[0].1).unwrap(), value, "{id}");

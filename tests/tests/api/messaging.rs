@@ -229,7 +229,7 @@ async fn reminders_survive_passivation_and_restart() {
     let node = super::lifecycle::open_again(dir.path()).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let fired = loop {
-        let state = node.entity_state(&address).unwrap();
+        let state = node.entity_state(&address).await.unwrap();
         if let Some((_, log)) = state.first() {
             break msgpack_to_json(log).unwrap();
         }

@@ -1,5 +1,6 @@
 //! Peers working together: messages both ways over one connection, requests and their
-//! timeouts, three nodes all-pairs, a full send queue, a peer down too long, and restarts.
+//! timeouts, three nodes all-pairs, a send queue full in frames or in bytes, a peer down too
+//! long, and restarts.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -155,6 +156,33 @@ async fn a_full_send_queue_refuses_and_counts() {
         first.send("node-9", &"x".to_owned()),
         Err(SendError::UnknownPeer(_))
     ));
+}
+
+#[tokio::test]
+async fn a_send_queue_full_in_bytes_refuses_and_counts() {
+    let certs = Certs::new(&["node-1", "node-2"]);
+    let mut config = config(CLUSTER);
+    config.max_frame_bytes = 4096;
+    config.send_queue_bytes_max = 8192;
+    let (first, _inbound) = start(&certs, "node-1", config).await;
+    // Nobody listens there: the frames stay queued.
+    let closed_port = std::net::TcpListener::bind(loopback(0))
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    first.add_peer("node-2", closed_port).unwrap();
+    let large = "x".repeat(3000);
+    first.send("node-2", &large).unwrap();
+    first.send("node-2", &large).unwrap();
+    let refused = first.send("node-2", &large);
+    assert!(
+        matches!(refused, Err(SendError::QueueFull(_))),
+        "two frames of about 3,000 bytes queued: a third would pass 8,192 bytes: {refused:?}"
+    );
+    assert_eq!(first.stats().send_dropped_queue_full, 1);
+    first
+        .send("node-2", &"small".to_owned())
+        .expect("a small frame still fits");
 }
 
 #[tokio::test]

@@ -70,6 +70,7 @@ pub fn message_status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::MemoryLimit
         | ErrorKind::ReplyTooLarge
         | ErrorKind::StateTooLarge => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::MailboxFull
         | ErrorKind::BufferOverflow
@@ -181,6 +182,7 @@ mod tests {
             (ErrorKind::MemoryLimit, 422),
             (ErrorKind::ReplyTooLarge, 422),
             (ErrorKind::StateTooLarge, 422),
+            (ErrorKind::PayloadTooLarge, 413),
             (ErrorKind::MailboxFull, 503),
             (ErrorKind::BufferOverflow, 503),
             (ErrorKind::Unavailable, 503),

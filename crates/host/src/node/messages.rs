@@ -1,15 +1,16 @@
 //! Messages to entities (admitted by the tenant's rate quota, then routed by the region),
-//! passivation, state inspection, per-type status, the shard table, and shutdown.
+//! passivation, state inspection (read where the entity's shard lives), per-type status, the
+//! shard table, and shutdown.
 
 use super::sending::routes::{ByRegion, Tried};
 use super::{Node, NodeError};
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
-use tessera_state::EntityState;
+use tessera_sharding::FORWARD_PAYLOAD_BYTES_MAX;
 
 /// The most keys one state inspection returns, so inspecting a huge entity cannot exhaust host
-/// memory.
-pub const ENTITY_ENTRIES_MAX: usize = 10_000;
+/// memory (the region's bound on a state read).
+pub const ENTITY_ENTRIES_MAX: usize = tessera_sharding::STATE_READ_ENTRIES_MAX;
 
 /// The state of one entity type, for `tessera status`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -43,7 +44,10 @@ impl Node {
     /// the same.
     ///
     /// The address is borrowed: a message run here never copies it, and one that goes on
-    /// (queued, buffered, forwarded) takes its own copy.
+    /// (queued, buffered, forwarded) takes its own copy. In a cluster, a payload over
+    /// [`FORWARD_PAYLOAD_BYTES_MAX`] is refused (`payload_too_large`): it could not be
+    /// forwarded to another node. [`ask`](Self::ask) and [`tell_once`](Self::tell_once) refuse
+    /// it alike.
     ///
     /// ```no_run
     /// # async fn demo(node: &tessera_host::node::Node) -> Result<(), tessera_host::node::NodeError> {
@@ -54,6 +58,7 @@ impl Node {
     /// # Ok(()) }
     /// ```
     pub async fn tell(&self, to: &EntityAddress, payload: Vec<u8>) -> Result<(), NodeError> {
+        self.check_forwardable(to, &payload)?;
         match self.sender_routes.tell_here(self, to, payload)? {
             Tried::Sent(()) => Ok(()),
             Tried::NotSent(payload, by_region) => {
@@ -110,6 +115,7 @@ impl Node {
         key: String,
         timeout: Duration,
     ) -> Result<(), NodeError> {
+        self.check_forwardable(to, &payload)?;
         self.admit(to)?;
         let meta = MessageMeta::from_origin(Origin::Client { key });
         self.region
@@ -125,6 +131,7 @@ impl Node {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, NodeError> {
+        self.check_forwardable(to, &payload)?;
         match self.sender_routes.ask_here(self, to, payload, timeout)? {
             Tried::Sent(reply) => Ok(reply.wait().await?),
             Tried::NotSent(payload, by_region) => {
@@ -140,13 +147,20 @@ impl Node {
         Ok(self.region.passivate(entity.clone()).await?)
     }
 
-    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys).
-    pub fn entity_state(
+    /// The committed state of an entity (at most [`ENTITY_ENTRIES_MAX`] keys), as the owner of
+    /// its shard holds it: in a cluster the read goes to that node, wherever it is, and fails as
+    /// an ask would while the shard has no owner that can answer (retryable), or with
+    /// `timeout` after `api.ask_timeout_ms_default`.
+    pub async fn entity_state(
         &self,
         entity: &EntityAddress,
     ) -> Result<Vec<(String, Vec<u8>)>, NodeError> {
         self.require_type(entity)?;
-        Ok(self.state.entries(entity, ENTITY_ENTRIES_MAX)?)
+        let timeout = Duration::from_millis(self.config.api.ask_timeout_ms_default);
+        Ok(self
+            .region
+            .read_state(entity.clone(), Some(timeout))
+            .await?)
     }
 
     /// Per type of `tenant`: active version, live and remembered entities.
@@ -254,6 +268,20 @@ impl Node {
         Ok(())
     }
 
+    /// In a cluster, refuses a message too large to be forwarded to another node
+    /// (`payload_too_large`), wherever its entity's shard lives now: it may live on another node
+    /// or move there, and the same message is refused alike through every node.
+    pub(in crate::node) fn check_forwardable(
+        &self,
+        to: &EntityAddress,
+        payload: &[u8],
+    ) -> Result<(), NodeError> {
+        if payload.len() <= FORWARD_PAYLOAD_BYTES_MAX || self.mesh.is_none() {
+            return Ok(());
+        }
+        Err(too_large_for_a_cluster(to, payload.len()))
+    }
+
     fn require_type(&self, entity: &EntityAddress) -> Result<(), NodeError> {
         if self.entities.types().get(&entity.type_key()).is_none() {
             return Err(NodeError::NotFound(format!(
@@ -263,4 +291,16 @@ impl Node {
         }
         Ok(())
     }
+}
+
+/// The refusal of a message over [`FORWARD_PAYLOAD_BYTES_MAX`] in a cluster.
+#[cold]
+fn too_large_for_a_cluster(to: &EntityAddress, bytes: usize) -> NodeError {
+    NodeError::Message(MessageError::new(
+        ErrorKind::PayloadTooLarge,
+        format!(
+            "the message to {to} is {bytes} bytes; in a cluster a message carries at most \
+             {FORWARD_PAYLOAD_BYTES_MAX}, so that it can be forwarded to its entity's node"
+        ),
+    ))
 }

@@ -1,29 +1,27 @@
 //! Forwarding to other regions: an envelope for a remote shard goes to its owner as a
-//! [`WireEnvelope`], hop-bounded, queued per owner and sent in batches of at most
-//! [`FORWARD_BATCH_MAX`] when the region task has handled what was ready (the seed's
-//! forward / batch-result shape: the owner answers each batch with the envelopes it refused).
-//! A local ask's reply port is kept, under a request id, until the owner's reply message comes
-//! back or the ask's deadline passes.
+//! [`WireEnvelope`], hop-bounded, queued per owner and sent in batches (`batch`: at most
+//! [`FORWARD_BATCH_MAX`](crate::link::FORWARD_BATCH_MAX) envelopes and
+//! [`FORWARD_BATCH_BYTES_MAX`] bytes, so a batch always fits in one frame) when the region task
+//! has handled what was ready or a batch is full (the seed's forward / batch-result shape: the
+//! owner answers each batch with the envelopes it refused). An envelope that could never fit
+//! in a batch is refused on its own, `payload_too_large`, and never joins one.
+//! A local ask's (or state read's) reply port is kept, under a request id, until the owner's
+//! reply message comes back or the ask's deadline passes.
 
 use std::collections::HashMap;
 use tokio::time::Instant;
 
 use super::Shared;
+use super::batch::{PeerBatch, Queued, encoded_bytes, envelope_too_large};
 use super::route::{Caller, refuse};
 use super::warnings::RegionWarning;
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use crate::link::{
-    FORWARD_BATCH_MAX, FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody, WireEnvelope,
-    WireReply,
+    FORWARD_BATCH_BYTES_MAX, FORWARD_HOPS_MAX, LinkError, LinkMessage, ReplyTo, WireBody,
+    WireEnvelope, WireReply,
 };
 use tessera_contract::NodeId;
 use tessera_contract::{Allocation, MessageError, Reply, ReplyPort};
-
-/// An envelope queued for a peer, and the local ask it answers (if any).
-struct Queued {
-    envelope: WireEnvelope,
-    local_ask: Option<u64>,
-}
 
 /// An ask forwarded to another region, waiting for its reply message.
 struct PendingAsk {
@@ -31,11 +29,12 @@ struct PendingAsk {
     deadline: Instant,
 }
 
-/// The asks a region forwarded and still waits on, and the envelopes queued per peer.
+/// The asks a region forwarded and still waits on, and the next batch per peer (at most one
+/// batch, [`FORWARD_BATCH_BYTES_MAX`] bytes, is held for a peer: a full one is sent at once).
 pub(crate) struct Forwarder {
     pending_asks: HashMap<u64, PendingAsk>,
     next_request_id: u64,
-    queued: HashMap<NodeId, Vec<Queued>>,
+    queued: HashMap<NodeId, PeerBatch>,
     next_batch: u64,
 }
 
@@ -64,7 +63,7 @@ impl Forwarder {
     }
 
     fn flush_node(&mut self, shared: &Shared, node: &str) {
-        let Some(queued) = self.queued.remove(node) else {
+        let Some(queued) = self.queued.remove(node).map(PeerBatch::into_queued) else {
             return;
         };
         if queued.is_empty() {
@@ -116,7 +115,8 @@ impl Forwarder {
             WireBody::Message {
                 reply_to: Some(reply_to),
                 ..
-            } => Some(reply_to.clone()),
+            }
+            | WireBody::ReadState { reply_to } => Some(reply_to.clone()),
             _ => None,
         };
         let one_way = local_ask.is_none() && remote.is_none();
@@ -171,14 +171,7 @@ impl Forwarder {
             refuse(shared, item, error.clone(), caller);
             return Err(error);
         }
-        let local_ask = matches!(
-            &item.body,
-            BufferedBody::Message {
-                reply: ReplyRoute::Local { .. },
-                ..
-            }
-        );
-        if local_ask && self.pending_asks.len() >= shared.config.command_buffer {
+        if item.body.is_answered_here() && self.pending_asks.len() >= shared.config.command_buffer {
             let error = MessageError::unavailable(format!(
                 "{} asks already wait for remote replies (command_buffer)",
                 self.pending_asks.len()
@@ -201,19 +194,7 @@ impl Forwarder {
                 meta,
                 reply,
             } => {
-                let (reply_to, local_port) = match reply {
-                    ReplyRoute::None => (None, None),
-                    ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
-                    ReplyRoute::Local { port, deadline } => {
-                        let remaining = deadline.saturating_duration_since(Instant::now());
-                        let reply_to = ReplyTo {
-                            node: shared.node.clone(),
-                            request_id,
-                            timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
-                        };
-                        (Some(reply_to), Some((port, deadline)))
-                    }
-                };
+                let (reply_to, local_port) = wire_reply(shared, reply, request_id);
                 let body = WireBody::Message {
                     payload,
                     meta,
@@ -221,6 +202,11 @@ impl Forwarder {
                 };
                 (body, local_port)
             }
+            BufferedBody::ReadState { reply } => match wire_reply(shared, reply, request_id) {
+                (Some(reply_to), local_port) => (WireBody::ReadState { reply_to }, local_port),
+                // Nobody waits for the state: nothing to read.
+                (None, _) => return Ok(()),
+            },
         };
         let node = allocation.node.clone();
         let envelope = WireEnvelope {
@@ -236,14 +222,61 @@ impl Forwarder {
                 .insert(request_id, PendingAsk { port, deadline });
             request_id
         });
-        let queue = self.queued.entry(node.clone()).or_default();
-        queue.push(Queued {
-            envelope,
-            local_ask,
-        });
-        if queue.len() >= FORWARD_BATCH_MAX {
-            self.flush_node(shared, &node);
+        let bytes = encoded_bytes(&envelope);
+        if bytes > FORWARD_BATCH_BYTES_MAX {
+            let error = envelope_too_large(&envelope.address, bytes);
+            self.fail(shared, &node, envelope, local_ask, &error);
+            return Err(error);
         }
+        self.queue(
+            shared,
+            &node,
+            Queued {
+                envelope,
+                local_ask,
+            },
+            bytes,
+        );
         Ok(())
+    }
+
+    /// Adds an envelope of `bytes` to `node`'s batch, sending the batch first if the envelope
+    /// would take it past its byte bound, and after if that filled it.
+    fn queue(&mut self, shared: &Shared, node: &str, queued: Queued, bytes: usize) {
+        if self
+            .queued
+            .get(node)
+            .is_some_and(|batch| !batch.has_room_for(bytes))
+        {
+            self.flush_node(shared, node);
+        }
+        let batch = self.queued.entry(node.to_string()).or_default();
+        batch.push(queued, bytes);
+        if batch.is_full() {
+            self.flush_node(shared, node);
+        }
+    }
+}
+
+/// Where the owner's answer to an envelope goes: the asker named by a forwarded ask, or this
+/// node under `request_id` for an ask made here (whose port and deadline are kept until the
+/// answer comes); nowhere for a tell.
+fn wire_reply(
+    shared: &Shared,
+    reply: ReplyRoute,
+    request_id: u64,
+) -> (Option<ReplyTo>, Option<(ReplyPort, Instant)>) {
+    match reply {
+        ReplyRoute::None => (None, None),
+        ReplyRoute::Remote(reply_to) => (Some(reply_to), None),
+        ReplyRoute::Local { port, deadline } => {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let reply_to = ReplyTo {
+                node: shared.node.clone(),
+                request_id,
+                timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            };
+            (Some(reply_to), Some((port, deadline)))
+        }
     }
 }

@@ -5,10 +5,12 @@
 //! task); the region task (`task`) is involved only on a miss — allocating a shard through the
 //! coordinator (buffering, bounded, meanwhile), forwarding to the shard's owner on another
 //! node, answering asks forwarded from there, and handing shards off when the coordinator moves
-//! them. Remembered entities of acquired shards are restarted by `recovery`; guest `tell`s and
-//! `ask`s enter through the region's [`Router`] (`router`). Warnings that come once per
-//! message are counted per kind (`warnings`).
+//! them. A state read goes where an ask would and is answered from the owner's state
+//! (`state_read`). Remembered entities of acquired shards are restarted by `recovery`; guest
+//! `tell`s and `ask`s enter through the region's [`Router`] (`router`). Warnings that come once
+//! per message are counted per kind (`warnings`).
 
+mod batch;
 mod entity_route;
 mod forward;
 mod homes;
@@ -16,6 +18,7 @@ mod recovery;
 mod route;
 mod router;
 mod send;
+mod state_read;
 mod stats;
 mod task;
 mod transfer;
@@ -24,6 +27,7 @@ mod warnings;
 pub use entity_route::EntityRoute;
 pub use entity_route::PendingReply;
 pub use homes::TypeSettings;
+pub use state_read::{STATE_READ_BYTES_MAX, STATE_READ_ENTRIES_MAX};
 
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::homes::{Home, RegisteredType};
 use super::warnings::RegionWarning;
+use super::{Shared, state_read};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::link::{LinkMessage, ReplyTo, WireReply};
 use tessera_contract::{
@@ -120,24 +120,22 @@ fn deliver_local(
             shared.local.passivate(&address);
             return Ok(None);
         }
+        BufferedBody::ReadState { reply } => {
+            if let (Some(port), _) = reply_port(shared, reply) {
+                state_read::answer_here(shared, address, port);
+            }
+            return Ok(None);
+        }
         BufferedBody::Message {
             payload,
             meta,
             reply,
         } => (payload, meta, reply),
     };
-    let port = match reply {
-        ReplyRoute::None => None,
-        ReplyRoute::Local { port, deadline } => {
-            meta.deadline = Some(deadline.into_std());
-            Some(port)
-        }
-        ReplyRoute::Remote(reply_to) => {
-            let remaining = std::time::Duration::from_millis(reply_to.timeout_ms);
-            meta.deadline = std::time::Instant::now().checked_add(remaining);
-            Some(remote_reply_port(shared, reply_to))
-        }
-    };
+    let (port, deadline) = reply_port(shared, reply);
+    if deadline.is_some() {
+        meta.deadline = deadline;
+    }
     let tell = port.is_none();
     let envelope = Envelope {
         payload,
@@ -205,6 +203,24 @@ fn failed_shard(
     )))
 }
 
+/// The port an answer goes into, and when its asker stops waiting: the asker's own port for
+/// an ask made here; for one forwarded from another node, a port whose answer travels back
+/// as a message; none for a tell.
+fn reply_port(
+    shared: &Shared,
+    reply: ReplyRoute,
+) -> (Option<ReplyPort>, Option<std::time::Instant>) {
+    match reply {
+        ReplyRoute::None => (None, None),
+        ReplyRoute::Local { port, deadline } => (Some(port), Some(deadline.into_std())),
+        ReplyRoute::Remote(reply_to) => {
+            let remaining = std::time::Duration::from_millis(reply_to.timeout_ms);
+            let deadline = std::time::Instant::now().checked_add(remaining);
+            (Some(remote_reply_port(shared, reply_to)), deadline)
+        }
+    }
+}
+
 /// A reply port whose answer travels back to the asking region as a message.
 fn remote_reply_port(shared: &Shared, reply_to: ReplyTo) -> ReplyPort {
     let (port, receiver) = oneshot::channel::<Reply>();
@@ -243,11 +259,7 @@ pub(crate) fn refuse(shared: &Shared, item: Buffered, error: MessageError, calle
     match caller {
         Caller::Waiting | Caller::WaitingHere => {
             shared.stats.count_refused(error.kind, false);
-            if let BufferedBody::Message {
-                reply: ReplyRoute::Local { port, .. },
-                ..
-            } = item.body
-            {
+            if let Some(ReplyRoute::Local { port, .. }) = item.body.into_reply() {
                 let _ = port.send(Err(error));
             }
         }
@@ -261,17 +273,11 @@ pub(crate) fn fail(shared: &Shared, item: Buffered, error: MessageError) {
     shared
         .stats
         .count_refused(error.kind, item.body.is_one_way());
-    match item.body {
-        BufferedBody::Message {
-            reply: ReplyRoute::Local { port, .. },
-            ..
-        } => {
+    match item.body.into_reply() {
+        Some(ReplyRoute::Local { port, .. }) => {
             let _ = port.send(Err(error));
         }
-        BufferedBody::Message {
-            reply: ReplyRoute::Remote(reply_to),
-            ..
-        } => {
+        Some(ReplyRoute::Remote(reply_to)) => {
             let message = LinkMessage::AskReply {
                 request_id: reply_to.request_id,
                 reply: WireReply::Err(error),

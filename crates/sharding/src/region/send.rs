@@ -1,15 +1,17 @@
-//! Sending through a region: a sender's `tell`, `ask` and `passivate` resolve the type and
-//! shard, route under the shard's slot lock (delivering to a local entity — possibly running
-//! its message on the sender's task —, buffering while the shard is allocated or handed off),
-//! and hand the region task only what it must do: ask the coordinator, forward to a peer.
+//! Sending through a region: a sender's `tell`, `ask`, `passivate` and `read_state` resolve the
+//! type and shard, route under the shard's slot lock (delivering to a local entity — possibly
+//! running its message on the sender's task —, buffering while the shard is allocated or handed
+//! off), and hand the region task only what it must do: ask the coordinator, forward to a peer.
 
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::batch::too_large_to_forward;
 use super::homes::{self, RegisteredType};
-use super::route::{Caller, Routed, fail_all, not_registered, route_in_slot, stopped};
+use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_slot, stopped};
+use super::state_read;
 use super::{RegionHandle, Request};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute};
 use tessera_contract::{
@@ -115,8 +117,13 @@ impl RegionHandle {
         Box::pin(self.submit_unboxed(item))
     }
 
-    /// [`submit`](Self::submit)'s work, boxed there: it waits, so its future is large.
+    /// [`submit`](Self::submit)'s work, boxed there: it waits, so its future is large. A
+    /// message that could never be forwarded is refused here, so a tell hears of it too.
     async fn submit_unboxed(&self, item: Buffered) -> Result<(), MessageError> {
+        if let Some(error) = too_large_to_forward(&item) {
+            refuse(&self.shared, item, error.clone(), Caller::Waiting);
+            return Err(error);
+        }
         let one_way = item.body.is_one_way();
         let (accepted, receiver) = if one_way {
             (None, None)
@@ -145,7 +152,8 @@ impl RegionHandle {
     /// Sends a one-way message. Returns once it is in the entity's mailbox, buffered for its
     /// shard, forwarded, or — for an idle local entity — started on the caller's task (and
     /// finished, if it did not have to wait for anything); an error means it was not accepted
-    /// (unregistered type, full mailbox or buffer, failed shard, ...).
+    /// (unregistered type, full mailbox or buffer, failed shard, a payload too large to be
+    /// forwarded to its shard's remote owner, ...).
     ///
     /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {
@@ -232,6 +240,21 @@ impl RegionHandle {
             hops: 0,
             body,
         };
+        self.request(ty, item, receiver, deadline, timeout, caller)
+            .await
+    }
+
+    /// Routes `item` — an ask or a state read made here, whose answer comes on `receiver` —
+    /// and waits for the answer until `deadline` (`timeout` after it was sent).
+    pub(super) async fn request(
+        &self,
+        ty: Arc<RegisteredType>,
+        item: Buffered,
+        receiver: oneshot::Receiver<Reply>,
+        deadline: Instant,
+        timeout: Duration,
+        caller: Caller,
+    ) -> Reply {
         // Bound first: a scrutinee's temporaries would live across the awaits below.
         let forward = self.dispatch_here(&ty, item, caller)?;
         drop(ty);
@@ -242,6 +265,39 @@ impl RegionHandle {
             }
         }
         await_reply(receiver, deadline, timeout).await
+    }
+
+    /// The committed state of `address` as the owner of its shard holds it, whichever node
+    /// that is (`state_read`): up to
+    /// [`STATE_READ_ENTRIES_MAX`](crate::STATE_READ_ENTRIES_MAX) keys and their values, in key
+    /// order (none for an entity that never wrote any). Fails as an ask to the entity would
+    /// while its shard has no owner that can answer — `unavailable` or `shard_unavailable`, or
+    /// `timeout` when no answer comes within `timeout` (by default `request_timeout`) — and
+    /// with `reply_too_large` past [`STATE_READ_BYTES_MAX`](crate::STATE_READ_BYTES_MAX). A
+    /// message still in the entity's mailbox, or not yet committed, is not in what it reads.
+    ///
+    /// See [`Region::start`](super::Region::start) for a complete setup.
+    pub async fn read_state(
+        &self,
+        address: EntityAddress,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<(String, Vec<u8>)>, MessageError> {
+        let timeout = timeout.unwrap_or(self.shared.config.request_timeout);
+        let deadline = Instant::now() + timeout;
+        let (ty, shard) = self.resolve(&address)?;
+        let (port, receiver) = oneshot::channel();
+        let item = Buffered {
+            address,
+            shard,
+            hops: 0,
+            body: BufferedBody::ReadState {
+                reply: ReplyRoute::Local { port, deadline },
+            },
+        };
+        let answer = self
+            .request(ty, item, receiver, deadline, timeout, Caller::Waiting)
+            .await?;
+        state_read::decode(&answer)
     }
 
     /// Asks the entity's owner to passivate it after the messages already sent to it.

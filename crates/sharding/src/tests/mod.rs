@@ -3,9 +3,11 @@
 //! with the coordinator committing through a real catalog.
 
 mod fencing;
+mod forwarding;
 mod handoff;
 mod remember;
 mod routing;
+mod state_reads;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,7 +17,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::{
     Coordinator, CoordinatorHandle, FnvExtractor, LocalEntities, Membership, Region, RegionHandle,
-    RegionParts, ShardExtractor, ShardingConfig, Switchboard, TypeSettings,
+    RegionParts, ShardExtractor, ShardingConfig, StateRead, Switchboard, TypeSettings,
 };
 use tessera_contract::{
     AllocationTable, BoxFuture, EntityAddress, Envelope, ReplyPort, ShardId, ShardKey, TypeKey,
@@ -167,6 +169,18 @@ impl LocalEntities for FakeEntities {
                 fake.changed();
             }
         })
+    }
+
+    /// The entity's "state" is what was delivered to it here, in order: a read shows which
+    /// node answered it.
+    fn read_state(&self, to: EntityAddress, _entries_max: usize) -> BoxFuture<'static, StateRead> {
+        let entries = self
+            .deliveries_to(&to)
+            .into_iter()
+            .enumerate()
+            .map(|(index, payload)| (format!("{index:04}"), payload))
+            .collect();
+        Box::pin(async move { Ok(entries) })
     }
 
     fn live_in_shard(&self, type_key: &TypeKey, shard: ShardId) -> usize {

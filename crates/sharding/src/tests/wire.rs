@@ -39,6 +39,23 @@ fn wire_messages_round_trip_through_messagepack() {
                 },
             }],
         },
+        LinkMessage::Deliver {
+            from: "node-2".into(),
+            batch: 5,
+            envelopes: vec![WireEnvelope {
+                address: counter().entity("c-3"),
+                key: key.clone(),
+                allocation: allocation.clone(),
+                hops: 1,
+                body: WireBody::ReadState {
+                    reply_to: ReplyTo {
+                        node: "node-2".into(),
+                        request_id: 10,
+                        timeout_ms: 5_000,
+                    },
+                },
+            }],
+        },
         LinkMessage::Delivered {
             batch: 4,
             accepted: 0,

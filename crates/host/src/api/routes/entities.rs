@@ -173,15 +173,16 @@ pub struct EntityStateView {
     pub bytes_total: usize,
 }
 
-/// `GET /v1/entities/{type}/{id}/state` → its committed entries: `value` where the bytes are
-/// MessagePack with a JSON form, else `raw_base64`.
+/// `GET /v1/entities/{type}/{id}/state` → its committed entries, as the owner of its shard
+/// holds them (read there, whichever node answers): `value` where the bytes are MessagePack
+/// with a JSON form, else `raw_base64`.
 pub async fn state(
     State(node): State<Arc<Node>>,
     TenantAuth(tenant): TenantAuth,
     entity: EntityPath,
 ) -> Result<Json<EntityStateView>, ApiError> {
     let address = address(&tenant, entity)?;
-    let entries = node.entity_state(&address)?;
+    let entries = node.entity_state(&address).await?;
     let bytes_total: usize = entries
         .iter()
         .map(|(key, value)| key.len() + value.len())

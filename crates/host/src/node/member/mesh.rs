@@ -24,7 +24,10 @@ use tessera_consensus::group::{GROUP_INBOUND_MAX, GroupFrame, GroupInbound, Grou
 use tessera_contract::NodeId;
 use tessera_metadata::{MemberRecord, MemberState};
 use tessera_sharding::link::{LinkError, Refused};
-use tessera_sharding::{CoordinatorCommand, LinkMessage, Membership, RemoteLinks};
+use tessera_sharding::{
+    CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, LinkMessage, Membership, RemoteLinks,
+    STATE_READ_BYTES_MAX,
+};
 use tokio::sync::mpsc;
 
 /// How long sends to a peer that stays disconnected are queued before they fail at once
@@ -34,6 +37,16 @@ const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 /// Largest frame between nodes: a deploy carries its plugin (up to the API's 64 MiB upload
 /// bound by default) inside a catalog command, with room for the protocol around it.
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
+
+/// Bytes of frames queued for one peer: room for the largest frame (a deploy's) with as much
+/// again queued before it. Past it a send fails at once (`QueueFull`, counted as
+/// `send_queue_full`), and what waits on it is answered `unavailable`.
+const MESH_SEND_QUEUE_BYTES_MAX: usize = 2 * MESH_FRAME_BYTES_MAX;
+
+// A forwarding batch, and the answer to a state read, cross in one frame each: bounded well
+// below the frame limit, they always fit, whatever else a tenant sends.
+const _: () = assert!(4 * FORWARD_BATCH_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
+const _: () = assert!(2 * STATE_READ_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
 
 /// How often the coordinator's membership view is brought in step with reachability.
 pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);
@@ -92,6 +105,7 @@ impl Mesh {
         // Voters take joining members that dial them before the catalog names them.
         transport_config.admit_unknown_peers = config.voters.iter().any(|voter| voter == node);
         transport_config.max_frame_bytes = MESH_FRAME_BYTES_MAX;
+        transport_config.send_queue_bytes_max = MESH_SEND_QUEUE_BYTES_MAX;
         let (transport, inbound) = Transport::start(transport_config, identity)
             .await
             .map_err(|error| NodeError::Config(format!("cluster transport: {error}")))?;

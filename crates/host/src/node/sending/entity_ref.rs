@@ -105,12 +105,14 @@ impl EntityRef {
 
     /// Sends a one-way message, as [`Node::tell`] does.
     pub async fn tell(&mut self, payload: Vec<u8>) -> Result<(), NodeError> {
+        self.node.check_forwardable(self.address(), &payload)?;
         self.resolved.admit(&self.node)?;
         Ok(self.resolved.route.tell(payload).await?)
     }
 
     /// Sends a message and waits for its reply, as [`Node::ask`] does.
     pub async fn ask(&mut self, payload: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, NodeError> {
+        self.node.check_forwardable(self.address(), &payload)?;
         self.resolved.admit(&self.node)?;
         Ok(self.resolved.route.ask(payload, Some(timeout)).await?)
     }

@@ -318,6 +318,9 @@ impl RegionTask {
                 meta,
                 reply: reply_to.map_or(ReplyRoute::None, ReplyRoute::Remote),
             },
+            WireBody::ReadState { reply_to } => BufferedBody::ReadState {
+                reply: ReplyRoute::Remote(reply_to),
+            },
         };
         let item = Buffered {
             address,
