@@ -145,7 +145,7 @@ impl Rogue {
         .await;
     }
 
-    /// Receives until a frame matches `wanted`; fails the test after [`PATIENCE`].
+    /// Receives until a frame matches `wanted`; fails the test after `PATIENCE`.
     pub async fn wait_for(&mut self, what: &str, wanted: impl Fn(&PeerMessage) -> bool) {
         let deadline = Instant::now() + PATIENCE;
         let mut seen = self.received.len();

@@ -1,6 +1,6 @@
 //! The one error shape every endpoint answers with — `{"error":{"code","message"}}` — and the
 //! table from node and entity errors to HTTP status codes (documented in `docs/api.md`). A
-//! server error is logged through [`super::failure_log`], which writes repeats as one count.
+//! server error is logged through `failure_log`, which writes repeats as one count.
 
 use crate::node::NodeError;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -1,11 +1,11 @@
 //! The API's accept loop: hyper's HTTP/1 connection serving the axum [`Router`], with every
 //! bound a hostile client could otherwise stretch (`[api]` in the node config, listed in
-//! `docs/api.md`). Each accepted connection passes the admission rules of [`super::admission`]
+//! `docs/api.md`). Each accepted connection passes the admission rules of `admission`
 //! — at most `connections_per_address_max` per client address, the oldest idle or
 //! unauthenticated connection shed to make room near `connections_max`, a few places kept for
 //! admin requests —; one refused is told `503` in one non-blocking write and closed, so a
 //! client learns at once instead of hanging in the listen backlog. Each connection has a
-//! watchdog over its [`Activity`](super::activity::Activity): a request head must arrive
+//! watchdog over its `Activity`: a request head must arrive
 //! within `header_read_timeout_ms` (from the connection's start, or from the first byte of a
 //! later request), and a keep-alive connection idle between requests for `idle_timeout_ms` is
 //! closed. hyper's own `header_read_timeout` is not used because its timer also runs while a
@@ -13,7 +13,7 @@
 //! header bound. Bodies are bounded by the edge middleware ([`super::body::read_limited`]). On
 //! shutdown the loop stops accepting, lets requests in flight finish for up to
 //! `drain_timeout_ms`, then cuts what is left. The loop also writes the counts of repeated
-//! request failures ([`super::failure_log`]) once their window has closed.
+//! request failures (`failure_log`) once their window has closed.
 
 use super::activity::{ConnectionTimeouts, Expired, Watched};
 use super::admission::{Admission, AdmissionLimits, ConnectionRef, OpenConnection, Place, Refusal};
@@ -307,7 +307,7 @@ enum Event {
     Expiry,
     /// The node is shutting down (or its shutdown signal was dropped).
     Stopping,
-    /// The connection was shed to make room for another ([`super::admission`]).
+    /// The connection was shed to make room for another (`admission`).
     Shed,
 }
 
