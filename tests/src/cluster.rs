@@ -82,6 +82,19 @@ impl Cluster {
         self
     }
 
+    /// Starts nodes `0..count` and waits until each of them sees `count` members up.
+    pub fn start_until_up(&self, count: usize) {
+        for index in 0..count {
+            self.start(index);
+        }
+        for index in 0..count {
+            eventually(&format!("{count} members up"), self, || {
+                let status = cluster_status(self, index)?;
+                (members_up(&status) == count).then_some(())
+            });
+        }
+    }
+
     /// Starts node `index` (again, on its data directory).
     pub fn start(&self, index: usize) {
         let dir = self.dir.path();

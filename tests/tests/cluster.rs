@@ -57,15 +57,7 @@ fn garbage_is_cut_off(cluster: &Cluster, index: usize) -> bool {
 #[test]
 fn cluster_of_three_processes() {
     let cluster = Cluster::new(&NODES, VOTERS.len(), "child_node");
-    for index in 0..VOTERS.len() {
-        cluster.start(index);
-    }
-    for index in 0..VOTERS.len() {
-        eventually("three members up", &cluster, || {
-            let status = cluster_status(&cluster, index)?;
-            (members_up(&status) == VOTERS.len()).then_some(())
-        });
-    }
+    cluster.start_until_up(VOTERS.len());
 
     // A tenant created through node 1 works with its token on node 3 (once node 3 has
     // applied the command: reads trail the primary by the commands in flight).

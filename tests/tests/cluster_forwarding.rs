@@ -71,15 +71,7 @@ fn counter_value(cluster: &Cluster, index: usize, token: &str, id: &str) -> Opti
 fn large_messages_do_not_fail_other_tenants_forwards() {
     let config = format!("[api]\nrequest_body_bytes_max = {BODY_BYTES_MAX}\n");
     let cluster = Cluster::new(&NODES, NODES.len(), "forwarding_child_node").with_tables(&config);
-    for index in 0..NODES.len() {
-        cluster.start(index);
-    }
-    for index in 0..NODES.len() {
-        eventually("three members up", &cluster, || {
-            let status = cluster_status(&cluster, index)?;
-            (members_up(&status) == NODES.len()).then_some(())
-        });
-    }
+    cluster.start_until_up(NODES.len());
     let bulk = create_tenant(&cluster, 0, "bulk").expect("the bulk tenant");
     let small = create_tenant(&cluster, 0, "small").expect("the small tenant");
     let echo = std::fs::read(tessera_tests::ECHO).expect("the echo plugin");

@@ -31,15 +31,7 @@ fn read_state(cluster: &Cluster, index: usize, token: &str, id: &str) -> serde_j
 #[test]
 fn state_reads_through_every_node_see_the_owners_state() {
     let cluster = Cluster::new(&NODES, NODES.len(), "state_reads_child_node");
-    for index in 0..NODES.len() {
-        cluster.start(index);
-    }
-    for index in 0..NODES.len() {
-        eventually("three members up", &cluster, || {
-            let status = cluster_status(&cluster, index)?;
-            (members_up(&status) == NODES.len()).then_some(())
-        });
-    }
+    cluster.start_until_up(NODES.len());
     let token = create_tenant(&cluster, 0, "acme").expect("a tenant through node 1");
     deploy_counter(&cluster, 0, &token, "counter", "");
     for index in 0..NODES.len() {

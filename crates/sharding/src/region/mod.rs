@@ -48,6 +48,14 @@ use tessera_metadata::{Applied, MetadataStore};
 use tessera_state::remember::{RememberEvent, RememberWriter};
 use tessera_state::{ShardPart, ShardStates, StoreError};
 
+/// The refusal of a message served while its node's lease ran out.
+pub(crate) fn lost_lease() -> MessageError {
+    MessageError::shard_unavailable(
+        "this node lost its lease on its shards while serving: nothing it wrote is kept, and no \
+         answer is sent from what it read; retry",
+    )
+}
+
 /// A request from a handle to the region task (local only, never on the wire).
 pub(crate) enum Request {
     /// A sender found the shard unknown and set it allocating: ask the coordinator.
@@ -184,8 +192,12 @@ impl Region {
         let capacity = parts.config.command_buffer;
         let (requests, request_receiver) = mpsc::channel(capacity);
         let mut extra = None;
+        let lease = parts
+            .lease
+            .unwrap_or_else(|| Arc::new(NodeLease::always_valid()));
         let shared = Arc::new_cyclic(|weak| {
-            let router: Arc<dyn Router> = Arc::new(router::RegionRouter::new(weak.clone()));
+            let router: Arc<dyn Router> =
+                Arc::new(router::RegionRouter::new(weak.clone(), lease.clone()));
             let (local, built) = build_local(router);
             extra = Some(built);
             Shared {
@@ -197,9 +209,7 @@ impl Region {
                 switchboard: parts.switchboard,
                 shard_states: parts.shard_states,
                 catalog: parts.catalog,
-                lease: parts
-                    .lease
-                    .unwrap_or_else(|| Arc::new(NodeLease::always_valid())),
+                lease,
                 requests,
                 stats: RegionStats::default(),
                 warnings: warnings::region_warnings(),
@@ -397,11 +407,7 @@ impl Shared {
         if self.lease.is_valid_now() {
             return Ok(());
         }
-        Err(MessageError::shard_unavailable(format!(
-            "node {} lost its lease on its shards while serving: nothing it wrote is kept, and \
-             no answer is sent from what it read; retry",
-            self.node
-        )))
+        Err(lost_lease())
     }
 
     /// The generation at which this region serves `to`'s shard, if it does.

@@ -3,7 +3,9 @@
 //! other message. The router holds the region weakly, so the entity layer and the region that
 //! owns it do not keep each other alive.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
+
+use crate::lease::NodeLease;
 use std::time::Duration;
 
 use super::{RegionHandle, Shared, route::stopped};
@@ -11,15 +13,20 @@ use tessera_contract::{
     BoxFuture, EntityAddress, MessageError, MessageMeta, Reply, Router, ShardId,
 };
 
-pub(crate) struct RegionRouter(Weak<Shared>);
+pub(crate) struct RegionRouter {
+    region: Weak<Shared>,
+    /// The region's lease, held here too: a read's check is one load, with no reference
+    /// count touched on the hot path.
+    lease: Arc<NodeLease>,
+}
 
 impl RegionRouter {
-    pub(crate) fn new(shared: Weak<Shared>) -> Self {
-        RegionRouter(shared)
+    pub(crate) fn new(region: Weak<Shared>, lease: Arc<NodeLease>) -> Self {
+        RegionRouter { region, lease }
     }
 
     fn region(&self) -> Result<RegionHandle, MessageError> {
-        self.0
+        self.region
             .upgrade()
             .map(RegionHandle::from_shared)
             .ok_or_else(stopped)
@@ -41,18 +48,20 @@ impl Router for RegionRouter {
     /// This node may serve `to` while its lease is valid and the shard is its own (or being
     /// handed off: the messages already in mailboxes finish here).
     fn may_serve(&self, to: &EntityAddress, shard: ShardId) -> Result<(), MessageError> {
-        let shared = self.0.upgrade().ok_or_else(stopped)?;
+        let shared = self.region.upgrade().ok_or_else(stopped)?;
         shared.may_serve(to, shard)
     }
 
     fn holds_lease(&self) -> Result<(), MessageError> {
-        let shared = self.0.upgrade().ok_or_else(stopped)?;
-        shared.holds_lease()
+        if self.lease.is_valid_now() {
+            return Ok(());
+        }
+        Err(super::lost_lease())
     }
 
     /// The base of the shard's generation here (0 if this region does not serve it).
     fn sequence_base(&self, sender: &EntityAddress, shard: ShardId) -> u64 {
-        self.0
+        self.region
             .upgrade()
             .and_then(|shared| shared.serving_generation(sender, shard))
             .map_or(0, tessera_contract::sequence_base)
