@@ -43,6 +43,16 @@ pub trait Router: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether this node serves `entity` now, for the outbox sweep, which scans every row on
+    /// the node: the outbox of an entity served elsewhere is stale here and is not sent. A sharded host that has not resolved the entity's shard
+    /// since it started asks for it (so a restarted node delivers what it owns once its shards
+    /// are its own again) and answers false meanwhile. The default — a host without shards —
+    /// serves everything.
+    fn serves_here(&self, entity: &EntityAddress) -> bool {
+        let _ = entity;
+        true
+    }
+
     /// Where the outbox sequence of an entity with no tells in its state starts. A receiver
     /// drops a sender's tells up to the highest sequence it committed, so a sender whose state
     /// was lost and starts again (a new lineage of its shard) must number its tells above

@@ -85,6 +85,12 @@ fn sweep(core: &Arc<Core>) {
 async fn deliver_sender(weak: Weak<Core>, sender: tessera_contract::EntityAddress) {
     loop {
         let Some(core) = weak.upgrade() else { return };
+        if !core.router.serves_here(&sender) {
+            // Rows of a sender served elsewhere (or not resolved here yet) are not sent from
+            // here; the next sweep looks again.
+            core.delivery.active().remove(&sender);
+            return;
+        }
         let entries = match core.state.outbox(&sender, DELIVERY_BATCH_MAX) {
             Ok(entries) => entries,
             Err(error) => {

@@ -410,6 +410,33 @@ impl Shared {
         Err(lost_lease())
     }
 
+    /// Whether this region serves `entity`'s shard now (see [`Router::serves_here`]); a shard
+    /// never resolved since the region started is asked for.
+    pub(crate) fn serves_here(&self, entity: &EntityAddress) -> bool {
+        let Some(ty) = self.homes.get(&entity.tenant, &entity.entity_type) else {
+            return false;
+        };
+        let shard = ty.extractor.shard_of(&entity.id);
+        let Some(mut home) = ty.slot(shard) else {
+            return false;
+        };
+        match &*home {
+            homes::Home::Local { .. } | homes::Home::HandingOff { .. } => true,
+            homes::Home::Unknown => {
+                // As a sender finding the shard unknown does: ask, and let messages wait.
+                let key = ShardKey::new(ty.key.clone(), shard);
+                if self.requests.try_send(Request::Allocate(key)).is_ok() {
+                    *home = homes::Home::Allocating {
+                        since: tokio::time::Instant::now(),
+                        buffer: crate::handoff::ShardBuffer::new(self.config.allocation_buffer),
+                    };
+                }
+                false
+            }
+            homes::Home::Allocating { .. } | homes::Home::Remote(_) => false,
+        }
+    }
+
     /// The generation at which this region serves `to`'s shard, if it does.
     pub(crate) fn serving_generation(&self, to: &EntityAddress, shard: ShardId) -> Option<u64> {
         let ty = self.homes.get(&to.tenant, &to.entity_type)?;

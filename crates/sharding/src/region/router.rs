@@ -59,6 +59,12 @@ impl Router for RegionRouter {
         Err(super::lost_lease())
     }
 
+    fn serves_here(&self, entity: &EntityAddress) -> bool {
+        self.region
+            .upgrade()
+            .is_some_and(|shared| shared.serves_here(entity))
+    }
+
     /// The base of the shard's generation here (0 if this region does not serve it).
     fn sequence_base(&self, sender: &EntityAddress, shard: ShardId) -> u64 {
         self.region
