@@ -104,7 +104,18 @@ impl World {
     }
 
     fn fail_over(&mut self) {
-        self.coordinator = None;
+        // The deposed instance goes on for a while on the table as it last read it.
+        if let Some(coordinator) = self.coordinator.take() {
+            let wakes_ms = self.real_ms + self.rng.below(super::world::DEPOSED_STALL_MS_MAX);
+            let until_ms = wakes_ms + self.rng.below(super::world::DEPOSED_FOR_MS_MAX);
+            self.deposed = Some(super::world::Deposed {
+                coordinator,
+                belief: self.log.clone(),
+                epoch: self.log.seated_epoch(),
+                wakes_ms,
+                until_ms,
+            });
+        }
         self.report.failovers += 1;
         let gap_ms = self.rng.below(FAILOVER_GAP_MS_MAX);
         self.queue

@@ -1,7 +1,8 @@
 //! The metadata plane as one linearizable log (an abstract VSR: commands commit in one order
 //! the moment they reach it; consensus itself is not simulated). It holds the members and the
 //! shard table and applies commands deterministically. Shard commands are compare-and-set on
-//! the generation, so a stale coordinator instance cannot undo a newer decision.
+//! the generation, so a stale coordinator instance cannot undo a newer decision; and a deposed
+//! coordinator's decisions are fenced by its epoch ([`MetadataLog::decide_as`]).
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -24,11 +25,16 @@ pub enum Refusal {
 }
 
 /// The replicated state: members and the shard table.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct MetadataLog {
     members: BTreeMap<MemberId, MemberStatus>,
     table: Rc<Table>,
     lineages_started: u64,
+    /// The seated coordinator's epoch (the host's `SeatCoordinator`).
+    seated_epoch: u64,
+    /// Whether decisions of a deposed coordinator are refused (false: the
+    /// [`Canary::NoCoordinatorFence`](super::Canary::NoCoordinatorFence) canary).
+    fenced: bool,
 }
 
 impl MetadataLog {
@@ -53,7 +59,48 @@ impl MetadataLog {
             members,
             table: Rc::new(Table { entries }),
             lineages_started: shards as u64,
+            seated_epoch: 0,
+            fenced: true,
         }
+    }
+
+    /// Drops the coordinator fence (a canary).
+    pub fn without_fence(mut self) -> MetadataLog {
+        self.fenced = false;
+        self
+    }
+
+    /// A new coordinator takes the seat; its epoch.
+    pub fn seat_coordinator(&mut self) -> u64 {
+        self.seated_epoch += 1;
+        self.seated_epoch
+    }
+
+    /// The seated coordinator's epoch.
+    pub fn seated_epoch(&self) -> u64 {
+        self.seated_epoch
+    }
+
+    /// A decision of the coordinator of `epoch`, made on its own (possibly stale) copy of the
+    /// table: `shard` read at `expected_generation` becomes `entry`. Committed only if that
+    /// coordinator holds the seat and the shard still has the generation it read, as the
+    /// host's catalog does; without the fence it overwrites whatever is there.
+    pub fn decide_as(
+        &mut self,
+        epoch: u64,
+        shard: usize,
+        expected_generation: u64,
+        entry: Entry,
+    ) -> bool {
+        if !self.fenced {
+            let Some(slot) = Rc::make_mut(&mut self.table).entries.get_mut(shard) else {
+                return false;
+            };
+            *slot = entry;
+            self.lineages_started = self.lineages_started.max(entry.lineage);
+            return true;
+        }
+        epoch == self.seated_epoch && self.change(shard, expected_generation, |_| Some(entry))
     }
 
     /// The committed shard table.

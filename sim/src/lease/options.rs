@@ -24,15 +24,18 @@ pub enum Canary {
     LeaseFromReceipt,
     /// A new owner serves a shard before the state arrives.
     ServeBeforeInstall,
+    /// The log takes a deposed coordinator's decisions (no epoch or generation fence).
+    NoCoordinatorFence,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 4] = [
+    pub const ALL: [Canary; 5] = [
         Canary::IgnoreLease,
         Canary::ReassignWithoutWait,
         Canary::LeaseFromReceipt,
         Canary::ServeBeforeInstall,
+        Canary::NoCoordinatorFence,
     ];
 
     /// The command-line name.
@@ -42,6 +45,7 @@ impl Canary {
             Canary::ReassignWithoutWait => "reassign-without-wait",
             Canary::LeaseFromReceipt => "lease-from-receipt",
             Canary::ServeBeforeInstall => "serve-before-install",
+            Canary::NoCoordinatorFence => "no-coordinator-fence",
         }
     }
 
@@ -123,6 +127,11 @@ pub struct SeedReport {
     pub crashes: u64,
     /// Coordinator failovers.
     pub failovers: u64,
+    /// Decisions a deposed coordinator submitted after it was deposed, and how many the log
+    /// took (none while the fence holds).
+    pub deposed_decisions: u64,
+    /// Of those, the ones the log committed.
+    pub deposed_committed: u64,
     /// Lease renewals committed.
     pub renewals: u64,
     /// Lease renewals refused.
@@ -153,6 +162,8 @@ impl SeedReport {
         self.partitions += other.partitions;
         self.crashes += other.crashes;
         self.failovers += other.failovers;
+        self.deposed_decisions += other.deposed_decisions;
+        self.deposed_committed += other.deposed_committed;
         self.renewals += other.renewals;
         self.renewals_refused += other.renewals_refused;
         self.client_messages += other.client_messages;

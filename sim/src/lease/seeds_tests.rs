@@ -64,3 +64,22 @@ fn measuring_the_lease_from_the_answer_is_caught() {
 fn serving_before_the_state_is_installed_is_caught() {
     assert!(first_catch(Canary::ServeBeforeInstall).is_some());
 }
+
+#[test]
+fn dropping_the_coordinator_fence_is_caught() {
+    assert!(first_catch(Canary::NoCoordinatorFence).is_some());
+}
+
+#[test]
+fn a_deposed_coordinators_decisions_are_fenced() {
+    let options = SimOptions::default();
+    let mut report = super::SeedReport::default();
+    for seed in 0..SEEDS {
+        report.add(&run_seed(seed, &options).expect("the protocol is safe"));
+    }
+    assert!(
+        report.deposed_decisions > 0,
+        "deposed coordinators decided: {report:?}"
+    );
+    assert_eq!(report.deposed_committed, 0, "none of it committed");
+}

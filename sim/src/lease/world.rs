@@ -28,6 +28,13 @@ const CLIENT_TICK_MS: u64 = 20;
 /// How often faults may strike.
 pub(super) const FAULT_TICK_MS: u64 = 250;
 
+/// How long a deposed coordinator stays stalled, at most, before it wakes and goes on
+/// deciding on the table as it last read it (a SIGSTOPped metadata primary resumed).
+pub(super) const DEPOSED_STALL_MS_MAX: u64 = 10_000;
+
+/// How long a deposed coordinator goes on deciding, at most, once awake, before it notices.
+pub(super) const DEPOSED_FOR_MS_MAX: u64 = 3_000;
+
 /// At the end of a run every shard must have been served within this window.
 const SERVED_WITHIN_MS: u64 = 5_000;
 
@@ -43,12 +50,27 @@ pub(super) struct World {
     pub(super) nodes: Vec<Node>,
     pub(super) log: MetadataLog,
     pub(super) coordinator: Option<Coordinator>,
+    /// A coordinator deposed by a failover that has not noticed yet: it goes on deciding on
+    /// its copy of the table as it last read it, until `until_ms`; its decisions reach the log
+    /// with its epoch (`MetadataLog::decide_as`), and nothing it sends reaches a node (a
+    /// region acts only on what the catalog committed).
+    pub(super) deposed: Option<Deposed>,
     pub(super) clients: Clients,
     pub(super) ledger: AckLedger,
     pub(super) last_served_ms: Vec<Option<u64>>,
     pub(super) healed: bool,
     pub(super) report: SeedReport,
     violation: Option<ViolationKind>,
+}
+
+/// A deposed coordinator and what it believes.
+pub(super) struct Deposed {
+    pub(super) coordinator: Coordinator,
+    pub(super) belief: MetadataLog,
+    pub(super) epoch: u64,
+    /// When it wakes from its stall and decides again.
+    pub(super) wakes_ms: u64,
+    pub(super) until_ms: u64,
 }
 
 /// Runs one seed to its end, or to the first violation.
@@ -108,7 +130,15 @@ impl World {
             real_ms: 0,
             topology: Topology::healed(options.machines),
             links: LinkFaults::stormy(options.machines),
-            log: MetadataLog::new(&initial, options.shards),
+            log: {
+                let log = MetadataLog::new(&initial, options.shards);
+                if options.canary == Some(super::Canary::NoCoordinatorFence) {
+                    log.without_fence()
+                } else {
+                    log
+                }
+            },
+            deposed: None,
             coordinator: Some(Coordinator::start(
                 coordinator_clock,
                 options.lease,
@@ -211,10 +241,50 @@ impl World {
         self.report.fresh_restarts += counts.fresh_restarts;
         self.report.leaves += counts.leaves;
         self.route(Endpoint::Log, sends);
+        self.deposed_tick();
+    }
+
+    /// The deposed coordinator decides on its stale copy; each decision goes to the log with
+    /// its epoch. Committed ones (only without the fence) are announced like any change.
+    fn deposed_tick(&mut self) {
+        let Some(deposed) = self.deposed.as_mut() else {
+            return;
+        };
+        if self.real_ms >= deposed.until_ms {
+            self.deposed = None;
+            return;
+        }
+        if self.real_ms < deposed.wakes_ms {
+            return;
+        }
+        let before = deposed.belief.table().clone();
+        let mut unheard = Vec::new();
+        deposed
+            .coordinator
+            .tick(&mut deposed.belief, self.real_ms, &mut unheard);
+        let after = deposed.belief.table().clone();
+        let epoch = deposed.epoch;
+        let mut committed = false;
+        for (shard, (old, new)) in before.entries.iter().zip(&after.entries).enumerate() {
+            if old == new {
+                continue;
+            }
+            self.report.deposed_decisions += 1;
+            if self.log.decide_as(epoch, shard, old.generation, *new) {
+                self.report.deposed_committed += 1;
+                committed = true;
+            }
+        }
+        if committed {
+            let mut sends = Vec::new();
+            super::coordinator::announce(&self.log, &mut sends);
+            self.route(Endpoint::Log, sends);
+        }
     }
 
     /// A new coordinator instance, with its own clock and an empty memory.
     pub(super) fn start_coordinator(&mut self) {
+        self.log.seat_coordinator();
         let clock = DriftingClock::random(&mut self.rng, self.options.lease.drift_ppm);
         let canary = self.options.canary;
         self.coordinator = Some(Coordinator::start(
