@@ -4,10 +4,10 @@
 //! handoff: the losing region stops the shard's entities and hands its buffered messages on
 //! before the move is announced to everyone.
 //!
-//! Every allocation and move is a catalog command ([`Command::AssignShards`],
-//! [`Command::MoveShards`]), committed through the [`MetadataPlane`] before any region hears of
+//! Every allocation and move is a catalog command ([`Command::AssignShards`](tessera_metadata::Command::AssignShards),
+//! [`Command::MoveShards`](tessera_metadata::Command::MoveShards)), committed through the [`MetadataPlane`] before any region hears of
 //! it; generations come from the catalog. A coordinator first takes the seat for its epoch (in
-//! a cluster, the view of the metadata primary it runs on; [`Command::SeatCoordinator`]) and
+//! a cluster, the view of the metadata primary it runs on; [`Command::SeatCoordinator`](tessera_metadata::Command::SeatCoordinator)) and
 //! only then reads the committed table: that read follows everything committed before it, so a
 //! new coordinator (a restart, or a new metadata primary) starts from the whole table, rebuilds
 //! nothing and reuses no generation. Each decision carries the epoch and the generation it read
@@ -25,9 +25,7 @@ use crate::link::{CoordinatorCommand, LinkMessage, Switchboard};
 use crate::membership::{MemberSet, MemberStatus};
 use crate::rebalance::{self, RebalanceHistory, RebalanceReason, RebalanceRound, ShardMovement};
 use tessera_contract::{Allocation, AllocationTable, NodeId, ShardKey};
-use tessera_metadata::{
-    Applied, Command, MetadataError, MetadataPlane, ShardAssignment, ShardMove,
-};
+use tessera_metadata::{MetadataError, MetadataPlane};
 
 /// Allocation requests folded into one catalog commit.
 pub const ALLOCATIONS_PER_COMMIT_MAX: usize = 1024;
@@ -106,6 +104,7 @@ pub struct CoordinatorHandle {
     queries: mpsc::Sender<CoordinatorQuery>,
 }
 
+mod fencing;
 mod handle;
 mod handoffs;
 
@@ -181,68 +180,6 @@ impl Coordinator {
             }
         });
         Ok(CoordinatorHandle { commands, queries })
-    }
-
-    /// Takes the seat for this coordinator's epoch, retrying while the plane cannot commit,
-    /// then reads the committed table and handoffs; `None` if a later coordinator is seated or
-    /// every handle went away meanwhile.
-    async fn take_seat(
-        mut self,
-        commands: &mpsc::Receiver<CoordinatorCommand>,
-    ) -> Option<Coordinator> {
-        let retry = self.config.request_timeout;
-        loop {
-            if commands.is_closed() {
-                return None;
-            }
-            let seated = self
-                .plane
-                .submit(Command::SeatCoordinator { epoch: self.epoch })
-                .await;
-            let read = match seated {
-                Ok(_) => self.read_committed(),
-                Err(error @ MetadataError::StaleCoordinator { .. }) => {
-                    tracing::info!(%error, "a later coordinator holds the seat; this one ends");
-                    return None;
-                }
-                Err(error) => Err(error),
-            };
-            match read {
-                Ok(()) => return Some(self),
-                Err(error) => {
-                    tracing::warn!(epoch = self.epoch, %error, "the coordinator could not take its seat; retrying");
-                    tokio::time::sleep(retry).await;
-                }
-            }
-        }
-    }
-
-    /// Replaces what this coordinator knows of shards with the committed table and handoffs.
-    fn read_committed(&mut self) -> Result<(), MetadataError> {
-        let table = self.plane.store().shard_table()?;
-        // Handoffs a previous coordinator started: their losing regions are told again soon.
-        let told = Instant::now()
-            .checked_sub(self.config.request_timeout * 4)
-            .unwrap_or_else(Instant::now);
-        self.handoffs = self
-            .plane
-            .store()
-            .shard_handoffs()?
-            .into_iter()
-            .filter_map(|(key, from)| {
-                let to = table.get(&key)?.clone();
-                let handoff = Handoff {
-                    from,
-                    to,
-                    waiting: BTreeSet::new(),
-                    told,
-                    completed: false,
-                };
-                Some((key, handoff))
-            })
-            .collect();
-        self.table = table;
-        Ok(())
     }
 
     async fn run(
@@ -368,79 +305,6 @@ impl Coordinator {
         if let Err(error) = self.switchboard.send_to_region(node, message) {
             // The region re-requests after its request timeout; nothing is lost for good.
             tracing::warn!(%node, %error, "coordinator could not reach region");
-        }
-    }
-
-    /// The generation this coordinator knows `key` at (`None`: unallocated).
-    fn known_generation(&self, key: &ShardKey) -> Option<u64> {
-        self.table.get(key).map(|allocation| allocation.generation)
-    }
-
-    /// Commits `assignments` (`(shard, new owner)`) to the catalog, fenced by this
-    /// coordinator's epoch and the generations it knows; the committed allocations, or why not.
-    async fn commit(
-        &mut self,
-        assignments: Vec<(ShardKey, NodeId)>,
-    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-        let assignments = assignments
-            .into_iter()
-            .map(|(key, to)| ShardAssignment {
-                expected: self.known_generation(&key),
-                key,
-                to,
-            })
-            .collect();
-        let epoch = self.epoch;
-        self.decide(Command::AssignShards { epoch, assignments })
-            .await
-    }
-
-    /// Commits `moves` (`(shard, losing owner, new owner)`) as handoffs, fenced like
-    /// [`Coordinator::commit`].
-    async fn commit_moves(
-        &mut self,
-        moves: Vec<(ShardKey, NodeId, NodeId)>,
-    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-        let moves = moves
-            .into_iter()
-            .map(|(key, from, to)| ShardMove {
-                // A shard this coordinator does not know cannot move: generation 0 is never
-                // committed, so the catalog refuses it.
-                expected: self.known_generation(&key).unwrap_or(0),
-                key,
-                from,
-                to,
-            })
-            .collect();
-        let epoch = self.epoch;
-        self.decide(Command::MoveShards { epoch, moves }).await
-    }
-
-    /// Submits a shard decision. Refused because a later coordinator holds the seat: this one
-    /// is deposed and stops. Refused because a shard moved without this coordinator knowing:
-    /// it reads the committed table again.
-    async fn decide(
-        &mut self,
-        command: Command,
-    ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-        match self.plane.submit(command).await {
-            Ok(Applied::ShardsAssigned(assigned) | Applied::ShardsMoved(assigned)) => Ok(assigned),
-            Ok(other) => Err(MetadataError::Storage(format!(
-                "a shard decision applied as {other:?}"
-            ))),
-            Err(error @ MetadataError::StaleCoordinator { .. }) => {
-                tracing::warn!(epoch = self.epoch, %error, "this coordinator was deposed; it stops");
-                self.deposed = true;
-                Err(error)
-            }
-            Err(error @ MetadataError::ShardMoved { .. }) => {
-                tracing::warn!(%error, "the coordinator's table was stale; reading it again");
-                if let Err(read) = self.read_committed() {
-                    tracing::warn!(error = %read, "the committed shard table could not be read");
-                }
-                Err(error)
-            }
-            Err(error) => Err(error),
         }
     }
 
