@@ -134,21 +134,43 @@ impl TestNode {
         id: &str,
         message: Json,
     ) -> Result<Json, MessageError> {
-        let reply = self
-            .entities
-            .ask(
-                address(entity_type, id),
-                0,
-                to_msgpack(&message),
-                Duration::from_secs(20),
-            )
-            .await?;
-        from_msgpack(&reply).map_err(|error| MessageError::new(ErrorKind::Failed, error))
+        ask_json(&self.entities, entity_type, id, message).await
     }
 
     /// The store under this node's state backend.
     pub fn store(&self) -> &StateStore {
         self.state.store()
+    }
+}
+
+/// Asks entity `entity_type/id` of [`TENANT`] on `entities` with a JSON message (20 s at
+/// most) and decodes the JSON reply.
+pub async fn ask_json(
+    entities: &Entities,
+    entity_type: &str,
+    id: &str,
+    message: Json,
+) -> Result<Json, MessageError> {
+    let reply = entities
+        .ask(
+            address(entity_type, id),
+            0,
+            to_msgpack(&message),
+            Duration::from_secs(20),
+        )
+        .await?;
+    from_msgpack(&reply).map_err(|error| MessageError::new(ErrorKind::Failed, error))
+}
+
+/// An entity layer's parts over a new store in `dir`, with `types` and `config`.
+pub fn entity_parts(dir: &Path, types: &Arc<TypeTable>, config: EntityConfig) -> EntityParts {
+    let store = StateStore::open(&dir.join("tessera.redb")).expect("the store opens");
+    EntityParts {
+        runtime: shared_runtime(),
+        state: Arc::new(LocalState::new(store, GroupCommitConfig::default())),
+        types: types.clone(),
+        remember: None,
+        config,
     }
 }
 

@@ -7,13 +7,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tessera_contract::{
-    BoxFuture, EntityAddress, ErrorKind, MessageError, MessageMeta, Reply, Router,
-};
-use tessera_entity::{Entities, EntityConfig, EntityParts, TypeTable};
+use tessera_contract::{BoxFuture, EntityAddress, MessageMeta, Reply, Router};
+use tessera_entity::{Entities, EntityConfig, TypeTable};
 use tessera_runtime::InstanceLimits;
-use tessera_state::{GroupCommitConfig, LocalState, StateStore};
-use tessera_tests::{COUNTER, RELAY, address, bind_type, from_msgpack, shared_runtime, to_msgpack};
+use tessera_tests::{COUNTER, RELAY, ask_json, bind_type, entity_parts};
 
 /// The sender node's way to the receiver node; it serves the sender while `serving` is set.
 struct ToReceiver {
@@ -38,38 +35,8 @@ impl Router for ToReceiver {
     }
 }
 
-fn parts(dir: &std::path::Path, types: &Arc<TypeTable>) -> EntityParts {
-    let store = StateStore::open(&dir.join("tessera.redb")).expect("the store opens");
-    let mut config = EntityConfig::default();
-    config.delivery.sweep_interval_ms = 50;
-    EntityParts {
-        runtime: shared_runtime(),
-        state: Arc::new(LocalState::new(store, GroupCommitConfig::default())),
-        types: types.clone(),
-        remember: None,
-        config,
-    }
-}
-
-async fn ask(
-    entities: &Entities,
-    entity_type: &str,
-    id: &str,
-    message: serde_json::Value,
-) -> Result<serde_json::Value, MessageError> {
-    let reply = entities
-        .ask(
-            address(entity_type, id),
-            0,
-            to_msgpack(&message),
-            Duration::from_secs(20),
-        )
-        .await?;
-    from_msgpack(&reply).map_err(|error| MessageError::new(ErrorKind::Failed, error))
-}
-
 async fn counter(receiver: &Entities) -> serde_json::Value {
-    ask(receiver, "counter", "c1", json!("Get"))
+    ask_json(receiver, "counter", "c1", json!("Get"))
         .await
         .expect("the counter answers")
 }
@@ -88,6 +55,13 @@ async fn counter_reaches(receiver: &Entities, value: u64) {
     );
 }
 
+/// Entity settings with an outbox sweep every 50 ms.
+fn fast_sweeps() -> EntityConfig {
+    let mut config = EntityConfig::default();
+    config.delivery.sweep_interval_ms = 50;
+    config
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_is_sent_only_by_the_node_that_serves_its_sender() {
     let receiver_dir = tempfile::tempdir().expect("temporary directory");
@@ -100,7 +74,11 @@ async fn an_outbox_is_sent_only_by_the_node_that_serves_its_sender() {
         InstanceLimits::default(),
         None,
     );
-    let receiver = Entities::standalone(parts(receiver_dir.path(), &receiver_types));
+    let receiver = Entities::standalone(entity_parts(
+        receiver_dir.path(),
+        &receiver_types,
+        fast_sweeps(),
+    ));
 
     let sender_dir = tempfile::tempdir().expect("temporary directory");
     let sender_types = Arc::new(TypeTable::default());
@@ -116,11 +94,14 @@ async fn an_outbox_is_sent_only_by_the_node_that_serves_its_sender() {
         receiver: receiver.clone(),
         serving: AtomicBool::new(true),
     });
-    let sender = Entities::new(parts(sender_dir.path(), &sender_types), router.clone());
+    let sender = Entities::new(
+        entity_parts(sender_dir.path(), &sender_types, fast_sweeps()),
+        router.clone(),
+    );
     sender.start_messaging();
     let tell = json!({"TellAdd": {"entity_type": "counter", "id": "c1", "amount": 1}});
 
-    ask(&sender, "relay", "r1", tell.clone())
+    ask_json(&sender, "relay", "r1", tell.clone())
         .await
         .expect("told");
     counter_reaches(&receiver, 1).await;
@@ -128,7 +109,9 @@ async fn an_outbox_is_sent_only_by_the_node_that_serves_its_sender() {
     // The sender is served elsewhere now: its next tell stays in this node's outbox through
     // many sweeps (50 ms each).
     router.serving.store(false, Ordering::SeqCst);
-    ask(&sender, "relay", "r1", tell).await.expect("committed");
+    ask_json(&sender, "relay", "r1", tell)
+        .await
+        .expect("committed");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         counter(&receiver).await,

@@ -8,13 +8,10 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_contract::{
-    BoxFuture, EntityAddress, ErrorKind, MessageError, MessageMeta, Reply, Router, ShardId,
-};
-use tessera_entity::{Entities, EntityConfig, EntityParts, TypeTable};
+use tessera_contract::{BoxFuture, EntityAddress, MessageMeta, Reply, Router, ShardId};
+use tessera_entity::{Entities, EntityConfig, TypeTable};
 use tessera_runtime::InstanceLimits;
-use tessera_state::{GroupCommitConfig, LocalState, StateStore};
-use tessera_tests::{COUNTER, RELAY, address, bind_type, from_msgpack, shared_runtime, to_msgpack};
+use tessera_tests::{COUNTER, RELAY, ask_json, bind_type, entity_parts};
 
 /// The sender node's way to the receiver node, serving its shards at `generation`.
 struct ToReceiver {
@@ -39,17 +36,6 @@ impl Router for ToReceiver {
     }
 }
 
-fn parts(dir: &std::path::Path, types: &Arc<TypeTable>) -> EntityParts {
-    let store = StateStore::open(&dir.join("tessera.redb")).expect("the store opens");
-    EntityParts {
-        runtime: shared_runtime(),
-        state: Arc::new(LocalState::new(store, GroupCommitConfig::default())),
-        types: types.clone(),
-        remember: None,
-        config: EntityConfig::default(),
-    }
-}
-
 /// A sender node: its own store and a relay bound.
 fn sender_node(dir: &std::path::Path, receiver: &Entities, generation: u64) -> Entities {
     let types = Arc::new(TypeTable::default());
@@ -58,31 +44,14 @@ fn sender_node(dir: &std::path::Path, receiver: &Entities, generation: u64) -> E
         receiver: receiver.clone(),
         generation,
     });
-    let sender = Entities::new(parts(dir, &types), router);
+    let sender = Entities::new(entity_parts(dir, &types, EntityConfig::default()), router);
     sender.start_messaging();
     sender
 }
 
-async fn ask(
-    entities: &Entities,
-    entity_type: &str,
-    id: &str,
-    message: serde_json::Value,
-) -> Result<serde_json::Value, MessageError> {
-    let reply = entities
-        .ask(
-            address(entity_type, id),
-            0,
-            to_msgpack(&message),
-            Duration::from_secs(20),
-        )
-        .await?;
-    from_msgpack(&reply).map_err(|error| MessageError::new(ErrorKind::Failed, error))
-}
-
 async fn counter_reaches(receiver: &Entities, value: u64) {
     let poll = async {
-        while ask(receiver, "counter", "c1", json!("Get")).await.ok() != Some(json!(value)) {
+        while ask_json(receiver, "counter", "c1", json!("Get")).await.ok() != Some(json!(value)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
@@ -90,7 +59,7 @@ async fn counter_reaches(receiver: &Entities, value: u64) {
     assert!(
         reached.is_ok(),
         "counter c1 should reach {value}, has {:?}",
-        ask(receiver, "counter", "c1", json!("Get")).await
+        ask_json(receiver, "counter", "c1", json!("Get")).await
     );
 }
 
@@ -106,14 +75,18 @@ async fn a_sender_whose_state_was_lost_is_not_taken_for_its_former_life() {
         InstanceLimits::default(),
         None,
     );
-    let receiver = Entities::standalone(parts(receiver_dir.path(), &receiver_types));
+    let receiver = Entities::standalone(entity_parts(
+        receiver_dir.path(),
+        &receiver_types,
+        EntityConfig::default(),
+    ));
     let tell = json!({"TellAdd": {"entity_type": "counter", "id": "c1", "amount": 1}});
 
     // The first life of relay r1 (its shard at generation 1) tells three times.
     let first_dir = tempfile::tempdir().expect("temporary directory");
     let first = sender_node(first_dir.path(), &receiver, 1);
     for _ in 0..3 {
-        ask(&first, "relay", "r1", tell.clone())
+        ask_json(&first, "relay", "r1", tell.clone())
             .await
             .expect("told");
     }
@@ -126,15 +99,15 @@ async fn a_sender_whose_state_was_lost_is_not_taken_for_its_former_life() {
     let second_dir = tempfile::tempdir().expect("temporary directory");
     let second = sender_node(second_dir.path(), &receiver, 2);
     assert_eq!(
-        ask(&second, "relay", "r1", json!("Sent"))
+        ask_json(&second, "relay", "r1", json!("Sent"))
             .await
             .expect("asked"),
         json!(0),
         "the new life has no state"
     );
-    ask(&second, "relay", "r1", tell.clone())
+    ask_json(&second, "relay", "r1", tell.clone())
         .await
         .expect("told");
-    ask(&second, "relay", "r1", tell).await.expect("told");
+    ask_json(&second, "relay", "r1", tell).await.expect("told");
     counter_reaches(&receiver, 5).await;
 }
