@@ -59,6 +59,7 @@ const COMPACTING_SUFFIX: &str = "compacting";
 ///     head_checksum: CHECKSUM_ROOT,
 ///     checkpoint_op: 0,
 ///     checkpoint_state_checksum: 0,
+///     forgetful: false,
 /// });
 /// journal.sync();
 /// drop(journal);

@@ -25,6 +25,7 @@ fn superblock(view: u64, commit: OpNumber, op_head: OpNumber, head: u64) -> Supe
         head_checksum: head,
         checkpoint_op: 0,
         checkpoint_state_checksum: 0,
+        forgetful: false,
     }
 }
 

@@ -37,6 +37,10 @@ pub struct Superblock {
     pub checkpoint_op: OpNumber,
     /// That checkpoint's state checksum (0 with `checkpoint_op` 0).
     pub checkpoint_state_checksum: u64,
+    /// The replica started on an empty journal (a new group, or a lost disk) and has not yet
+    /// installed the log of a view: what it acknowledged before, if anything, it forgot.
+    #[serde(default)]
+    pub forgetful: bool,
 }
 
 /// One copy of the superblock as stored: sealed with a checksum, numbered so the newer of the

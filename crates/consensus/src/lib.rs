@@ -38,6 +38,8 @@ mod checkpoint_tests;
 #[cfg(test)]
 mod learner_tests;
 #[cfg(test)]
+mod recovery_tests;
+#[cfg(test)]
 mod replica_tests;
 #[cfg(test)]
 mod test_cluster;

@@ -228,6 +228,7 @@ mod tests {
             head_checksum: head,
             checkpoint_op: 0,
             checkpoint_state_checksum: 0,
+            forgetful: false,
         }
     }
 

@@ -259,6 +259,10 @@ pub enum Message {
         log: LogSuffix,
         /// The sender's commit number.
         commit: OpNumber,
+        /// The sender started on an empty journal and has not yet held a view's log: it may
+        /// have forgotten ops it acknowledged, so its vote counts toward a quorum only when
+        /// every replica voted.
+        forgetful: bool,
     },
     /// The new primary installs `log` as the log of `view`.
     StartView {
@@ -308,6 +312,9 @@ pub enum Message {
         log: Option<LogSuffix>,
         /// The responder's commit number.
         commit: OpNumber,
+        /// The responder holds no durable promise: it never voted in a view change nor
+        /// acknowledged an op (a first start, or a disk that was lost).
+        empty: bool,
     },
     /// A replica that needs ops its peers no longer hold asks for a chunk of a checkpoint.
     RequestState {

@@ -12,6 +12,7 @@ pub(super) struct DoViewChangeVote {
     pub(super) log_view: ViewNumber,
     pub(super) log: LogSuffix,
     pub(super) commit: OpNumber,
+    pub(super) forgetful: bool,
 }
 
 /// Progress of the view change for the replica's current view.
@@ -54,6 +55,17 @@ pub(super) struct Answer {
     pub(super) status: Status,
     pub(super) log: Option<LogSuffix>,
     pub(super) commit: OpNumber,
+    /// The peer holds no durable promise (no view change voted in, no op acknowledged).
+    pub(super) empty: bool,
+}
+
+impl Answer {
+    /// Whether the answer can be trusted to name every view its sender took part in. A peer
+    /// that is still recovering and holds nothing may have lost its disk: it has forgotten
+    /// them.
+    pub(super) fn knows_its_views(&self) -> bool {
+        !(self.empty && self.status == Status::Recovering)
+    }
 }
 
 /// Progress of one recovery.
@@ -62,14 +74,17 @@ pub(super) struct RecoveryState {
     pub(super) nonce: u64,
     pub(super) answers: Vec<Option<Answer>>,
     pub(super) sent_tick: Option<u64>,
+    /// The recovering replica itself holds no durable promise: a first start, or a lost disk.
+    pub(super) empty: bool,
 }
 
 impl RecoveryState {
-    pub(super) fn new(nonce: u64, replica_count: u8) -> RecoveryState {
+    pub(super) fn new(nonce: u64, replica_count: u8, empty: bool) -> RecoveryState {
         RecoveryState {
             nonce,
             answers: vec![None; usize::from(replica_count)],
             sent_tick: None,
+            empty,
         }
     }
 }

@@ -22,7 +22,10 @@ use super::log::Log;
 use super::message::{
     ClientId, Message, OpNumber, ReplicaIndex, Reply, Request, Status, ViewNumber,
 };
-use super::progress::{CheckpointIdentity, RecoveryState, StateTransferState, ViewChangeState};
+use super::progress::{
+    Answer, CheckpointIdentity, DoViewChangeVote, RecoveryState, StateTransferState,
+    ViewChangeState,
+};
 use super::state_machine::StateMachine;
 
 /// Something the host must do on the replica's behalf, in order.
@@ -123,6 +126,9 @@ pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) recovery: Option<RecoveryState>,
     pub(super) now_ticks: u64,
     pub(super) primary_heard_tick: u64,
+    /// Started on an empty journal and not yet holding a view's log (see
+    /// [`Superblock::forgetful`]): its do-view-change votes say so.
+    pub(super) forgetful: bool,
     pub(super) resend_tick: u64,
     pub(super) heartbeat_tick: u64,
     /// The earliest tick at which a backup may send its next repair request.
@@ -181,6 +187,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let superblock = recovered.superblock;
         replica.view = superblock.view;
         replica.log_view = superblock.log_view;
+        replica.forgetful = superblock.forgetful;
         if let Some(checkpoint) = recovered.checkpoint {
             replica.restore_checkpoint(checkpoint)?;
         }
@@ -193,10 +200,59 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             replica.become_primary_of_own_view();
         } else {
             replica.status = Status::Recovering;
-            replica.recovery = Some(RecoveryState::new(nonce, config.replica_count));
+            replica.forgetful |= replica.holds_no_promise();
+            let forgetful = replica.forgetful;
+            replica.recovery = Some(RecoveryState::new(nonce, config.replica_count, forgetful));
         }
         replica.apply_committed();
         Ok(replica)
+    }
+
+    /// Starts a replica on an empty journal without knowing whether its group is new or it
+    /// lost its disk: the two look the same from inside. With other replicas it comes back
+    /// [`Status::Recovering`], votes in nothing and acknowledges nothing until its peers have
+    /// answered: if every one of them holds nothing either, the group is new and it starts in
+    /// view 0 (as [`Replica::format`]); otherwise it learns the newest view from enough peers
+    /// that every quorum includes one, and takes its state from that view's primary. A group
+    /// that starts for the first time therefore waits until every replica has answered once.
+    ///
+    /// ```
+    /// use tessera_consensus::config::Config;
+    /// use tessera_consensus::journal::InMemoryJournal;
+    /// use tessera_consensus::message::Status;
+    /// use tessera_consensus::replica::Replica;
+    /// use tessera_consensus::state_machine::KeyValue;
+    ///
+    /// let replica =
+    ///     Replica::start_empty(Config::new(3, 1), InMemoryJournal::new(), KeyValue::default(), 7)?;
+    /// assert_eq!(replica.status(), Status::Recovering);
+    /// # Ok::<(), tessera_consensus::replica::ReplicaError>(())
+    /// ```
+    pub fn start_empty(
+        config: Config,
+        journal: J,
+        state_machine: S,
+        nonce: u64,
+    ) -> Result<Self, ReplicaError> {
+        let mut replica = Replica::format(config, journal, state_machine)?;
+        if replica.config.replica_count > 1 {
+            replica.status = Status::Recovering;
+            replica.forgetful = true;
+            replica.durable_dirty = true;
+            replica.flush();
+            replica.recovery = Some(RecoveryState::new(
+                nonce,
+                replica.config.replica_count,
+                true,
+            ));
+        }
+        Ok(replica)
+    }
+
+    /// Whether the replica has promised nothing a peer may rely on: it never voted in a view
+    /// change (its durable view is 0) nor acknowledged or checkpointed an op.
+    pub(super) fn holds_no_promise(&self) -> bool {
+        self.view == 0 && self.log_view == 0 && self.op() == 0 && self.checkpoint.op == 0
     }
 
     fn empty(config: Config, journal: J, state_machine: S) -> Self {
@@ -222,6 +278,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             recovery: None,
             now_ticks: 0,
             primary_heard_tick: 0,
+            forgetful: false,
             resend_tick: 0,
             heartbeat_tick: 0,
             repair_allowed_tick: 0,
@@ -256,7 +313,17 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 log_view,
                 log,
                 commit,
-            } => self.on_do_view_change(view, replica, log_view, log, commit),
+                forgetful,
+            } => {
+                let vote = DoViewChangeVote {
+                    replica,
+                    log_view,
+                    log,
+                    commit,
+                    forgetful,
+                };
+                self.on_do_view_change(view, vote)
+            }
             Message::StartView { view, log, commit } => self.on_start_view(view, log, commit),
             Message::RequestStartView { view, replica } => {
                 self.on_request_start_view(view, replica)
@@ -269,7 +336,17 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 status,
                 log,
                 commit,
-            } => self.on_recovery_response(view, replica, nonce, status, log, commit),
+                empty,
+            } => {
+                let answer = Answer {
+                    view,
+                    status,
+                    log,
+                    commit,
+                    empty,
+                };
+                self.on_recovery_response(replica, nonce, answer)
+            }
             Message::RequestState {
                 replica,
                 applied,
@@ -323,6 +400,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 head_checksum: self.head_checksum(),
                 checkpoint_op: self.checkpoint.op,
                 checkpoint_state_checksum: self.checkpoint.state_checksum,
+                forgetful: self.forgetful,
             };
             self.journal.write_superblock(&superblock);
             self.journal.sync();

@@ -109,6 +109,7 @@ fn a_recovering_replica_votes_for_nothing_until_it_has_recovered() {
             log_view: 0,
             log: LogSuffix::from_root(Vec::new()),
             commit: 0,
+            forgetful: false,
         },
     ];
     for probe in probes {
@@ -214,6 +215,7 @@ fn malformed_and_stale_messages_are_ignored_and_counted() {
             log_view: 0,
             log: LogSuffix::from_root(vec![orphan.clone()]),
             commit: 0,
+            forgetful: false,
         },
         Message::StartView {
             view: 3,
@@ -232,6 +234,7 @@ fn malformed_and_stale_messages_are_ignored_and_counted() {
             status: Status::Normal,
             log: None,
             commit: 0,
+            empty: false,
         },
         Message::Prepare {
             view: 0,

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use super::config::{CHECKPOINT_INTERVAL_OPS, Config};
 use super::journal::InMemoryJournal;
 use super::message::{Message, ReplicaIndex, Reply, Request};
-use super::replica::{Action, Replica};
+use super::replica::{Action, Replica, ReplicaError};
 use super::state_machine::{KeyValue, KeyValueOperation};
 
 pub(super) type TestReplica = Replica<InMemoryJournal, KeyValue>;
@@ -43,6 +43,29 @@ impl Cluster {
         batch_requests_max: usize,
         checkpoint_interval_ops: u64,
     ) -> Cluster {
+        Cluster::started(
+            replica_count,
+            batch_requests_max,
+            checkpoint_interval_ops,
+            |config| Replica::format(config, InMemoryJournal::new(), KeyValue::default()),
+        )
+    }
+
+    /// A new group whose replicas start on empty journals, as nodes do
+    /// ([`Replica::start_empty`]): it starts once every replica has answered.
+    pub(super) fn new_empty(replica_count: u8) -> Cluster {
+        Cluster::started(replica_count, 1, CHECKPOINT_INTERVAL_OPS, |config| {
+            let nonce = 1_000 + u64::from(config.replica);
+            Replica::start_empty(config, InMemoryJournal::new(), KeyValue::default(), nonce)
+        })
+    }
+
+    fn started(
+        replica_count: u8,
+        batch_requests_max: usize,
+        checkpoint_interval_ops: u64,
+        start: impl Fn(Config) -> Result<TestReplica, ReplicaError>,
+    ) -> Cluster {
         let mut cluster = Cluster {
             replicas: Vec::new(),
             journals: (0..replica_count).map(|_| None).collect(),
@@ -55,7 +78,7 @@ impl Cluster {
         };
         for index in 0..replica_count {
             let config = cluster.config(index);
-            let replica = Replica::format(config, InMemoryJournal::new(), KeyValue::default());
+            let replica = start(config);
             cluster
                 .replicas
                 .push(Some(replica.expect("a valid configuration formats")));
@@ -137,6 +160,23 @@ impl Cluster {
         let config = self.config(index as ReplicaIndex);
         let replica = Replica::open(config, journal, KeyValue::default(), 99 + index as u64);
         self.replicas[index] = Some(replica.expect("a synced journal recovers"));
+        self.applied_counts[index] = 0;
+    }
+
+    /// Crashes `index` and throws its journal away, as a lost disk does.
+    pub(super) fn lose_disk(&mut self, index: usize) {
+        self.replicas[index] = None;
+        self.journals[index] = Some(InMemoryJournal::new());
+    }
+
+    /// Starts `index` on an empty journal, as a node does after its disk was lost.
+    pub(super) fn restart_empty(&mut self, index: usize) {
+        self.journals[index] = None;
+        let config = self.config(index as ReplicaIndex);
+        let nonce = 2_000 + index as u64;
+        let replica =
+            Replica::start_empty(config, InMemoryJournal::new(), KeyValue::default(), nonce);
+        self.replicas[index] = Some(replica.expect("a valid configuration starts"));
         self.applied_counts[index] = 0;
     }
 }

@@ -31,6 +31,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.abdicating = false;
         self.heartbeat_tick = self.now_ticks;
         self.resend_tick = self.now_ticks;
+        self.forgetful = false;
         self.durable_dirty = true;
         self.try_commit();
     }
@@ -44,6 +45,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.log_view = self.view;
         self.request_queue.clear();
         self.primary_heard_tick = self.now_ticks;
+        self.forgetful = false;
         self.repair_target = self.op();
         self.durable_dirty = true;
         let primary = self.primary_of(self.view);
@@ -124,6 +126,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 log_view: self.log_view,
                 log: self.log.suffix(),
                 commit: self.commit.min(self.op()),
+                forgetful: self.forgetful,
             };
             self.view_change.do_view_change_votes[usize::from(primary)] = Some(vote);
             return self.check_do_view_change_quorum();
@@ -134,19 +137,15 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             log_view: self.log_view,
             log: self.log.suffix(),
             commit: self.commit.min(self.op()),
+            forgetful: self.forgetful,
         };
         self.send(primary, message);
     }
 
-    pub(super) fn on_do_view_change(
-        &mut self,
-        view: ViewNumber,
-        replica: ReplicaIndex,
-        log_view: ViewNumber,
-        log: LogSuffix,
-        commit: OpNumber,
-    ) {
-        let well_formed = self.is_peer(replica) && log_view < view && self.is_valid_suffix(&log);
+    pub(super) fn on_do_view_change(&mut self, view: ViewNumber, vote: DoViewChangeVote) {
+        let replica = vote.replica;
+        let well_formed =
+            self.is_peer(replica) && vote.log_view < view && self.is_valid_suffix(&vote.log);
         if !well_formed
             || self.status == Status::Recovering
             || view < self.view
@@ -160,15 +159,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if self.status == Status::Normal {
             return self.send_start_view(replica);
         }
-        let commit = commit.min(log.op());
+        let commit = vote.commit.min(vote.log.op());
         let index = usize::from(replica);
         self.view_change.start_view_change_votes[index] = true;
-        self.view_change.do_view_change_votes[index] = Some(DoViewChangeVote {
-            replica,
-            log_view,
-            log,
-            commit,
-        });
+        self.view_change.do_view_change_votes[index] = Some(DoViewChangeVote { commit, ..vote });
         self.check_start_view_change_quorum();
         self.check_do_view_change_quorum();
     }
@@ -177,13 +171,31 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let votes = &self.view_change.do_view_change_votes;
         let own_vote = votes[usize::from(self.config.replica)].is_some();
         let count = votes.iter().flatten().count();
-        if self.status != Status::ViewChange || !own_vote || count < self.config.quorum() {
+        // A forgetful vote (a replica that lost its disk, or cannot tell) may hide ops it
+        // acknowledged: a quorum of the others must vote, or every replica — then, with at
+        // most f disks lost, each committed op is in some remembering replica's log.
+        let remembering = votes
+            .iter()
+            .flatten()
+            .filter(|vote| !vote.forgetful)
+            .count();
+        let everyone = count == usize::from(self.config.replica_count);
+        if self.status != Status::ViewChange
+            || !own_vote
+            || (remembering < self.config.quorum() && !everyone)
+        {
             return;
         }
         let best = votes
             .iter()
             .flatten()
-            .max_by_key(|vote| (vote.log_view, vote.log.op()))
+            .max_by_key(|vote| {
+                (
+                    !vote.forgetful || remembering == 0,
+                    vote.log_view,
+                    vote.log.op(),
+                )
+            })
             .map(|vote| (vote.replica, vote.log.clone()));
         let commit_max = votes
             .iter()

@@ -9,7 +9,9 @@ use super::member_state::MemberState;
 use super::members::{MemberRecord, join_member, renew_lease, set_member_state};
 use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
-use super::shards::{assign_shards, complete_handoff, move_shards, seat_coordinator};
+use super::shards::{
+    assign_shards, complete_handoff, move_shards, regenerate_held_by, seat_coordinator,
+};
 use super::store::{
     APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, PLUGINS, TENANTS, TOKENS, TYPES,
     decode, encode,
@@ -97,7 +99,13 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             node,
             state,
             updated_ms,
-        } => set_member_state(transaction, &node, state, updated_ms).map(Applied::Member),
+        } => {
+            let record = set_member_state(transaction, &node, state, updated_ms)?;
+            if state == MemberState::Removed {
+                regenerate_held_by(transaction, &node)?;
+            }
+            Ok(Applied::Member(record))
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use super::command::{Applied, ShardAssignment, ShardMove};
 use super::error::{MetadataError, storage};
 use super::store::{COORDINATOR_EPOCH, COUNTERS, NEXT_GENERATION, SHARD_HANDOFFS, SHARDS};
 use redb::{ReadableTable, WriteTransaction};
-use tessera_contract::{Allocation, NodeId, ShardKey};
+use tessera_contract::{Allocation, NodeId, ShardKey, TypeKey};
 
 /// A shard's row key in the shard tables.
 fn row(key: &ShardKey) -> (&str, &str, u32) {
@@ -110,6 +110,35 @@ pub(crate) fn move_shards(
     }
     let targets = moves.into_iter().map(|m| (m.key, m.to)).collect();
     write_allocations(transaction, targets).map(Applied::ShardsMoved)
+}
+
+/// Gives every shard `node` holds a new generation, with `node` still named: a removed member's
+/// state is declared lost, so whoever serves those shards next — another node, or `node` itself
+/// restarted on an empty disk under the same id — starts a new lineage (new sender sequences,
+/// no rows kept from the old one) rather than continuing the lost one empty. A coordinator that
+/// read the old generations is refused (`ShardMoved`) and reads the table again.
+pub(crate) fn regenerate_held_by(
+    transaction: &WriteTransaction,
+    node: &str,
+) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
+    let held: Vec<(ShardKey, NodeId)> = {
+        let shards = transaction.open_table(SHARDS).map_err(storage)?;
+        let mut held = Vec::new();
+        for row in shards.iter().map_err(storage)? {
+            let (key, value) = row.map_err(storage)?;
+            let (tenant, entity_type, shard) = key.value();
+            let (owner, _) = value.value();
+            if owner == node {
+                let key = ShardKey::new(TypeKey::new(tenant, entity_type), shard);
+                held.push((key, owner.to_string()));
+            }
+        }
+        held
+    };
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    write_allocations(transaction, held)
 }
 
 /// Gives each shard to its node at the catalog's next generation.

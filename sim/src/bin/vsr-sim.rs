@@ -53,7 +53,7 @@ struct Arguments {
     from: u64,
     /// Run a deliberately broken replica; failures are expected. One of
     /// commit-without-quorum (the default when no name is given), acknowledge-before-durable,
-    /// install-unverified-state.
+    /// install-unverified-state, vote-after-disk-loss.
     #[arg(long, num_args = 0..=1, default_missing_value = "commit-without-quorum")]
     canary: Option<Canary>,
     /// Ticks of the fault phase of each run.
@@ -109,13 +109,15 @@ fn main() -> ExitCode {
     println!("ran {count} seeds in {elapsed_seconds:.1} s");
     println!(
         "passing seeds: {} ops committed, {} with checkpoints ({} taken), {} with state \
-         transfers ({} installed, {} corrupted chunks rejected)",
+         transfers ({} installed, {} corrupted chunks rejected), {} with a disk lost ({} lost)",
         totals.ops_committed,
         totals.seeds_with_checkpoints,
         totals.checkpoints_taken,
         totals.seeds_with_transfers,
         totals.states_transferred,
-        totals.states_rejected
+        totals.states_rejected,
+        totals.seeds_with_disk_loss,
+        totals.disks_lost
     );
     println!(
         "{:?} machine: {} acknowledged replies checked, {} membership commands committed \
@@ -143,6 +145,8 @@ struct Totals {
     seeds_with_transfers: u64,
     states_transferred: u64,
     states_rejected: u64,
+    seeds_with_disk_loss: u64,
+    disks_lost: u64,
     replies_checked: u64,
     membership_commands: u64,
     seeds_with_membership: u64,
@@ -157,6 +161,8 @@ impl Totals {
         self.seeds_with_transfers += u64::from(summary.states_transferred > 0);
         self.states_transferred += summary.states_transferred;
         self.states_rejected += summary.states_rejected;
+        self.seeds_with_disk_loss += u64::from(summary.disks_lost > 0);
+        self.disks_lost += summary.disks_lost;
         self.replies_checked += summary.workload.replies_checked;
         self.membership_commands += summary.workload.membership_commands;
         self.seeds_with_membership += u64::from(summary.workload.membership_commands > 0);

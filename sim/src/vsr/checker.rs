@@ -4,7 +4,7 @@
 //! - agreement: no two replicas apply different entries at one op number;
 //! - order: each replica applies ops 1, 2, 3, ... in sequence (per incarnation);
 //! - monotonicity: a replica's view and commit number never decrease while it runs, and a
-//!   restart resumes at or above its durable view;
+//!   restart resumes at or above its durable view (a replica that lost its disk starts over);
 //! - durability: an acknowledged request was committed before its reply, and at the end every
 //!   live replica has applied every acknowledged request;
 //! - same state: every replica's state at a checkpoint op (taken, restored after a restart or
@@ -171,6 +171,11 @@ impl Checker {
             applied: 0,
         };
         Ok(())
+    }
+
+    /// A replica lost its disk: its next incarnation starts from nothing, in view 0.
+    pub fn on_disk_lost(&mut self, replica: usize) {
+        self.replicas[replica] = Incarnation::default();
     }
 
     /// A client received the reply to `request_number`.

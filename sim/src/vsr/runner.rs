@@ -103,6 +103,11 @@ struct Simulation<'w, W: Workload> {
     now_tick: u64,
     replicas: Vec<Option<SimReplica<W>>>,
     down: Vec<Option<(InMemoryJournal, u64)>>,
+    /// Replicas down whose disk was lost: they restart on an empty journal.
+    disk_lost: Vec<bool>,
+    /// Replicas that lost their disk and have not yet recovered (are not normal again); at
+    /// most one at a time, so the group stays within the failures it tolerates.
+    forgetting: Vec<bool>,
     network: Network,
     clients: Vec<Client>,
     history: History<W::Operation, W::Answer>,
@@ -115,6 +120,7 @@ struct Simulation<'w, W: Workload> {
     sent_entries: HashMap<(OpNumber, u64), SentEntry>,
     checker: Checker,
     crashes: u64,
+    disks_lost: u64,
     /// Counters of replicas that have crashed since, summed.
     counters_of_crashed: Counters,
     faults_on: bool,
@@ -143,6 +149,8 @@ impl<'w, W: Workload> Simulation<'w, W> {
             now_tick: 0,
             replicas: (0..count).map(|_| None).collect(),
             down: (0..count).map(|_| None).collect(),
+            disk_lost: vec![false; count],
+            forgetting: vec![false; count],
             network: Network::new(count, scenario.network),
             clients,
             history: History::default(),
@@ -150,6 +158,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
             sent_entries: HashMap::new(),
             checker: Checker::new(count),
             crashes: 0,
+            disks_lost: 0,
             counters_of_crashed: Counters::default(),
             faults_on: true,
         }
@@ -160,14 +169,17 @@ impl<'w, W: Workload> Simulation<'w, W> {
     }
 
     fn run(mut self) -> Result<Summary, String> {
+        // As nodes do: every replica starts on an empty journal and finds out from the others
+        // that the group is new.
         for replica in 0..self.scenario.replica_count {
-            let formatted = Replica::format(
+            let nonce = self.rng.next_u64();
+            let started = Replica::start_empty(
                 self.config(replica),
                 InMemoryJournal::new(),
                 self.workload.machine()?,
+                nonce,
             );
-            self.replicas[usize::from(replica)] =
-                Some(formatted.map_err(|error| error.to_string())?);
+            self.replicas[usize::from(replica)] = Some(started.map_err(|error| error.to_string())?);
         }
         for _ in 0..self.options.fault_ticks {
             self.step()?;
@@ -203,6 +215,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
                 .filter(|operation| operation.completed.is_some())
                 .count() as u64,
             crashes: self.crashes,
+            disks_lost: self.disks_lost,
             checkpoints_taken: counters.checkpoints_taken,
             states_transferred: counters.states_installed,
             states_rejected: counters.states_rejected,
@@ -253,6 +266,14 @@ impl<'w, W: Workload> Simulation<'w, W> {
                 self.after_handler(index, actions)?;
             }
         }
+        for (replica, forgetting) in self.replicas.iter().zip(self.forgetting.iter_mut()) {
+            if replica
+                .as_ref()
+                .is_some_and(|replica| replica.status() == Status::Normal)
+            {
+                *forgetting = false;
+            }
+        }
         self.tick_clients();
         Ok(())
     }
@@ -273,6 +294,9 @@ impl<'w, W: Workload> Simulation<'w, W> {
         if replica.journal_mut().has_crashed() {
             let downtime_ticks = self.rng.between(10, 300);
             self.crash(index, downtime_ticks);
+            if self.rng.per_mille(self.scenario.disk_loss_per_mille) {
+                self.lose_disk(index);
+            }
             return Ok(());
         }
         self.checker

@@ -1,5 +1,6 @@
 //! The simulator run as a test: a fixed set of seeds must pass every check and exercise
-//! checkpoints and state transfer, every canary must be caught, and a seed must replay.
+//! checkpoints, state transfer and lost disks, every canary must be caught, and a seed must
+//! replay.
 
 use super::*;
 use crate::vsr::scenario::Canary;
@@ -58,6 +59,14 @@ fn a_fixed_set_of_seeds_passes_every_check_and_transfers_state() {
     assert!(
         summaries.iter().any(|summary| summary.states_rejected > 0),
         "some corrupted chunk was caught by its checksum"
+    );
+    let disk_lost = summaries
+        .iter()
+        .filter(|summary| summary.disks_lost > 0)
+        .count() as u64;
+    assert!(
+        disk_lost * 5 >= FIXED_SEEDS,
+        "a replica lost its disk and recovered in many seeds: {disk_lost}"
     );
 }
 

@@ -22,14 +22,18 @@ pub enum Canary {
     AcknowledgeBeforeDurable,
     /// A replica installs a transferred checkpoint without verifying its checksum.
     InstallUnverifiedState,
+    /// A replica whose disk was lost starts as a member of a new group (formatted, normal in
+    /// view 0) instead of recovering from its peers first, and votes on what it forgot.
+    VoteAfterDiskLoss,
 }
 
 impl Canary {
     /// Every canary, for tests and the command line.
-    pub const ALL: [Canary; 3] = [
+    pub const ALL: [Canary; 4] = [
         Canary::CommitWithoutQuorum,
         Canary::AcknowledgeBeforeDurable,
         Canary::InstallUnverifiedState,
+        Canary::VoteAfterDiskLoss,
     ];
 
     /// The command-line name.
@@ -39,6 +43,7 @@ impl Canary {
             Canary::CommitWithoutQuorum => "commit-without-quorum",
             Canary::AcknowledgeBeforeDurable => "acknowledge-before-durable",
             Canary::InstallUnverifiedState => "install-unverified-state",
+            Canary::VoteAfterDiskLoss => "vote-after-disk-loss",
         }
     }
 
@@ -92,6 +97,8 @@ pub struct Summary {
     pub requests_acknowledged: u64,
     /// Crashes injected.
     pub crashes: u64,
+    /// Of the crashes, those that lost the replica's disk.
+    pub disks_lost: u64,
     /// Checkpoints taken, over all replicas.
     pub checkpoints_taken: u64,
     /// Checkpoints installed by state transfer, over all replicas.
@@ -131,6 +138,8 @@ pub(super) struct Scenario {
     pub(super) issue_per_mille: u64,
     pub(super) network: NetworkFaults,
     pub(super) crash_per_mille: u64,
+    /// Of the crashes, how many lose the replica's disk (its journal starts empty).
+    pub(super) disk_loss_per_mille: u64,
     pub(super) partition_change_per_mille: u64,
     pub(super) checkpoint_interval_ops: u64,
     pub(super) state_chunk_bytes: usize,
@@ -161,6 +170,13 @@ impl Scenario {
             checkpoint_interval_ops: rng.between(8, 16),
             state_chunk_bytes: rng.between(64, 512) as usize,
             outage: (replica_count >= 3 && rng.per_mille(800)).then_some(outage),
+            // A group of two tolerates no failure: one that lost its disk waits for the other,
+            // and the other, if it restarts meanwhile, for a vote the empty one cannot give.
+            disk_loss_per_mille: if replica_count >= 3 {
+                rng.below(500)
+            } else {
+                0
+            },
         }
     }
 

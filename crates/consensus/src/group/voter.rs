@@ -37,8 +37,10 @@ pub(super) fn open_replica<M: GroupMachine>(
     machine
         .reset()
         .map_err(|error| GroupError::Journal(error.to_string()))?;
+    // An empty journal may be a new group's or a lost disk's: the replica finds out from its
+    // peers before it votes (see `Replica::start_empty`).
     let replica = if fresh {
-        Replica::format(config, file, machine)
+        Replica::start_empty(config, file, machine, rand::random::<u64>())
     } else {
         Replica::open(config, file, machine, rand::random::<u64>())
     };

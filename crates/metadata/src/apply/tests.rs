@@ -276,3 +276,68 @@ fn a_decision_on_a_generation_the_shard_no_longer_has_is_refused_whole() {
     assert_eq!(store.shard_table().unwrap(), before);
     assert!(store.shard_handoffs().unwrap().is_empty());
 }
+
+/// A removed member's state is declared lost: its shards get new generations (still naming it
+/// until a coordinator gives them away), so a node restarted under the same id on an empty disk
+/// starts a new lineage instead of continuing the lost one empty. Other shards keep theirs.
+#[test]
+fn removing_a_member_gives_the_shards_it_held_new_generations() {
+    let (_dir, store) = store();
+    let join = |node: &str| Command::JoinMember {
+        node: node.into(),
+        cluster_address: format!("{node}:7946"),
+        api_address: format!("{node}:8080"),
+        roles: ["shard".to_string()].into(),
+        joined_ms: 10,
+    };
+    let set = |node: &str, state| Command::SetMemberState {
+        node: node.into(),
+        state,
+        updated_ms: 20,
+    };
+    store.apply(join("n1")).unwrap();
+    store.apply(join("n3")).unwrap();
+    let key = |shard| ShardKey::new(TypeKey::new("acme", "counter"), shard);
+    store
+        .apply(Command::AssignShards {
+            epoch: 0,
+            assignments: vec![
+                assign(key(1), None, "n3"),
+                assign(key(2), None, "n1"),
+                assign(key(3), None, "n3"),
+            ],
+        })
+        .unwrap();
+    let before = store.shard_table().unwrap();
+    store.apply(set("n3", MemberState::Up)).unwrap();
+    store.apply(set("n3", MemberState::Down)).unwrap();
+    assert_eq!(
+        store.shard_table().unwrap(),
+        before,
+        "down keeps the lineage"
+    );
+    store.apply(set("n3", MemberState::Removed)).unwrap();
+    let after = store.shard_table().unwrap();
+    assert_eq!(
+        after.get(&key(2)),
+        before.get(&key(2)),
+        "n1's shard is untouched"
+    );
+    for shard in [1, 3] {
+        let (old, new) = (&before[&key(shard)], &after[&key(shard)]);
+        assert_eq!(new.node, "n3");
+        assert!(
+            new.generation > old.generation && new.generation > before[&key(2)].generation,
+            "shard {shard}: {old:?} -> {new:?}"
+        );
+    }
+    // A coordinator that read the old generation is refused and reads again.
+    let stale = store.apply(Command::AssignShards {
+        epoch: 0,
+        assignments: vec![assign(key(1), Some(before[&key(1)].generation), "n1")],
+    });
+    assert!(
+        matches!(stale, Err(MetadataError::ShardMoved { .. })),
+        "{stale:?}"
+    );
+}

@@ -1,9 +1,12 @@
 //! The faults a run injects: partitions and armed crashes drawn each tick, the scenario's long
-//! outage, crashes that lose a replica's unsynced writes and its machine's memory, restarts
-//! from the journal onto a fresh machine, and the end of the fault phase.
+//! outage, crashes that lose a replica's unsynced writes and its machine's memory (or its whole
+//! disk), restarts from the journal (or an empty one) onto a fresh machine, and the end of the
+//! fault phase.
 
 use super::{Simulation, add_counters};
+use crate::vsr::scenario::Canary;
 use crate::vsr::workload::Workload;
+use tessera_consensus::journal::InMemoryJournal;
 use tessera_consensus::message::ReplicaIndex;
 use tessera_consensus::replica::Replica;
 
@@ -55,6 +58,23 @@ impl<W: Workload> Simulation<'_, W> {
         self.crashes += 1;
     }
 
+    /// The disk of `index`, down after a crash, is lost: it restarts on an empty journal. At
+    /// most one replica at a time is without its state, so the group stays within the failures
+    /// it tolerates.
+    pub(super) fn lose_disk(&mut self, index: usize) {
+        if self.forgetting.iter().any(|forgetting| *forgetting) {
+            return;
+        }
+        let Some((journal, _)) = self.down[index].as_mut() else {
+            return;
+        };
+        *journal = InMemoryJournal::new();
+        self.disk_lost[index] = true;
+        self.forgetting[index] = true;
+        self.disks_lost += 1;
+        self.checker.on_disk_lost(index);
+    }
+
     pub(super) fn restart_due(&mut self) -> Result<(), String> {
         for index in 0..self.down.len() {
             let due = self.down[index]
@@ -74,8 +94,13 @@ impl<W: Workload> Simulation<'_, W> {
         let config = self.config(index as ReplicaIndex);
         let nonce = self.rng.next_u64();
         let machine = self.workload.machine()?;
-        let replica = Replica::open(config, journal, machine, nonce)
-            .map_err(|error| format!("replica {index} failed to recover: {error}"))?;
+        let disk_lost = std::mem::take(&mut self.disk_lost[index]);
+        let replica = match (disk_lost, self.options.canary) {
+            (true, Canary::VoteAfterDiskLoss) => Replica::format(config, journal, machine),
+            (true, _) => Replica::start_empty(config, journal, machine, nonce),
+            (false, _) => Replica::open(config, journal, machine, nonce),
+        }
+        .map_err(|error| format!("replica {index} failed to recover: {error}"))?;
         self.checker
             .on_restart(index, replica.view(), replica.commit())?;
         self.replicas[index] = Some(replica);

@@ -26,8 +26,9 @@ const JOIN_RETRY: Duration = Duration::from_millis(250);
 
 /// Checks that the data directory may start as a node of `cluster`: one that was a node of
 /// another cluster, or holds a single node's catalog (which the cluster's catalog would
-/// replace), or is a voter's whose journal is gone (a voter must never forget what it
-/// promised), is refused with the reason rather than silently emptied.
+/// replace), is refused with the reason rather than silently emptied. A voter whose journal is
+/// gone starts forgetful: it recovers what it promised from the other voters before it votes
+/// (`Replica::start_empty`), as on a new disk.
 pub(in crate::node) fn check_data_dir(
     config: &NodeConfig,
     cluster: &ClusterConfig,
@@ -43,13 +44,15 @@ pub(in crate::node) fn check_data_dir(
             id.trim(),
             cluster.id
         ))),
-        Ok(_) if voter && !journal.exists() => Err(NodeError::Config(format!(
-            "{data_dir} was a node of cluster {} but its metadata journal ({}) is gone: a voter \
-             must not restart without it (it would forget what it acknowledged); start it on \
-             an empty data directory as a new node instead",
-            cluster.id,
-            journal.display()
-        ))),
+        Ok(_) if voter && !journal.exists() => {
+            tracing::warn!(
+                data_dir = %data_dir,
+                journal = %journal.display(),
+                "this voter's metadata journal is gone: it recovers from the other voters and \
+                 votes in nothing until then"
+            );
+            Ok(())
+        }
         Ok(_) => Ok(()),
         Err(_) if metadata.applied_commands()? > 0 => Err(NodeError::Config(format!(
             "{data_dir} holds a single node's catalog: a node of cluster {} starts from an \
