@@ -28,7 +28,7 @@ pub use entity_route::EntityRoute;
 pub use entity_route::PendingReply;
 pub use homes::TypeSettings;
 pub use state_read::{STATE_READ_BYTES_MAX, STATE_READ_ENTRIES_MAX};
-pub use transfer::TRANSFER_STALL_ATTEMPTS;
+pub use transfer::{TRANSFER_STALL_ATTEMPTS, TRANSFERS_SENDING_MAX};
 
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};

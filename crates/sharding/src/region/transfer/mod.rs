@@ -15,7 +15,7 @@ mod send;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use super::homes::{Home, RegisteredType};
@@ -31,6 +31,13 @@ pub use send::TRANSFER_STALL_ATTEMPTS;
 /// so more are duplicates (dropped when full: the part is sent again).
 const ANSWERS_QUEUED_MAX: usize = 16;
 
+/// Transfers a region sends at once; the others wait for a turn before opening their snapshot.
+/// With one part in flight each, a region holds at most this many times
+/// [`TRANSFER_BYTES_IN_FLIGHT_MAX`](tessera_state::TRANSFER_BYTES_IN_FLIGHT_MAX) of outgoing
+/// shard state (16 MiB) however many shards it hands off together (a node leaving hands off
+/// all of its shards), and no peer's send queue fills with parts.
+pub const TRANSFERS_SENDING_MAX: usize = 4;
+
 /// A shard's state on its way out: the task sending it.
 struct Outgoing {
     to: Allocation,
@@ -45,9 +52,19 @@ impl Drop for Outgoing {
 }
 
 /// The transfers this region is sending.
-#[derive(Default)]
 pub(crate) struct Transfers {
     outgoing: HashMap<ShardKey, Outgoing>,
+    /// Turns to send, [`TRANSFERS_SENDING_MAX`] of them.
+    turns: Arc<Semaphore>,
+}
+
+impl Default for Transfers {
+    fn default() -> Self {
+        Transfers {
+            outgoing: HashMap::new(),
+            turns: Arc::new(Semaphore::new(TRANSFERS_SENDING_MAX)),
+        }
+    }
 }
 
 /// The shard's scope as the state layer sees it: the type's shard function names its ids.
@@ -87,7 +104,10 @@ impl Transfers {
             failed: 0,
         };
         let done = (key.clone(), to.clone());
+        let turns = self.turns.clone();
         let task = tokio::spawn(async move {
+            // The semaphore is never closed; without a turn, sending anyway is still correct.
+            let _turn = turns.acquire_owned().await;
             sending.run().await;
             let _ = internal.send(Internal::Transferred(done.0, done.1)).await;
         });

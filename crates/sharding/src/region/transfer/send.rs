@@ -170,7 +170,7 @@ impl Sending {
     fn failed_at(&mut self, index: u32, error: &str) -> bool {
         self.failed += 1;
         let (key, node) = (&self.key, &self.to.node);
-        if self.failed % TRANSFER_STALL_ATTEMPTS != 0 {
+        if !self.failed.is_multiple_of(TRANSFER_STALL_ATTEMPTS) {
             tracing::debug!(%key, to = %node, index, %error, "shard state part failed; sending again");
             return true;
         }
