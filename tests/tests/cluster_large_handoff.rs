@@ -2,7 +2,8 @@
 //! `tessera node` processes: the node that owns it leaves gracefully, the shard is handed off
 //! with its state streamed in bounded parts, and the entity answers on its new owner with
 //! every byte of that state. Before handoffs streamed, the entity travelled in one part, which
-//! no frame could carry: the transfer never progressed and the leave failed.
+//! no frame could carry: the transfer never progressed, and after the leave the entity's ask
+//! timed out (504) instead of answering.
 
 use serde_json::json;
 use std::time::Instant;
