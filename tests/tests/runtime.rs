@@ -433,6 +433,37 @@ mod plugin {
         );
         counter_still_answers(&node).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn ballast() {
+        let (_dir, node) = node();
+        node.deploy(
+            "ballast",
+            tessera_tests::BALLAST,
+            1,
+            InstanceLimits::default(),
+        );
+        // A value as large as one message may write (4 MiB with its key and the key count).
+        for key in 0..2 {
+            let fill = json!({"Fill": {"key": key, "bytes": (4 << 20) - 1024}});
+            node.ask("ballast", "b1", fill).await.unwrap();
+        }
+        let held = node.ask("ballast", "b1", json!("Check")).await.unwrap();
+        assert_eq!(
+            held,
+            json!({"keys": 2, "bytes": 2 * ((4 << 20) - 1024), "wrong": []})
+        );
+        let error = node
+            .ask(
+                "ballast",
+                "b1",
+                json!({"Fill": {"key": 2, "bytes": 5 << 20}}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::StateTooLarge, "{error}");
+        counter_still_answers(&node).await;
+    }
 }
 
 macro_rules! assert_plugin_tested {

@@ -43,5 +43,5 @@ pub use rebalance::{RebalanceReason, RebalanceRound, ShardMovement};
 pub use region::PendingReply;
 pub use region::{
     EntityRoute, Region, RegionCounters, RegionHandle, RegionParts, STATE_READ_BYTES_MAX,
-    STATE_READ_ENTRIES_MAX, TypeSettings,
+    STATE_READ_ENTRIES_MAX, TRANSFER_STALL_ATTEMPTS, TRANSFERS_SENDING_MAX, TypeSettings,
 };

@@ -87,13 +87,18 @@ pub trait RememberStore: Send + Sync + 'static {
     fn list_ids(&self, type_key: &TypeKey, shard: ShardId) -> Result<Vec<String>, StoreError>;
 }
 
+/// A shard's state as parts, read on demand from one consistent view ([`ShardStates::export`]).
+pub type ShardParts = Box<dyn Iterator<Item = Result<ShardPart, StoreError>> + Send>;
+
 /// A shard's durable state leaving this node or arriving on it, when the shard moves between
 /// nodes (a handoff). This is the seam a replicated partition will implement: there a move
 /// makes another replica the partition's primary instead of copying rows.
 pub trait ShardStates: Send + Sync + 'static {
-    /// Reads everything held for the shard (its entities' rows and remembered ids), in parts;
-    /// the caller has stopped the shard's entities. Reads may block briefly.
-    fn export(&self, scope: &ShardScope) -> Result<Vec<ShardPart>, StoreError>;
+    /// Everything held for the shard (its entities' rows and remembered ids) as of now, as parts
+    /// of at most [`SHARD_PART_BYTES_MAX`](crate::SHARD_PART_BYTES_MAX) read one at a time
+    /// when asked for (each read may block briefly); the last part has `last` set. The caller
+    /// has stopped the shard's entities; what is committed after this call is not exported.
+    fn export(&self, scope: &ShardScope) -> Result<ShardParts, StoreError>;
 
     /// Makes one part of the move numbered `generation` durable; part 0 first discards what
     /// this node held for the shard. Once the last part of a move is installed, any part of

@@ -22,11 +22,14 @@ pub mod shard_transfer;
 mod tables;
 mod write_set;
 
-pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardStates};
+pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardParts, ShardStates};
 pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
 pub use error::{CommitError, StoreError};
 pub use local::LocalState;
 pub use messaging::{DueReminder, MessagingWrites, OutboxEntry, Receipt, Reminder, Sequences};
-pub use shard_transfer::{SHARD_PART_BYTES_MAX, ShardFilter, ShardPart, ShardScope};
+pub use shard_transfer::{
+    SHARD_PART_BYTES_MAX, ShardExport, ShardFilter, ShardPart, ShardScope,
+    TRANSFER_BYTES_IN_FLIGHT_MAX,
+};
 pub use tables::StateStore;
 pub use write_set::{StateChange, WriteSet};

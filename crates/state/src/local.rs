@@ -2,12 +2,14 @@
 //! [`GroupCommitter`]'s thread. It implements both seams of the layer, [`EntityState`] and
 //! [`RememberStore`], so entity writes and remembered ids share one writer and one fsync.
 
-use super::backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardStates};
+use super::backend::{
+    CommitFuture, EntityMeta, EntityState, RememberStore, ShardParts, ShardStates,
+};
 use super::commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter, Work};
 use super::error::{CommitError, StoreError};
 use super::messaging::{DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use super::remember::RememberOp;
-use super::shard_transfer::{ShardPart, ShardScope};
+use super::shard_transfer::{ShardExport, ShardPart, ShardScope};
 use super::tables::StateStore;
 use super::write_set::WriteSet;
 use redb::ReadableDatabase;
@@ -172,10 +174,18 @@ impl EntityState for LocalState {
     }
 }
 
-impl ShardStates for LocalState {
-    fn export(&self, scope: &ShardScope) -> Result<Vec<ShardPart>, StoreError> {
+impl LocalState {
+    /// The shard's state as parts cut on demand from a snapshot taken now
+    /// ([`ShardStates::export`]).
+    pub fn export_snapshot(&self, scope: &ShardScope) -> Result<ShardExport, StoreError> {
         let transaction = self.store.database().begin_read().map_err(StoreError::io)?;
-        super::shard_transfer::export(&transaction, scope)
+        Ok(ShardExport::new(transaction, scope.clone()))
+    }
+}
+
+impl ShardStates for LocalState {
+    fn export(&self, scope: &ShardScope) -> Result<ShardParts, StoreError> {
+        Ok(Box::new(self.export_snapshot(scope)?))
     }
 
     fn install(&self, scope: ShardScope, generation: u64, part: ShardPart) -> CommitFuture {

@@ -330,6 +330,7 @@ async fn metrics_parse_as_prometheus_and_carry_no_client_chosen_labels() {
         "tessera_entities_live",
         "tessera_region_refused_total",
         "tessera_region_forwarded_total",
+        "tessera_region_shard_transfer_stalls_total",
         "tessera_entity_evictions_total",
         "tessera_instances_discarded_total",
         "tessera_outbox_enqueued_total",

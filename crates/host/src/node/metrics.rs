@@ -348,6 +348,13 @@ impl Node {
                 region.shard_parts_refused,
             ),
             (
+                "tessera_region_shard_transfer_stalls",
+                "Times a shard's state transfer from here could not progress: a part refused, \
+                 unanswered or not sent 8 times in a row (logged as an error; the transfer \
+                 starts over).",
+                region.shard_transfer_stalls,
+            ),
+            (
                 "tessera_plugin_compilations",
                 "Components compiled (disk-cache hits do not count).",
                 self.runtime.compilations(),

@@ -28,6 +28,7 @@ pub use entity_route::EntityRoute;
 pub use entity_route::PendingReply;
 pub use homes::TypeSettings;
 pub use state_read::{STATE_READ_BYTES_MAX, STATE_READ_ENTRIES_MAX};
+pub use transfer::{TRANSFER_STALL_ATTEMPTS, TRANSFERS_SENDING_MAX};
 
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -46,7 +47,7 @@ use tessera_contract::{
 };
 use tessera_metadata::{Applied, MetadataStore};
 use tessera_state::remember::{RememberEvent, RememberWriter};
-use tessera_state::{ShardPart, ShardStates, StoreError};
+use tessera_state::{ShardStates, StoreError};
 
 /// The refusal of a message served while its node's lease ran out.
 pub(crate) fn lost_lease() -> MessageError {
@@ -83,8 +84,8 @@ pub(crate) enum Request {
 /// Work the region task sends itself when a spawned step finishes.
 pub(crate) enum Internal {
     HandoffStopped(ShardKey),
-    /// A shard's state was read for its new owner (or could not be).
-    Exported(ShardKey, Allocation, Result<Vec<ShardPart>, StoreError>),
+    /// Every part of a shard's state was installed by its new owner.
+    Transferred(ShardKey, Allocation),
     RememberedShards(TypeKey, Vec<ShardId>),
     /// A shard's lineage began here (its stale rows cleared), or could not.
     LineageBegun(ShardKey, Result<(), String>),

@@ -25,6 +25,9 @@ pub struct RegionCounters {
     /// Parts of shard state refused (a peer sent state for a shard this node serves, for a
     /// type it does not know, or naming entities outside the shard).
     pub shard_parts_refused: u64,
+    /// Times a shard transfer from here could not progress: a part refused, unanswered or not
+    /// sent `TRANSFER_STALL_ATTEMPTS` (8) times in a row.
+    pub shard_transfer_stalls: u64,
 }
 
 #[derive(Default)]
@@ -36,6 +39,7 @@ pub(crate) struct RegionStats {
     pub(crate) shard_parts_sent: AtomicU64,
     pub(crate) shard_parts_installed: AtomicU64,
     pub(crate) shard_parts_refused: AtomicU64,
+    pub(crate) shard_transfer_stalls: AtomicU64,
 }
 
 impl RegionStats {
@@ -72,6 +76,7 @@ impl RegionStats {
             shard_parts_sent: self.shard_parts_sent.load(Ordering::Relaxed),
             shard_parts_installed: self.shard_parts_installed.load(Ordering::Relaxed),
             shard_parts_refused: self.shard_parts_refused.load(Ordering::Relaxed),
+            shard_transfer_stalls: self.shard_transfer_stalls.load(Ordering::Relaxed),
         }
     }
 }

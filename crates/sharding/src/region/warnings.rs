@@ -1,5 +1,5 @@
 //! The region's warnings that come once per message — a tell dropped with no one waiting for
-//! its answer, a reply lost on its way back — counted per kind, so that a fault failing
+//! its answer, a reply lost on its way back, a shard transfer that cannot progress — counted per kind, so that a fault failing
 //! thousands of messages (a peer down, a shard without a home) writes a few lines: the first
 //! of a kind in a window, then one count (`tessera_logs`). A kind names the peer and the error,
 //! whose message names the shard and the reason; never the entity, whose address only the
@@ -43,6 +43,8 @@ pub(crate) enum RegionWarning {
     FailureReplyLost { node: NodeId, error: String },
     /// The reply to an ask forwarded from `node` could not be sent back to it.
     AskReplyLost { node: NodeId, error: String },
+    /// A shard's state could not be sent to `node` (an error: a handoff is held up).
+    TransferStalled { node: NodeId, error: String },
 }
 
 impl RegionWarning {
@@ -78,6 +80,12 @@ impl WarningKey for RegionWarning {
                 %error,
                 suppressed,
                 "ask reply could not be sent … and {suppressed} more in {over:.1?}"
+            ),
+            RegionWarning::TransferStalled { node, error } => tracing::error!(
+                %node,
+                %error,
+                suppressed,
+                "shard state transfer cannot progress … and {suppressed} more in {over:.1?}"
             ),
         }
     }

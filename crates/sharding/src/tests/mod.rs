@@ -8,6 +8,7 @@ mod handoff;
 mod remember;
 mod routing;
 mod state_reads;
+mod transfer;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,5 +1,10 @@
 //! Writing a shard's rows: installing a part that arrived, and discarding a shard that left.
+//! Part 0 of a move clears the shard and marks the move installing; later parts add rows; the
+//! last one makes the move the shard's lineage. A shard this node starts serving while a move
+//! to it is still installing (its last part never came) starts from empty, never from the
+//! parts that did.
 
+use super::chunks::{self, SHARD_TRANSFER_CHUNKS};
 use super::{ShardPart, ShardScope, io};
 use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
@@ -12,16 +17,23 @@ pub(crate) const SHARD_ARRIVALS: TableDefinition<(&str, &str, u32), u64> =
     TableDefinition::new("shard_arrivals");
 
 /// The generation whose state this node's rows of a shard hold, per shard:
-/// `(tenant, type, shard) -> generation` — set when a move's first part is installed, and when
+/// `(tenant, type, shard) -> generation` — set when a move's last part is installed, and when
 /// the node starts serving the shard from its own rows ([`begin_lineage`]).
 pub(crate) const SHARD_LINEAGES: TableDefinition<(&str, &str, u32), u64> =
     TableDefinition::new("shard_lineages");
 
+/// The move whose parts are arriving, per shard: `(tenant, type, shard) -> generation` — set by
+/// its part 0, removed by its last part (or when the node starts serving the shard).
+pub(crate) const SHARD_INSTALLING: TableDefinition<(&str, &str, u32), u64> =
+    TableDefinition::new("shard_installing");
+
 /// The node starts serving the shard at `generation`. Rows held for an older generation — an
 /// earlier ownership whose discard was lost in a crash, parts of a move that was sent elsewhere
 /// — are not this lineage's: they go, and the shard starts from what its owner installed or
-/// from empty. Rows of this generation or a later one (a restart; a move whose parts arrived
-/// first) stay. A shard with no record (rows written before records were kept) keeps its rows.
+/// from empty; so do the parts of a move at this generation or before that never completed.
+/// Rows of this generation or a later one (a restart; a move installed) stay, and so do the
+/// parts of a later move still arriving. A shard with no record (rows written before records
+/// were kept) keeps its rows.
 pub(crate) fn begin_lineage(
     transaction: &WriteTransaction,
     scope: &ShardScope,
@@ -32,17 +44,22 @@ pub(crate) fn begin_lineage(
         scope.type_key.entity_type.as_str(),
         scope.shard,
     );
-    let held = {
+    let (held, installing) = {
         let lineages = transaction.open_table(SHARD_LINEAGES).map_err(io)?;
         let arrivals = transaction.open_table(SHARD_ARRIVALS).map_err(io)?;
+        let installing = transaction.open_table(SHARD_INSTALLING).map_err(io)?;
         let lineage = lineages.get(row).map_err(io)?.map(|guard| guard.value());
         let arrived = arrivals.get(row).map_err(io)?.map(|guard| guard.value());
-        lineage.max(arrived)
+        let installing = installing.get(row).map_err(io)?.map(|guard| guard.value());
+        (lineage.max(arrived), installing)
     };
-    if held.is_some_and(|held| held >= generation) {
+    if installing.is_some_and(|installing| installing > generation) {
         return Ok(());
     }
-    if held.is_some() {
+    if installing.is_none() && held.is_some_and(|held| held >= generation) {
+        return Ok(());
+    }
+    if held.is_some() || installing.is_some() {
         discard(transaction, scope)?;
     }
     transaction
@@ -53,9 +70,9 @@ pub(crate) fn begin_lineage(
     Ok(())
 }
 
-/// Removes every row of the shard's entities and its remembered ids: each table is walked over
-/// the type's key range only (`past` is the first type name after it) and keeps the rows of
-/// other shards.
+/// Removes every row of the shard's entities, its remembered ids, the pieces of values staged
+/// for it and its mark of a move installing: each table is walked over the type's key range
+/// only (`past` is the first type name after it) and keeps the rows of other shards.
 pub(crate) fn discard(
     transaction: &WriteTransaction,
     scope: &ShardScope,
@@ -138,11 +155,18 @@ pub(crate) fn discard(
             |key, _| key.1 != entity_type || key.2 != scope.shard,
         )
         .map_err(io)?;
+    chunks::clear(transaction, scope, past)?;
+    transaction
+        .open_table(SHARD_INSTALLING)
+        .map_err(io)?
+        .remove((tenant, entity_type, scope.shard))
+        .map_err(io)?;
     Ok(())
 }
 
 /// Installs one part (checked against its scope by [`ShardPart::check`] before it reached the
-/// writer): part 0 first discards whatever this node held for the shard.
+/// writer): part 0 first discards whatever this node held for the shard; a later part is
+/// refused unless part 0 of the same move came first; the last part completes the move.
 pub(crate) fn install(
     transaction: &WriteTransaction,
     scope: &ShardScope,
@@ -151,28 +175,67 @@ pub(crate) fn install(
 ) -> Result<(), StoreError> {
     let tenant = scope.type_key.tenant.as_str();
     let entity_type = scope.type_key.entity_type.as_str();
-    let mut arrivals = transaction.open_table(SHARD_ARRIVALS).map_err(io)?;
-    let arrived = arrivals
-        .get((tenant, entity_type, scope.shard))
+    let row = (tenant, entity_type, scope.shard);
+    let arrived = transaction
+        .open_table(SHARD_ARRIVALS)
+        .map_err(io)?
+        .get(row)
         .map_err(io)?
         .map(|guard| guard.value());
     if arrived.is_some_and(|arrived| arrived >= generation) {
         return Ok(());
     }
-    if part.last {
-        arrivals
-            .insert((tenant, entity_type, scope.shard), generation)
-            .map_err(io)?;
-    }
-    drop(arrivals);
     if part.index == 0 {
         discard(transaction, scope)?;
         transaction
+            .open_table(SHARD_INSTALLING)
+            .map_err(io)?
+            .insert(row, generation)
+            .map_err(io)?;
+    } else {
+        let installing = transaction
+            .open_table(SHARD_INSTALLING)
+            .map_err(io)?
+            .get(row)
+            .map_err(io)?
+            .map(|guard| guard.value());
+        if installing != Some(generation) {
+            return Err(StoreError::Io(format!(
+                "part {} of move {generation} of {scope:?} came without its part 0",
+                part.index
+            )));
+        }
+    }
+    install_rows(transaction, scope, part)?;
+    if part.last {
+        transaction
+            .open_table(SHARD_ARRIVALS)
+            .map_err(io)?
+            .insert(row, generation)
+            .map_err(io)?;
+        transaction
             .open_table(SHARD_LINEAGES)
             .map_err(io)?
-            .insert((tenant, entity_type, scope.shard), generation)
+            .insert(row, generation)
             .map_err(io)?;
+        transaction
+            .open_table(SHARD_INSTALLING)
+            .map_err(io)?
+            .remove(row)
+            .map_err(io)?;
+        chunks::clear(transaction, scope, &format!("{entity_type}\0"))?;
     }
+    Ok(())
+}
+
+/// Writes the part's rows; a chunk is staged, and its value written once whole.
+fn install_rows(
+    transaction: &WriteTransaction,
+    scope: &ShardScope,
+    part: &ShardPart,
+) -> Result<(), StoreError> {
+    let tenant = scope.type_key.tenant.as_str();
+    let entity_type = scope.type_key.entity_type.as_str();
     let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
     let mut state = transaction.open_table(ENTITY_STATE).map_err(io)?;
     let mut sequences = transaction.open_table(SEQUENCES).map_err(io)?;
@@ -182,6 +245,7 @@ pub(crate) fn install(
     let mut reminders = transaction.open_table(REMINDERS).map_err(io)?;
     let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
     let mut remembered = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+    let mut staged = transaction.open_table(SHARD_TRANSFER_CHUNKS).map_err(io)?;
     for record in &part.entities {
         let id = record.id.as_str();
         if let Some(meta) = record.meta {
@@ -234,6 +298,9 @@ pub(crate) fn install(
                 .map_err(io)?;
             due.insert((row.due_ms, tenant, entity_type, id, row.timer), ())
                 .map_err(io)?;
+        }
+        for chunk in &record.chunks {
+            chunks::stage(&mut staged, &mut state, (tenant, entity_type, id), chunk)?;
         }
     }
     for id in &part.remembered {

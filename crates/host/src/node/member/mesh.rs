@@ -28,6 +28,7 @@ use tessera_sharding::{
     CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, LinkMessage, Membership, RemoteLinks,
     STATE_READ_BYTES_MAX,
 };
+use tessera_state::SHARD_PART_BYTES_MAX;
 use tokio::sync::mpsc;
 
 /// How long sends to a peer that stays disconnected are queued before they fail at once
@@ -47,6 +48,8 @@ const MESH_SEND_QUEUE_BYTES_MAX: usize = 2 * MESH_FRAME_BYTES_MAX;
 // below the frame limit, they always fit, whatever else a tenant sends.
 const _: () = assert!(4 * FORWARD_BATCH_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
 const _: () = assert!(2 * STATE_READ_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
+// So does a part of a shard's state in transit (a handoff), whatever the shard's size.
+const _: () = assert!(4 * SHARD_PART_BYTES_MAX <= MESH_FRAME_BYTES_MAX);
 
 /// How often the coordinator's membership view is brought in step with reachability.
 pub(crate) const REACHABILITY_EVERY: Duration = Duration::from_millis(500);

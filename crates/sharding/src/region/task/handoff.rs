@@ -9,7 +9,7 @@ use crate::link::CoordinatorCommand;
 use crate::region::Internal;
 use crate::region::homes::Home;
 use crate::region::route::{Caller, Routed, route_in_slot};
-use crate::region::transfer::{self, Transfers};
+use crate::region::transfer;
 use tessera_contract::{Allocation, ShardKey};
 
 impl RegionTask {
@@ -84,37 +84,8 @@ impl RegionTask {
         if self.shared.shard_states.is_none() || to.node == self.shared.node {
             self.finish_handoff(key);
         } else if !self.transfers.is_sending(&key) {
-            Transfers::export(&self.shared, &ty, key, to, self.internal.clone());
-        }
-    }
-
-    /// The shard's state was read: send it, unless the handoff changed meanwhile.
-    pub(super) fn on_exported(
-        &mut self,
-        key: ShardKey,
-        to: Allocation,
-        exported: Result<Vec<tessera_state::ShardPart>, tessera_state::StoreError>,
-    ) {
-        let current = self.registered(&key.type_key).and_then(|ty| {
-            ty.slot(key.shard).and_then(|home| match &*home {
-                Home::HandingOff { to, .. } => Some(to.clone()),
-                _ => None,
-            })
-        });
-        if current.as_ref() != Some(&to) {
-            return;
-        }
-        match exported {
-            Ok(parts) => self.transfers.start(&self.shared, key, to, parts),
-            Err(error) => {
-                tracing::warn!(%key, %error, "shard state could not be read; retrying");
-                let internal = self.internal.clone();
-                let wait = self.shared.config.request_timeout;
-                tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
-                    let _ = internal.send(Internal::HandoffStopped(key)).await;
-                });
-            }
+            let internal = self.internal.clone();
+            self.transfers.start(&self.shared, &ty, key, to, internal);
         }
     }
 

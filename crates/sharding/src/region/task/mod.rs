@@ -16,7 +16,7 @@ mod lineage;
 use super::forward::Forwarder;
 use super::homes::{Home, RegisteredType};
 use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_slot};
-use super::transfer::{self, Progress, Transfers};
+use super::transfer::{self, Transfers};
 use super::{Internal, Request, Shared, recovery};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
 use crate::link::{CoordinatorCommand, FORWARD_BATCH_MAX, LinkMessage, WireBody, WireEnvelope};
@@ -269,12 +269,7 @@ impl RegionTask {
                 index,
                 error,
             } => {
-                let progress =
-                    self.transfers
-                        .on_installed(&self.shared, &key, generation, index, error);
-                if let Progress::Installed = progress {
-                    self.finish_handoff(key);
-                }
+                self.transfers.on_installed(&key, generation, index, error);
             }
         }
     }
@@ -432,7 +427,11 @@ impl RegionTask {
         match message {
             Internal::HandoffStopped(key) => self.on_handoff_stopped(key),
             Internal::LineageBegun(key, begun) => self.on_lineage_begun(key, begun),
-            Internal::Exported(key, to, exported) => self.on_exported(key, to, exported),
+            Internal::Transferred(key, to) => {
+                if self.transfers.finished(&key, &to) {
+                    self.finish_handoff(key);
+                }
+            }
             Internal::RememberedShards(type_key, shards) => {
                 let Some(ty) = self.registered(&type_key) else {
                     return;
@@ -472,7 +471,6 @@ impl RegionTask {
             self.recheck_unconfirmed();
         }
         self.forwarder.forget_expired(now);
-        self.transfers.retry(&self.shared, now);
         let timeout = self.shared.config.request_timeout;
         let mut stale = Vec::new();
         let retry: Vec<ShardKey> = self
