@@ -219,6 +219,12 @@ impl Cluster {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Deletes node `index`'s data directory, as a lost disk does (stop the node first).
+    pub fn lose_disk(&self, index: usize) {
+        let path = self.dir.path().join(self.members[index].id);
+        std::fs::remove_dir_all(&path).expect("the node's data directory");
+    }
+
     /// Node `index`'s HTTP base URL.
     pub fn url(&self, index: usize) -> String {
         format!("http://{}", self.members[index].http)
