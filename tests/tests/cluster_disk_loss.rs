@@ -136,6 +136,9 @@ fn a_voter_whose_disk_was_lost_rejoins_under_its_id_and_forgets_nothing() {
             post_json(&counter, &token, &json!({"Add": 5})).filter(|reply| reply.status == 200)
         });
         let value = reply.json();
-        assert!(value == json!(5) || value == json!(6), "c{id} answered {value}");
+        assert!(
+            value == json!(5) || value == json!(6),
+            "c{id} answered {value}"
+        );
     }
 }

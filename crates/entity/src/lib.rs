@@ -40,5 +40,5 @@ pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCo
 pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 pub use directory::{Entities, Refused};
 pub use live_cell::LiveCell;
-pub use reminders::REMINDERS_IN_FLIGHT_MAX;
+pub use reminders::{REMINDER_SCAN_ROWS_MAX, REMINDERS_IN_FLIGHT_MAX};
 pub use types::{TypeBinding, TypeTable};

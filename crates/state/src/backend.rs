@@ -61,8 +61,14 @@ pub trait EntityState: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<EntityAddress>, StoreError>;
 
-    /// Up to `limit` reminders due at or before `until_ms`, earliest first.
-    fn due_reminders(&self, until_ms: u64, limit: usize) -> Result<Vec<DueReminder>, StoreError>;
+    /// Up to `limit` reminders due at or before `until_ms`, earliest first, after `after` (the
+    /// reminder a previous page ended with) if given: a caller that skips some pages on.
+    fn due_reminders(
+        &self,
+        until_ms: u64,
+        after: Option<&DueReminder>,
+        limit: usize,
+    ) -> Result<Vec<DueReminder>, StoreError>;
 
     /// When the earliest reminder is due (ms since the epoch), if any.
     fn next_due(&self) -> Result<Option<u64>, StoreError>;

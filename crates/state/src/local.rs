@@ -157,8 +157,13 @@ impl EntityState for LocalState {
         self.store.outbox_senders(after, limit)
     }
 
-    fn due_reminders(&self, until_ms: u64, limit: usize) -> Result<Vec<DueReminder>, StoreError> {
-        self.store.due_reminders(until_ms, limit)
+    fn due_reminders(
+        &self,
+        until_ms: u64,
+        after: Option<&DueReminder>,
+        limit: usize,
+    ) -> Result<Vec<DueReminder>, StoreError> {
+        self.store.due_reminders(until_ms, after, limit)
     }
 
     fn next_due(&self) -> Result<Option<u64>, StoreError> {

@@ -232,13 +232,14 @@ impl StateStore {
         messaging::read::outbox_senders(&self.database, after, limit)
     }
 
-    /// Up to `limit` reminders due at or before `until_ms`, earliest first.
+    /// Up to `limit` reminders due at or before `until_ms`, earliest first, after `after`.
     pub fn due_reminders(
         &self,
         until_ms: u64,
+        after: Option<&DueReminder>,
         limit: usize,
     ) -> Result<Vec<DueReminder>, StoreError> {
-        messaging::read::due_reminders(&self.database, until_ms, limit)
+        messaging::read::due_reminders(&self.database, until_ms, after, limit)
     }
 
     /// When the earliest reminder is due (ms since the epoch), if any.

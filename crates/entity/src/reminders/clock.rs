@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tessera_contract::EntityAddress;
+use tessera_state::DueReminder;
 use tokio::sync::Notify;
 
 /// Reminders in flight or waiting for a retry, and the bell a commit rings when it stored one.
@@ -14,6 +15,8 @@ pub(crate) struct ReminderClock {
     /// `(entity, timer)` being fired, or waiting until the given ms to be fired again.
     pub(super) busy: Mutex<HashMap<(EntityAddress, u64), Busy>>,
     pub(super) bell: Arc<Notify>,
+    /// Where the next scan of due reminders goes on: the last row a full page ended with.
+    pub(super) cursor: Mutex<Option<DueReminder>>,
 }
 
 #[derive(Clone, Copy)]
@@ -30,6 +33,10 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl ReminderClock {
+    pub(super) fn cursor(&self) -> MutexGuard<'_, Option<DueReminder>> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(super) fn busy(&self) -> MutexGuard<'_, HashMap<(EntityAddress, u64), Busy>> {
         self.busy.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -7,6 +7,12 @@
 //! acknowledgement, a crash before the reply) runs once. A firing that fails for a reason that
 //! may pass (busy, unavailable) is retried with backoff; one the entity answers with an error
 //! is given up, counted and its reminder deleted.
+//!
+//! The clock fires only reminders of entities this node serves (`Router::serves_here`): rows
+//! it still holds for a shard served elsewhere (an earlier ownership whose discard was lost, a
+//! shard not yet resolved after a restart) are stale here and are skipped, never sent to the
+//! owner, which fires its own. So that stale rows cannot starve the rest, each tick scans at
+//! most [`REMINDER_SCAN_ROWS_MAX`] due rows and the next goes on after them.
 
 pub(crate) mod clock;
 
@@ -22,6 +28,13 @@ use tessera_state::WriteSet;
 
 /// Reminders being fired at once.
 pub const REMINDERS_IN_FLIGHT_MAX: usize = 256;
+
+/// Due reminder rows one tick looks at (fired, busy or skipped as served elsewhere); the next
+/// tick goes on after the last of them, so rows skipped every time cannot starve the others.
+pub const REMINDER_SCAN_ROWS_MAX: usize = 4 * REMINDERS_IN_FLIGHT_MAX;
+
+/// The shortest sleep between ticks while a scan of due rows is under way.
+const CLOCK_SCAN_PAUSE: Duration = Duration::from_millis(5);
 
 /// The longest the clock sleeps before looking at the table again.
 const CLOCK_IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -47,13 +60,23 @@ pub(crate) fn start(core: &Arc<Core>) {
 /// Fires what is due and returns how long to sleep.
 fn tick(core: &Arc<Core>) -> Duration {
     let now = now_ms();
-    let due = match core.state.due_reminders(now, REMINDERS_IN_FLIGHT_MAX * 2) {
+    let cursor = core.reminders.cursor().take();
+    let due = match core
+        .state
+        .due_reminders(now, cursor.as_ref(), REMINDER_SCAN_ROWS_MAX)
+    {
         Ok(due) => due,
         Err(error) => {
             tracing::warn!(%error, "reading due reminders failed");
             return CLOCK_IDLE_CHECK;
         }
     };
+    // A full page: the next tick goes on after its last row; otherwise it starts over.
+    let page_full = due.len() == REMINDER_SCAN_ROWS_MAX;
+    if page_full {
+        *core.reminders.cursor() = due.last().cloned();
+    }
+    let mut stale = 0_usize;
     let mut firing = {
         let mut busy = core.reminders.busy();
         // A retry entry for a reminder cancelled meanwhile is never looked up again.
@@ -64,10 +87,16 @@ fn tick(core: &Arc<Core>) -> Duration {
         busy.values().filter(|b| matches!(b, Busy::Firing)).count()
     };
     for reminder in due {
+        if !core.router.serves_here(&reminder.entity) {
+            stale += 1;
+            continue;
+        }
         let key = (reminder.entity.clone(), reminder.timer);
         {
             let mut busy = core.reminders.busy();
             if firing >= REMINDERS_IN_FLIGHT_MAX {
+                // The rest of this page waits for a slot: start over from the earliest.
+                *core.reminders.cursor() = None;
                 break;
             }
             match busy.get(&key) {
@@ -84,7 +113,13 @@ fn tick(core: &Arc<Core>) -> Duration {
             tokio::spawn(fire(Arc::downgrade(core), key, wait));
         }
     }
+    if page_full {
+        return CLOCK_SCAN_PAUSE;
+    }
     let next = match core.state.next_due() {
+        // Overdue rows that were all skipped as served elsewhere are looked at again only
+        // after the idle check (or when a commit rings), not every few milliseconds.
+        Ok(Some(due)) if due <= now && stale > 0 && firing == 0 => CLOCK_IDLE_CHECK,
         Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)),
         Ok(None) => CLOCK_IDLE_CHECK,
         Err(_) => CLOCK_IDLE_CHECK,
@@ -100,7 +135,7 @@ fn tick(core: &Arc<Core>) -> Duration {
         .min();
     // Never spin: something due now but busy is looked at again shortly.
     next.min(retry_soonest.unwrap_or(CLOCK_IDLE_CHECK))
-        .clamp(Duration::from_millis(5), CLOCK_IDLE_CHECK)
+        .clamp(CLOCK_SCAN_PAUSE, CLOCK_IDLE_CHECK)
 }
 
 async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration>) {

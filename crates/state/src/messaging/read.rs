@@ -7,6 +7,7 @@ use super::{
 };
 use crate::error::StoreError;
 use redb::{Database, ReadableDatabase, ReadableTable};
+use std::ops::Bound;
 use tessera_contract::EntityAddress;
 
 /// The entity's messaging counters.
@@ -136,16 +137,36 @@ pub(crate) fn outbox_senders(
     Ok(senders)
 }
 
-/// Up to `limit` reminders due at or before `until_ms`, earliest first.
+/// Up to `limit` reminders due at or before `until_ms`, earliest first, after `after` (a
+/// reminder a previous page ended with) if given.
 pub(crate) fn due_reminders(
     database: &Database,
     until_ms: u64,
+    after: Option<&DueReminder>,
     limit: usize,
 ) -> Result<Vec<DueReminder>, StoreError> {
     let transaction = database.begin_read().map_err(io)?;
     let table = transaction.open_table(REMINDERS_DUE).map_err(io)?;
     let mut due = Vec::new();
-    for row in table.iter().map_err(io)? {
+    let rows = match after {
+        Some(after) => {
+            let entity = &after.entity;
+            let start = (
+                after.due_ms,
+                entity.tenant.as_str(),
+                entity.entity_type.as_str(),
+                entity.id.as_str(),
+                after.timer,
+            );
+            table
+                .range((Bound::Excluded(start), Bound::Unbounded))
+                .map_err(io)?
+        }
+        None => table
+            .range::<(u64, &str, &str, &str, u64)>(..)
+            .map_err(io)?,
+    };
+    for row in rows {
         let (key, _) = row.map_err(io)?;
         let (due_ms, tenant, entity_type, id, timer) = key.value();
         if due_ms > until_ms || due.len() == limit {
