@@ -83,7 +83,7 @@ async fn a_shard_moves_whole_and_leaves_nothing_behind() {
         to.is_duplicate(&a1, &Origin::Client { key: "k-a1".into() })
             .unwrap()
     );
-    assert_eq!(to.due_reminders(u64::MAX, 10).unwrap().len(), 2);
+    assert_eq!(to.due_reminders(u64::MAX, None, 10).unwrap().len(), 2);
     let a9 = EntityAddress::new("t", "counter", "a9");
     assert_eq!(
         to.get(&a9, "value").unwrap(),
@@ -96,7 +96,7 @@ async fn a_shard_moves_whole_and_leaves_nothing_behind() {
     // The giver keeps only the other shard.
     assert_eq!(from.get(&a1, "value").unwrap(), None);
     assert_eq!(from.outbox(&a1, 10).unwrap(), Vec::new());
-    assert_eq!(from.due_reminders(u64::MAX, 10).unwrap().len(), 1);
+    assert_eq!(from.due_reminders(u64::MAX, None, 10).unwrap().len(), 1);
     assert!(from.list_ids(&type_key, 1).unwrap().is_empty());
     let b1 = EntityAddress::new("t", "counter", "b1");
     assert_eq!(from.get(&b1, "value").unwrap(), Some(vec![3]));
