@@ -33,6 +33,10 @@ pub struct Held {
     pub bytes: u64,
     /// Keys whose value is missing or not its pattern.
     pub wrong: Vec<u32>,
+    /// To `Fill`: the entity's clock when it ran (ms since the epoch), so a test can tell when
+    /// a write it sees acknowledged was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
 }
 
 /// Key `key`'s pattern, `bytes` long.
@@ -70,6 +74,7 @@ impl Entity for Ballast {
                     keys: sizes.len() as u32,
                     bytes: sizes.iter().map(|size| u64::from(*size)).sum(),
                     wrong: Vec::new(),
+                    at_ms: Some(ctx.now_ms()),
                 })
             }
             Msg::Check => {
