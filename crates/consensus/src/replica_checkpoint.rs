@@ -11,16 +11,30 @@ use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Checkpoints the state just after applying `self.applied` and trims the log.
+    ///
+    /// A state larger than [`CHECKPOINT_BYTES_MAX`] is not checkpointed (no replica could
+    /// transfer it): the state is what clients' commands made it, so every replica would reach
+    /// the same size at the same op, and an assert here would stop them all at once, and again
+    /// at every replay. The checkpoint is skipped instead, counted and logged; the previous
+    /// one stays and the log is not trimmed past it. The state machine must bound its own size
+    /// (the catalog does, with tenant quotas) so this never happens.
     pub(super) fn take_checkpoint(&mut self) {
         let op = self.applied;
         let Some(entry_checksum) = self.log.checksum_at(op) else {
             panic!("the op just applied is in the log");
         };
-        let checkpoint = Checkpoint::new(op, entry_checksum, self.encode_state());
-        assert!(
-            checkpoint.state.len() as u64 <= CHECKPOINT_BYTES_MAX,
-            "a checkpoint fits in CHECKPOINT_BYTES_MAX, or no replica could transfer it"
-        );
+        let state = self.encode_state();
+        if state.len() as u64 > CHECKPOINT_BYTES_MAX {
+            self.counters.checkpoints_skipped_oversized += 1;
+            tracing::error!(
+                op,
+                state_bytes = state.len(),
+                limit = CHECKPOINT_BYTES_MAX,
+                "checkpoint skipped: the state is larger than a checkpoint may be"
+            );
+            return;
+        }
+        let checkpoint = Checkpoint::new(op, entry_checksum, state);
         self.journal.append_checkpoint(&checkpoint);
         self.outbox.push(Action::Checkpoint {
             op,
