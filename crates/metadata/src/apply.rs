@@ -11,8 +11,7 @@ use super::records::validate_name;
 use super::records::{Quotas, Tenant, TypeRecord, VersionRecord};
 use super::shards::{assign_shards, complete_handoff, move_shards, seat_coordinator};
 use super::store::{
-    APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, TENANTS, TOKENS, TYPES,
-    decode, encode,
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, TENANTS, TOKENS, TYPES, decode, encode,
 };
 use redb::{ReadableTable, WriteTransaction};
 

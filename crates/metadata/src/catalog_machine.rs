@@ -11,8 +11,7 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::store::{
-    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, SHARD_HANDOFFS, SHARDS, TENANTS,
-    TOKENS, TYPES,
+    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};

@@ -32,9 +32,7 @@ pub mod replicated;
 mod shards;
 mod store;
 
-pub use blobs::{
-    BLOB_CHUNK_BYTES, BLOB_CHUNKS_MAX, BlobAssembly, BlobError, BlobStore, blob_name,
-};
+pub use blobs::{BLOB_CHUNK_BYTES, BLOB_CHUNKS_MAX, BlobAssembly, BlobError, BlobStore, blob_name};
 pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use command::{Applied, Command, ShardAssignment, ShardMove};
 pub use committed::CommittedRead;

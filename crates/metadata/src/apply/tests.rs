@@ -53,8 +53,7 @@ fn versions_count_from_one_and_rollback_switches_the_active_one() {
     let (_dir, store) = store();
     create(&store, "acme").unwrap();
     deploy(&store, "acme", "counter", "p1").unwrap();
-    let Applied::Type(record) = deploy(&store, "acme", "counter", "p2").unwrap()
-    else {
+    let Applied::Type(record) = deploy(&store, "acme", "counter", "p2").unwrap() else {
         panic!("a deploy applies as a type change")
     };
     assert_eq!(record.active_version, 2);
@@ -101,8 +100,7 @@ fn refused_commands_change_nothing() {
 fn a_deploy_is_a_hash_and_a_size_and_applies_without_bytes() {
     let (_dir, store) = store();
     create(&store, "acme").unwrap();
-    let Applied::Type(record) = deploy_sized(&store, "acme", "counter", "p1", 1234).unwrap()
-    else {
+    let Applied::Type(record) = deploy_sized(&store, "acme", "counter", "p1", 1234).unwrap() else {
         panic!("a deploy applies as a type change")
     };
     let version = record.active().unwrap();

@@ -86,7 +86,10 @@ fn an_assembly_takes_only_the_next_chunk_of_the_right_size() {
 
 #[test]
 fn a_blob_is_bounded_in_size() {
-    assert!(matches!(BlobAssembly::new("x", 0), Err(BlobError::BadSize(0))));
+    assert!(matches!(
+        BlobAssembly::new("x", 0),
+        Err(BlobError::BadSize(0))
+    ));
     let over = PLUGIN_BYTES_MAX as u64 + 1;
     assert!(matches!(
         BlobAssembly::new("x", over),
@@ -113,5 +116,9 @@ fn garbage_collection_takes_unused_old_blobs_a_bounded_number_at_a_time() {
     let mut expected = vec![names[0].clone(), names[3].clone()];
     expected.sort();
     assert_eq!(left, expected);
-    assert_eq!(blobs.chunk(&names[1], 0).unwrap(), None, "its chunks went too");
+    assert_eq!(
+        blobs.chunk(&names[1], 0).unwrap(),
+        None,
+        "its chunks went too"
+    );
 }

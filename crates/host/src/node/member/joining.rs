@@ -3,6 +3,7 @@
 //! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
 //! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
 
+use super::blob_transfer::BlobTransfer;
 use super::dispatch::DispatchParts;
 use super::mesh::{Mesh, plane_queue};
 use super::peer_message::PeerMessage;
@@ -87,6 +88,7 @@ pub(in crate::node) fn start_plane(
     mesh: &Arc<Mesh>,
     inbound: Inbound<PeerMessage>,
     switchboard: &Arc<Switchboard>,
+    blobs: Arc<BlobTransfer>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
     let (to_plane, plane_inbound) = plane_queue();
     let catalog_as_applied = metadata.clone();
@@ -119,6 +121,7 @@ pub(in crate::node) fn start_plane(
         switchboard: Arc::downgrade(switchboard),
         catalog: catalog_as_applied,
         status: started.1.clone(),
+        blobs,
     };
     tokio::spawn(mesh.clone().dispatch(inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
