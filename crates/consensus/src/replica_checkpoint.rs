@@ -113,3 +113,56 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.log.discard_through(excess.min(self.checkpoint.op));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::{CHECKPOINT_INTERVAL_OPS_MIN, Config};
+    use super::super::journal::InMemoryJournal;
+    use super::super::message::{Message, Request};
+    use super::super::state_machine::RestoreError;
+    use super::*;
+
+    /// A state machine whose state is one byte over the checkpoint bound, as a state grown by
+    /// clients' commands could be.
+    struct Oversized;
+
+    impl StateMachine for Oversized {
+        fn apply(&mut self, _operation: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+
+        fn snapshot(&self) -> Vec<u8> {
+            vec![0; CHECKPOINT_BYTES_MAX as usize + 1]
+        }
+
+        fn restore(&mut self, _snapshot: &[u8]) -> Result<(), RestoreError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_oversized_state_skips_its_checkpoint_and_the_replica_goes_on() {
+        let mut config = Config::new(1, 0);
+        config.checkpoint_interval_ops = CHECKPOINT_INTERVAL_OPS_MIN;
+        let mut replica = Replica::format(config, InMemoryJournal::new(), Oversized)
+            .expect("a valid configuration formats");
+        let ops = CHECKPOINT_INTERVAL_OPS_MIN + 1;
+        for request_number in 1..=ops {
+            replica.on_message(Message::Request(Request {
+                client: 1,
+                request_number,
+                operation: vec![1],
+            }));
+            for _ in 0..4 {
+                replica.tick();
+            }
+        }
+        assert_eq!(
+            replica.commit(),
+            ops,
+            "every op committed past the checkpoint"
+        );
+        assert_eq!(replica.counters().checkpoints_skipped_oversized, 1);
+        assert_eq!(replica.counters().checkpoints_taken, 0);
+    }
+}
