@@ -117,6 +117,16 @@ fn watch_plane(cluster: &Cluster, stop: &AtomicBool, seen: &Mutex<Seen>) {
     }
 }
 
+/// Stops the background threads when dropped, so a failed assertion inside the thread scope
+/// ends the test instead of waiting for them forever.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn deploy(cluster: &Cluster, node: usize, token: &str, plugin: Vec<u8>) -> Reply {
     let url = format!("{}/v1/types/big/versions", cluster.url(node));
     request("POST", &url, token, Some(("application/wasm", plugin))).expect("deploy answered")
@@ -164,6 +174,7 @@ fn large_plugins_never_wedge_the_plane_and_survive_a_restart() {
     std::thread::scope(|scope| {
         scope.spawn(|| ask_quietly(&cluster, &quiet, &stop, &seen));
         scope.spawn(|| watch_plane(&cluster, &stop, &seen));
+        let _stop = StopOnDrop(&stop);
         for attempt in 0..4 {
             let node = attempt % VOTERS.len();
             let started = Instant::now();
@@ -194,7 +205,6 @@ fn large_plugins_never_wedge_the_plane_and_survive_a_restart() {
         for index in 0..VOTERS.len() {
             wait_bound(&cluster, index, &large, "big", deployed.len() as u64);
         }
-        stop.store(true, Ordering::Relaxed);
     });
     assert_eq!(
         deployed,

@@ -9,7 +9,8 @@ use super::tenants::now_ms;
 use super::{Node, NodeError};
 use sha2::{Digest, Sha256};
 use tessera_metadata::{
-    Applied, Command, MetadataError, TypeOptions, TypeRecord, VersionRecord, validate_name,
+    Applied, Command, MetadataError, TypeOptions, TypeRecord, VERSIONS_PER_TYPE_MAX, VersionRecord,
+    validate_name,
 };
 
 impl Node {
@@ -32,6 +33,7 @@ impl Node {
                 quotas.plugin_bytes_max
             )));
         }
+        self.check_catalog_quotas(tenant, entity_type, &quotas, bytes.len() as u64)?;
         let _deploying = self.deploy_lock.lock().await;
         let runtime = self.runtime.clone();
         let (bytes, sha256, checked) = tokio::task::spawn_blocking(move || {
@@ -43,7 +45,8 @@ impl Node {
         .map_err(|error| tessera_runtime::LoadError::Compiler(error.to_string()))?;
         let plugin = checked?;
         let size_bytes = bytes.len() as u64;
-        self.check_plugin_total(tenant, &quotas, size_bytes)?;
+        // Again under the deploy lock: a deploy through this node may have committed meanwhile.
+        self.check_catalog_quotas(tenant, entity_type, &quotas, size_bytes)?;
         self.hold_blob(&sha256, bytes).await?;
         let command = Command::DeployVersion {
             tenant: tenant.to_string(),
@@ -64,15 +67,25 @@ impl Node {
         Ok(version)
     }
 
-    /// Refuses, before anything is stored or sent, a plugin that would take the tenant's
-    /// versions past its `plugin_bytes_total_max` (the command checks again when ordered).
-    fn check_plugin_total(
+    /// Refuses, before anything is compiled, stored or sent, a version the catalog would
+    /// refuse: one past [`VERSIONS_PER_TYPE_MAX`], or a plugin that would take the tenant's
+    /// versions past its `plugin_bytes_total_max` (the command checks both again when ordered).
+    fn check_catalog_quotas(
         &self,
         tenant: &str,
+        entity_type: &str,
         quotas: &tessera_metadata::Quotas,
         size_bytes: u64,
     ) -> Result<(), NodeError> {
-        let kept = self.plane.store().tenant_plugin_bytes(tenant)?;
+        let store = self.plane.store();
+        let versions = store
+            .entity_type(tenant, entity_type)?
+            .map_or(0, |record| record.versions.len());
+        if versions >= VERSIONS_PER_TYPE_MAX {
+            self.count_quota_rejection(tenant, None, "versions_per_type");
+            return Err(MetadataError::TooManyVersions(entity_type.to_string()).into());
+        }
+        let kept = store.tenant_plugin_bytes(tenant)?;
         if kept.saturating_add(size_bytes) <= quotas.plugin_bytes_total_max as u64 {
             return Ok(());
         }
