@@ -95,10 +95,7 @@ impl Node {
         let transfer = mesh
             .as_ref()
             .map(|(mesh, _)| Arc::new(BlobTransfer::new(mesh.clone(), blobs.clone())));
-        let sources = PluginSources {
-            blobs,
-            transfer: transfer.clone(),
-        };
+        let sources = PluginSources { blobs, transfer };
         let catalog = Arc::new_cyclic(|this| {
             NodeCatalog::new(
                 this.clone(),
@@ -125,8 +122,8 @@ impl Node {
             switchboard: switchboard.clone(),
             plane: Arc::new(LocalPlane::new(metadata.clone(), catalog.clone())),
         };
-        let (plane, seat, mesh) = match (mesh, &config.cluster, transfer) {
-            (Some((mesh, inbound)), Some(cluster), Some(transfer)) => {
+        let (plane, seat, mesh) = match (mesh, &config.cluster) {
+            (Some((mesh, inbound)), Some(cluster)) => {
                 let started = joining::start_plane(
                     &config,
                     cluster,
@@ -135,7 +132,6 @@ impl Node {
                     &mesh,
                     inbound,
                     &switchboard,
-                    transfer,
                 )?;
                 catalog.show_members()?;
                 let (plane, status) = started;

@@ -88,8 +88,10 @@ pub(in crate::node) fn start_plane(
     mesh: &Arc<Mesh>,
     inbound: Inbound<PeerMessage>,
     switchboard: &Arc<Switchboard>,
-    blobs: Arc<BlobTransfer>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
+    let blobs: Arc<BlobTransfer> = catalog.sources.transfer.clone().ok_or_else(|| {
+        NodeError::Config("a cluster node moves plugin blobs over its mesh".into())
+    })?;
     let (to_plane, plane_inbound) = plane_queue();
     let catalog_as_applied = metadata.clone();
     let plane_config = PlaneConfig {
