@@ -4,8 +4,10 @@
 //! refuses one with `quota_exceeded`, while another tenant's counters keep answering asks
 //! through every node and the plane keeps a primary and commits. Then every node is killed and
 //! started again: both tenants' entities serve through every node, including a version
-//! deployed through one node asked through another. Each node is this test binary re-run as a
-//! child (`tessera_tests::processes`).
+//! deployed through one node asked through another. And a voter down while a version is
+//! deployed (the other two hold its plugin, a majority) fetches the plugin from them when it
+//! comes back, and runs it. Each node is this test binary re-run as a child
+//! (`tessera_tests::processes`).
 
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -269,4 +271,39 @@ fn large_plugins_never_wedge_the_plane_and_survive_a_restart() {
             "b-1 kept its state: {large_value} after {before}"
         );
     }
+}
+
+#[test]
+fn a_voter_down_during_a_deploy_fetches_the_plugin_when_it_returns() {
+    let cluster = Cluster::new(&VOTERS, VOTERS.len(), "plugins_child_node");
+    cluster.start_until_up(VOTERS.len());
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    cluster.kill(2);
+    // Held by n1 and n2, a majority of the voters: committed without n3.
+    let plugin = padded_counter(8 << 20, 0);
+    let url = format!("{}/v1/types/counter/versions", cluster.url(0));
+    let reply = eventually("a deploy without n3", &cluster, || {
+        let reply = request(
+            "POST",
+            &url,
+            &token,
+            Some(("application/wasm", plugin.clone())),
+        )?;
+        (reply.status == 201).then_some(reply)
+    });
+    assert_eq!(reply.json()["version"], 1, "{}", reply.body);
+    cluster.start(2);
+    // n3 replays the deploy (a hash and a size), lacks the bytes, and fetches them.
+    wait_bound(&cluster, 2, &token, "counter", 1);
+    for id in 0..8 {
+        let value = eventually("a counter through n3", &cluster, || {
+            ask(&cluster, 2, &token, "counter", &format!("c-{id}"))
+        });
+        assert_eq!(value, 1);
+    }
+    let log = cluster.log(2);
+    assert!(
+        log.contains("plugin fetched from a peer"),
+        "n3 fetched the plugin:\n{log}"
+    );
 }

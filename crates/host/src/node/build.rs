@@ -92,9 +92,13 @@ impl Node {
             )
         })?;
         let membership = Arc::new(Membership::new());
-        let transfer = mesh
-            .as_ref()
-            .map(|(mesh, _)| Arc::new(BlobTransfer::new(mesh.clone(), blobs.clone())));
+        let transfer = mesh.as_ref().map(|(mesh, _)| {
+            Arc::new(BlobTransfer::new(
+                mesh.clone(),
+                blobs.clone(),
+                metadata.clone(),
+            ))
+        });
         let sources = PluginSources { blobs, transfer };
         let catalog = Arc::new_cyclic(|this| {
             NodeCatalog::new(

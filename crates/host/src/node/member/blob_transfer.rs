@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_cluster::Responder;
-use tessera_metadata::{BlobAssembly, BlobStore};
+use tessera_metadata::{BlobAssembly, BlobStore, MemberState, MetadataStore};
 use tokio::sync::Semaphore;
 
 pub(crate) use tessera_metadata::BLOB_CHUNK_BYTES;
@@ -45,6 +45,8 @@ const BLOB_WAIT_POLL: Duration = Duration::from_millis(100);
 pub(crate) struct BlobTransfer {
     mesh: Arc<Mesh>,
     blobs: BlobStore,
+    /// The applied catalog: only its members (and the voters) are asked for blobs.
+    catalog: MetadataStore,
     fetches: Semaphore,
     /// Blobs being fetched (bounded by [`BLOB_FETCHES_QUEUED_MAX`]).
     in_flight: Mutex<HashSet<String>>,
@@ -63,10 +65,11 @@ impl Drop for InFlight<'_> {
 }
 
 impl BlobTransfer {
-    pub(crate) fn new(mesh: Arc<Mesh>, blobs: BlobStore) -> BlobTransfer {
+    pub(crate) fn new(mesh: Arc<Mesh>, blobs: BlobStore, catalog: MetadataStore) -> BlobTransfer {
         BlobTransfer {
             mesh,
             blobs,
+            catalog,
             fetches: Semaphore::new(BLOB_FETCHES_MAX),
             in_flight: Mutex::default(),
         }
@@ -137,7 +140,7 @@ impl BlobTransfer {
             return Ok(());
         }
         let mut peers: Vec<String> = first.map(str::to_string).into_iter().collect();
-        for peer in self.mesh.voters.iter().chain(&self.mesh.peers()) {
+        for peer in self.mesh.voters.iter().chain(&self.members()) {
             if *peer != self.mesh.node && !peers.contains(peer) {
                 peers.push(peer.clone());
             }
@@ -178,6 +181,17 @@ impl BlobTransfer {
             }
         }
         fetched
+    }
+
+    /// The members of the applied catalog that may hold blobs (not down, not removed): the
+    /// only nodes besides the voters whose chunks this node takes.
+    fn members(&self) -> Vec<String> {
+        let members = self.catalog.members().unwrap_or_default();
+        members
+            .into_iter()
+            .filter(|member| !matches!(member.state, MemberState::Down | MemberState::Removed))
+            .map(|member| member.node)
+            .collect()
     }
 
     /// Whether this node holds `sha256`.

@@ -278,11 +278,6 @@ impl Mesh {
         self.transport.request(peer, message, timeout).await
     }
 
-    /// Every peer this node has a connection for.
-    pub(crate) fn peers(&self) -> Vec<NodeId> {
-        self.transport.peers()
-    }
-
     /// Closes every connection (the node is stopping).
     pub(crate) fn close(&self) {
         self.transport.close();
