@@ -105,6 +105,14 @@ impl TypeTable {
         }
     }
 
+    /// How many types wait for their plugin ([`TypeTable::unbind_fetching`]).
+    pub fn fetching(&self) -> usize {
+        self.fetching
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
     fn fetching_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<TypeKey>> {
         self.fetching
             .write()

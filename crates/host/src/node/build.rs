@@ -154,7 +154,7 @@ impl Node {
             }
         };
         catalog.load().await?;
-        joining::join_as_member(&config, plane.as_ref(), lease.as_deref()).await?;
+        joining::join_as_member(&config, plane.as_ref(), lease.as_deref(), &catalog).await?;
         if let Some(lease) = lease {
             super::member::lease::keep(
                 config.node_id.clone(),
@@ -193,7 +193,7 @@ impl Node {
 /// Collects unused plugin blobs every [`BLOB_GARBAGE_EVERY`] until the node is gone.
 async fn collect_blobs(catalog: std::sync::Weak<NodeCatalog>) {
     let mut every = tokio::time::interval(BLOB_GARBAGE_EVERY);
-    every.tick().await; // the first pass runs when the node loads its catalog
+    every.tick().await; // the first tick is at once: the catalog may still be rebuilding
     loop {
         every.tick().await;
         let Some(catalog) = catalog.upgrade() else {

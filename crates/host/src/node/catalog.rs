@@ -81,7 +81,7 @@ impl MemberFollowers {
 /// An unused blob younger than this is kept: it may belong to a deploy not committed yet.
 const BLOB_GARBAGE_GRACE_MS: u64 = 10 * 60 * 1000;
 
-/// Unused blobs one collection pass removes at most (a pass runs at start, after each type
+/// Unused blobs one collection pass removes at most (a pass runs after each type
 /// deletion and every [`BLOB_GARBAGE_EVERY`]).
 const BLOB_GARBAGE_BATCH_MAX: usize = 16;
 
@@ -167,7 +167,6 @@ impl NodeCatalog {
         for record in self.store.entity_types(None)? {
             self.bind(&record).await;
         }
-        self.collect_blobs().await;
         self.show_members()
     }
 
@@ -364,6 +363,11 @@ impl NodeCatalog {
         });
     }
 
+    /// How many types wait on this node for their plugin to be fetched.
+    pub(crate) fn plugins_fetching(&self) -> usize {
+        self.types.fetching()
+    }
+
     /// Binds every type whose active version runs the plugin `sha256`, which just arrived.
     async fn blob_arrived(&self, sha256: &str) {
         match self.store.entity_types(None) {
@@ -382,8 +386,12 @@ impl NodeCatalog {
     }
 
     /// Removes a bounded number of blobs no version uses (and old enough not to belong to a
-    /// deploy in flight).
+    /// deploy in flight). Not while the catalog is empty: a member rebuilding it from the voters
+    /// would find every blob unused.
     pub(crate) async fn collect_blobs(&self) {
+        if self.store.applied_commands().unwrap_or(0) == 0 {
+            return;
+        }
         let (blobs, store) = (self.sources.blobs.clone(), self.store.clone());
         let before = crate::node::tenants::now_ms().saturating_sub(BLOB_GARBAGE_GRACE_MS);
         let collected = tokio::task::spawn_blocking(move || {

@@ -14,9 +14,10 @@
 //!   with an allocation the catalog gave;
 //! - a command to the coordinator only from a member (a completed handoff only from the node
 //!   handing the shard off), progress reports only from members and voters;
-//! - a request to hold or read a plugin blob only from a voter or a member the catalog has
-//!   committed (never held: the requester retries); blob answers only as replies to this
-//!   node's own requests, never as messages of their own.
+//! - a request to hold a plugin blob only from a voter or a member the catalog has committed
+//!   (never held: the requester retries); a read of one from any node of the cluster, like
+//!   following the catalog (a joining node fetches its plugins before its join commits); blob
+//!   answers only as replies to this node's own requests, never as messages of their own.
 //!
 //! [`judge`] is a pure function of the message, its sender and what this node knows
 //! ([`Knowledge`]), tested rule by rule below. The mesh applies it where it dispatches
@@ -227,13 +228,12 @@ pub(crate) fn judge(from: &str, message: &PeerMessage, known: &Knowledge<'_>) ->
         PeerMessage::Coordinator(command) => coordinator(from, command, known),
         PeerMessage::Progress { .. } if known.is_voter(from) => Vouched::Yes,
         PeerMessage::Progress { .. } => known.member(from),
-        PeerMessage::BlobHold { .. } | PeerMessage::BlobRead { .. } if known.is_voter(from) => {
-            Vouched::Yes
-        }
+        // Plugin bytes went to any follower inside the catalog's entries before: a node of the
+        // cluster (its certificate says so) may read them before its join commits.
+        PeerMessage::BlobRead { .. } => Vouched::Yes,
+        PeerMessage::BlobHold { .. } if known.is_voter(from) => Vouched::Yes,
         // A request is answered now or not at all: a member not committed yet is refused.
-        PeerMessage::BlobHold { .. } | PeerMessage::BlobRead { .. } => {
-            Vouched::from_bool(known.member(from) == Vouched::Yes)
-        }
+        PeerMessage::BlobHold { .. } => Vouched::from_bool(known.member(from) == Vouched::Yes),
         PeerMessage::BlobChunk { .. }
         | PeerMessage::BlobHeld { .. }
         | PeerMessage::BlobMissing { .. } => Vouched::No,

@@ -125,6 +125,15 @@ impl Mesh {
     ) {
         if self.judge(parts, &from, &message) != Verdict::Accept {
             self.refuse(&from, &message);
+            if let PeerMessage::BlobHold { sha256, .. } | PeerMessage::BlobRead { sha256, .. } =
+                &message
+            {
+                // Answered at once, so the requester asks another node instead of timing out.
+                let _ = reply.reply(&PeerMessage::BlobMissing {
+                    sha256: sha256.clone(),
+                    why: format!("{} does not take this request from {from}", self.node),
+                });
+            }
             return;
         }
         match message {

@@ -526,7 +526,8 @@ fn progress_comes_from_members_and_voters() {
 }
 
 #[test]
-fn blob_requests_come_from_voters_and_committed_members_and_blob_answers_only_as_replies() {
+fn blob_holds_come_from_voters_and_committed_members_reads_from_any_node_and_answers_only_as_replies()
+ {
     let read = || PeerMessage::BlobRead {
         sha256: "ab".into(),
         chunk: 0,
