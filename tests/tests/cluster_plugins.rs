@@ -23,8 +23,10 @@ const PADDING_BYTES: usize = 63 << 20;
 const TOTAL_BYTES: usize = 2 * (64 << 20) + (32 << 20);
 /// The longest the other tenant's asks may fail in a row (a deploy must not stall them).
 const ASK_OUTAGE_MAX: Duration = Duration::from_secs(3);
-/// The longest the plane may go without a primary, or without committing, meanwhile.
-const PLANE_OUTAGE_MAX: Duration = Duration::from_secs(3);
+/// The longest the plane may go without a primary, or without committing, meanwhile: each node
+/// commits a lease renewal every 1.5 s, and a lease lasts 6 s, so a plane quiet for longer than
+/// this is one whose leases are running out.
+const PLANE_OUTAGE_MAX: Duration = Duration::from_secs(4);
 
 /// Not a test of its own: a child process's node, run by the command line until killed.
 #[test]

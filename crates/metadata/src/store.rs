@@ -146,6 +146,22 @@ impl MetadataStore {
     }
 
     /// Whether a version of some type uses the plugin `sha256`.
+    ///
+    /// ```
+    /// use tessera_metadata::{Command, MetadataStore, Quotas, TypeOptions};
+    /// let database = redb::Database::builder()
+    ///     .create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+    /// let metadata = MetadataStore::open(std::sync::Arc::new(database)).unwrap();
+    /// metadata.apply(Command::CreateTenant {
+    ///     name: "acme".into(), token_sha256: "ab".into(), quotas: Quotas::default(), created_ms: 0,
+    /// }).unwrap();
+    /// metadata.apply(Command::DeployVersion {
+    ///     tenant: "acme".into(), entity_type: "counter".into(), sha256: "p1".into(),
+    ///     size_bytes: 100, options: TypeOptions::default(), deployed_ms: 1,
+    /// }).unwrap();
+    /// assert!(metadata.plugin_used("p1").unwrap());
+    /// assert_eq!(metadata.tenant_plugin_bytes("acme").unwrap(), 100);
+    /// ```
     pub fn plugin_used(&self, sha256: &str) -> Result<bool, MetadataError> {
         let transaction = self.database.begin_read().map_err(storage)?;
         let table = transaction.open_table(PLUGIN_REFS).map_err(storage)?;

@@ -228,3 +228,36 @@ fn unobserved_applied_commands_are_bounded() {
     assert_eq!(catalog.unobserved_dropped(), 3);
     assert!(matches!(&applied[0], Applied::Member(member) if member.node == "n3"));
 }
+
+#[test]
+fn opening_a_catalog_of_an_old_release_moves_its_plugin_bytes_to_the_blob_store() {
+    let database = Arc::new(
+        redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .expect("an in-memory database"),
+    );
+    let bytes = b"old plugin".to_vec();
+    let name = crate::blob_name(&bytes);
+    let legacy: TableDefinition<&str, &[u8]> = TableDefinition::new("plugins");
+    let transaction = database.begin_write().expect("a transaction");
+    {
+        let mut plugins = transaction.open_table(legacy).expect("the old table");
+        plugins
+            .insert(name.as_str(), bytes.as_slice())
+            .expect("a row");
+        plugins
+            .insert("not-its-hash", b"other".as_slice())
+            .expect("a row");
+    }
+    transaction.commit().expect("committed");
+    MetadataStore::open(database.clone()).expect("an old catalog opens");
+    let blobs = crate::BlobStore::open(database.clone()).expect("blob tables");
+    assert_eq!(blobs.get(&name).expect("read"), Some(bytes));
+    assert_eq!(
+        blobs.list().expect("read").len(),
+        1,
+        "bad bytes are not kept"
+    );
+    let read = database.begin_read().expect("a read");
+    assert!(read.open_table(legacy).is_err(), "the old table is gone");
+}
