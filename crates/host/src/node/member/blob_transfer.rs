@@ -6,7 +6,8 @@
 //! lacks (the voter left out, a member, a node after a wiped disk) fetches it the same way
 //! ([`BlobTransfer::fetch`]).
 //!
-//! A fetch is pulled one chunk ([`BLOB_CHUNK_BYTES`]) per request, at most [`BLOB_FETCHES_MAX`]
+//! A fetch is pulled one chunk ([`BLOB_CHUNK_BYTES`](tessera_metadata::BLOB_CHUNK_BYTES)) per
+//! request, at most [`BLOB_FETCHES_MAX`]
 //! at once per node: the blob bytes queued for any one peer are bounded by
 //! `BLOB_FETCHES_MAX * BLOB_CHUNK_BYTES`, so a heartbeat, a prepare or a lease renewal queued
 //! behind them waits for about a megabyte, never for a whole plugin. The whole blob is hashed
@@ -21,8 +22,6 @@ use std::time::Duration;
 use tessera_cluster::Responder;
 use tessera_metadata::{BlobAssembly, BlobStore, MemberState, MetadataStore};
 use tokio::sync::Semaphore;
-
-pub(crate) use tessera_metadata::BLOB_CHUNK_BYTES;
 
 /// Blob fetches this node runs at once; with one chunk in flight each, this bounds the blob
 /// bytes any peer queues for this node to two chunks.

@@ -36,11 +36,11 @@ const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 
 /// Largest frame between nodes: room for the largest shard state read (twice over, asserted
 /// below). Plugin bytes never cross in one frame: they travel in chunks of
-/// [`BLOB_CHUNK_BYTES`](super::blob_transfer::BLOB_CHUNK_BYTES) (`blob_transfer.rs`).
+/// [`BLOB_CHUNK_BYTES`](tessera_metadata::BLOB_CHUNK_BYTES) (`blob_transfer.rs`).
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 
 // A blob chunk (with its envelope) is far below the frame limit.
-const _: () = assert!(4 * super::blob_transfer::BLOB_CHUNK_BYTES <= MESH_FRAME_BYTES_MAX);
+const _: () = assert!(4 * tessera_metadata::BLOB_CHUNK_BYTES <= MESH_FRAME_BYTES_MAX);
 
 /// Bytes of frames queued for one peer: room for the largest frame with as much again queued
 /// before it. Past it a send fails at once (`QueueFull`, counted as
