@@ -31,6 +31,10 @@ pub(crate) const BLOB_FETCHES_MAX: usize = 2;
 /// background fetch is asked again when its type is next bound, a hold is answered missing).
 pub(crate) const BLOB_FETCHES_QUEUED_MAX: usize = 256;
 
+/// Requests to hold a blob this node serves at once (each a task that fetches or waits); past
+/// it a request is answered missing at once, and its sender counts this voter out.
+pub(crate) const BLOB_HOLDS_MAX: usize = 64;
+
 /// How long one chunk may take to come, before the fetch tries the next peer.
 const BLOB_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -47,6 +51,8 @@ pub(crate) struct BlobTransfer {
     /// The applied catalog: only its members (and the voters) are asked for blobs.
     catalog: MetadataStore,
     fetches: Semaphore,
+    /// Holds being served ([`BLOB_HOLDS_MAX`]).
+    hold_permits: Arc<Semaphore>,
     /// Blobs being fetched (bounded by [`BLOB_FETCHES_QUEUED_MAX`]).
     in_flight: Mutex<HashSet<String>>,
 }
@@ -70,6 +76,7 @@ impl BlobTransfer {
             blobs,
             catalog,
             fetches: Semaphore::new(BLOB_FETCHES_MAX),
+            hold_permits: Arc::new(Semaphore::new(BLOB_HOLDS_MAX)),
             in_flight: Mutex::default(),
         }
     }
@@ -287,8 +294,14 @@ impl BlobTransfer {
         size_bytes: u64,
         responder: Responder<PeerMessage>,
     ) {
+        let Ok(permit) = self.hold_permits.clone().try_acquire_owned() else {
+            let busy = format!("{BLOB_HOLDS_MAX} holds are being served already");
+            let _ = responder.reply(&missing(&sha256, busy));
+            return;
+        };
         let transfer = self.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let fetched = transfer
                 .fetch_or_wait(&sha256, size_bytes, Some(&from))
                 .await;
