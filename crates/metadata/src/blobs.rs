@@ -167,14 +167,19 @@ impl BlobStore {
         Ok(BlobStore { database })
     }
 
-    /// Stores `bytes` as `sha256` (stored at `now_ms`), unless it is stored already. Refused,
+    /// Stores `bytes` as `sha256` (stored at `now_ms`); a blob stored already is only marked
+    /// stored at `now_ms`, so the collector keeps it for a deploy of it in flight. Refused,
     /// storing nothing, when they do not hash to `sha256` or are too large.
     pub fn put(&self, sha256: &str, bytes: &[u8], now_ms: u64) -> Result<(), BlobError> {
-        if blob_name(bytes) == sha256 && self.size(sha256)?.is_some() {
-            return Ok(());
-        }
+        let stored = self.size(sha256)?;
         let transaction = self.database.begin_write().map_err(storage)?;
-        write_blob(&transaction, sha256, bytes, now_ms)?;
+        match stored {
+            Some(size) if blob_name(bytes) == sha256 => {
+                let mut index = transaction.open_table(BLOB_INDEX).map_err(storage)?;
+                index.insert(sha256, (size, now_ms)).map_err(storage)?;
+            }
+            _ => write_blob(&transaction, sha256, bytes, now_ms)?,
+        }
         transaction.commit().map_err(storage)?;
         Ok(())
     }

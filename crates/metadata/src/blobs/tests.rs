@@ -28,7 +28,13 @@ fn a_blob_is_stored_in_chunks_and_read_back_whole_and_by_chunk() {
     assert_eq!(size, bytes.len() as u64);
     assert_eq!(last, bytes[2 * BLOB_CHUNK_BYTES..]);
     assert_eq!(blobs.chunk(&name, 3).unwrap(), None, "past the last chunk");
-    assert_eq!(blobs.list().unwrap(), vec![(name, 5)]);
+    assert_eq!(blobs.list().unwrap(), vec![(name.clone(), 5)]);
+    blobs.put(&name, &bytes, 9).unwrap();
+    assert_eq!(
+        blobs.list().unwrap(),
+        vec![(name, 9)],
+        "stored again: marked fresh, for the collector"
+    );
 }
 
 #[test]
