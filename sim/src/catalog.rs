@@ -26,7 +26,7 @@ use tessera_metadata::{Command, MemberState, MetadataStore, Quotas, ShardAssignm
 const TENANTS: [&str; 2] = ["acme", "globex"];
 /// Entity types the clients deploy, roll back, delete and shard.
 const ENTITY_TYPES: [&str; 2] = ["counter", "cart"];
-/// Plugin hashes; the bytes of each are fixed ([`fake_plugin`]).
+/// Plugin hashes (a deploy orders a hash and a size; the bytes never enter the catalog).
 const PLUGINS: [&str; 3] = ["p1", "p2", "p3"];
 /// Nodes that join, move through the member life cycle, and own shards.
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -44,9 +44,11 @@ const UNALLOCATED_PER_MILLE: u64 = 600;
 const GENERATION_DRAWN_MAX: u64 = 6;
 /// Versions a `SetActiveVersion` names, at most (higher ones are refused more often).
 const VERSION_DRAWN_MAX: u64 = 4;
-/// Per thousand: a deploy that carries its plugin bytes (without them it is refused unless
-/// another deploy stored them).
-const DEPLOY_WITH_BYTES_PER_MILLE: u64 = 600;
+/// Per thousand: a deploy of a plugin over every tenant's `plugin_bytes_max` (refused by the
+/// quota, changing nothing).
+const OVERSIZED_DEPLOY_PER_MILLE: u64 = 150;
+/// The size of a deploy's plugin when it is not oversized.
+const PLUGIN_SIZE_BYTES: u64 = 4 << 20;
 /// Per thousand: a quota update that is invalid (a zero message deadline) and refused.
 const INVALID_QUOTAS_PER_MILLE: u64 = 150;
 /// The command mix: cumulative weights out of [`COMMAND_WEIGHT_TOTAL`], in the order of
@@ -253,11 +255,6 @@ fn pick(rng: &mut SimRng, names: &[&str]) -> String {
     names[rng.below(names.len() as u64) as usize].to_string()
 }
 
-/// The bytes stored for plugin `sha256`: the same for every deploy naming it.
-fn fake_plugin(sha256: &str) -> Vec<u8> {
-    format!("\0asm fake plugin {sha256}").into_bytes()
-}
-
 fn random_quotas(rng: &mut SimRng) -> Quotas {
     let message_deadline_ms = if rng.per_mille(INVALID_QUOTAS_PER_MILLE) {
         0
@@ -272,12 +269,15 @@ fn random_quotas(rng: &mut SimRng) -> Quotas {
 
 fn deploy_version(rng: &mut SimRng, deployed_ms: u64) -> Command {
     let sha256 = pick(rng, &PLUGINS);
-    let bytes = fake_plugin(&sha256);
+    let size_bytes = if rng.per_mille(OVERSIZED_DEPLOY_PER_MILLE) {
+        tessera_metadata::quota_ceilings::PLUGIN_BYTES_MAX as u64 + 1
+    } else {
+        PLUGIN_SIZE_BYTES
+    };
     Command::DeployVersion {
         tenant: pick(rng, &TENANTS),
         entity_type: pick(rng, &ENTITY_TYPES),
-        size_bytes: bytes.len() as u64,
-        plugin: rng.per_mille(DEPLOY_WITH_BYTES_PER_MILLE).then_some(bytes),
+        size_bytes,
         sha256,
         options: TypeOptions::default(),
         deployed_ms,

@@ -90,6 +90,9 @@ pub struct Counters {
     pub view_changes_started: u64,
     /// Checkpoints taken.
     pub checkpoints_taken: u64,
+    /// Checkpoints not taken because the state was larger than `CHECKPOINT_BYTES_MAX` (the
+    /// log is not trimmed past the last checkpoint taken; see `replica_checkpoint.rs`).
+    pub checkpoints_skipped_oversized: u64,
     /// Checkpoints installed from a peer by state transfer.
     pub states_installed: u64,
     /// Transferred checkpoints rejected because their checksum did not match.

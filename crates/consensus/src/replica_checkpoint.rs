@@ -11,16 +11,30 @@ use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Checkpoints the state just after applying `self.applied` and trims the log.
+    ///
+    /// A state larger than [`CHECKPOINT_BYTES_MAX`] is not checkpointed (no replica could
+    /// transfer it): the state is what clients' commands made it, so every replica would reach
+    /// the same size at the same op, and an assert here would stop them all at once, and again
+    /// at every replay. The checkpoint is skipped instead, counted and logged; the previous
+    /// one stays and the log is not trimmed past it. The state machine must bound its own size
+    /// (the catalog does, with tenant quotas) so this never happens.
     pub(super) fn take_checkpoint(&mut self) {
         let op = self.applied;
         let Some(entry_checksum) = self.log.checksum_at(op) else {
             panic!("the op just applied is in the log");
         };
-        let checkpoint = Checkpoint::new(op, entry_checksum, self.encode_state());
-        assert!(
-            checkpoint.state.len() as u64 <= CHECKPOINT_BYTES_MAX,
-            "a checkpoint fits in CHECKPOINT_BYTES_MAX, or no replica could transfer it"
-        );
+        let state = self.encode_state();
+        if state.len() as u64 > CHECKPOINT_BYTES_MAX {
+            self.counters.checkpoints_skipped_oversized += 1;
+            tracing::error!(
+                op,
+                state_bytes = state.len(),
+                limit = CHECKPOINT_BYTES_MAX,
+                "checkpoint skipped: the state is larger than a checkpoint may be"
+            );
+            return;
+        }
+        let checkpoint = Checkpoint::new(op, entry_checksum, state);
         self.journal.append_checkpoint(&checkpoint);
         self.outbox.push(Action::Checkpoint {
             op,
@@ -97,5 +111,58 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             .discard_through(self.checkpoint.op.saturating_sub(interval));
         let excess = self.op().saturating_sub(self.config.log_entries_max());
         self.log.discard_through(excess.min(self.checkpoint.op));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::{CHECKPOINT_INTERVAL_OPS_MIN, Config};
+    use super::super::journal::InMemoryJournal;
+    use super::super::message::{Message, Request};
+    use super::super::state_machine::RestoreError;
+    use super::*;
+
+    /// A state machine whose state is one byte over the checkpoint bound, as a state grown by
+    /// clients' commands could be.
+    struct Oversized;
+
+    impl StateMachine for Oversized {
+        fn apply(&mut self, _operation: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+
+        fn snapshot(&self) -> Vec<u8> {
+            vec![0; CHECKPOINT_BYTES_MAX as usize + 1]
+        }
+
+        fn restore(&mut self, _snapshot: &[u8]) -> Result<(), RestoreError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_oversized_state_skips_its_checkpoint_and_the_replica_goes_on() {
+        let mut config = Config::new(1, 0);
+        config.checkpoint_interval_ops = CHECKPOINT_INTERVAL_OPS_MIN;
+        let mut replica = Replica::format(config, InMemoryJournal::new(), Oversized)
+            .expect("a valid configuration formats");
+        let ops = CHECKPOINT_INTERVAL_OPS_MIN + 1;
+        for request_number in 1..=ops {
+            replica.on_message(Message::Request(Request {
+                client: 1,
+                request_number,
+                operation: vec![1],
+            }));
+            for _ in 0..4 {
+                replica.tick();
+            }
+        }
+        assert_eq!(
+            replica.commit(),
+            ops,
+            "every op committed past the checkpoint"
+        );
+        assert_eq!(replica.counters().checkpoints_skipped_oversized, 1);
+        assert_eq!(replica.counters().checkpoints_taken, 0);
     }
 }

@@ -322,7 +322,7 @@ impl Entities {
             .core
             .types
             .get(&to.type_key())
-            .ok_or_else(|| not_registered(to))?;
+            .ok_or_else(|| self.core.types.unbound(&to.type_key(), &to.to_string()))?;
         self.admit(cells, to, binding.tenant_live_entities_max)?;
         let generation = cells.next_generation;
         cells.next_generation += 1;
@@ -472,16 +472,6 @@ fn refused((error, message): (MessageError, CellMessage)) -> Refused {
         CellMessage::Deliver(envelope) => Box::new((error, envelope)),
         _ => unreachable!("send gives back the message it was given"),
     }
-}
-
-fn not_registered(to: &EntityAddress) -> MessageError {
-    MessageError::new(
-        ErrorKind::EntityTypeNotRegistered,
-        format!(
-            "entity type {} is not deployed in tenant {}",
-            to.entity_type, to.tenant
-        ),
-    )
 }
 
 fn mailbox_full(to: &EntityAddress) -> MessageError {

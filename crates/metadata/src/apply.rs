@@ -13,8 +13,7 @@ use super::shards::{
     assign_shards, complete_handoff, move_shards, regenerate_held_by, seat_coordinator,
 };
 use super::store::{
-    APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, PLUGINS, TENANTS, TOKENS, TYPES,
-    decode, encode,
+    APPLIED_COMMANDS, COUNTERS, MetadataStore, PLUGIN_REFS, TENANTS, TOKENS, TYPES, decode, encode,
 };
 use redb::{ReadableTable, WriteTransaction};
 
@@ -42,7 +41,6 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             tenant,
             entity_type,
             sha256,
-            plugin,
             size_bytes,
             options,
             deployed_ms,
@@ -54,7 +52,7 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
                 options,
                 deployed_ms,
             };
-            deploy_version(transaction, tenant, entity_type, version, plugin)
+            deploy_version(transaction, tenant, entity_type, version)
         }
         Command::SetActiveVersion {
             tenant,
@@ -174,10 +172,9 @@ fn deploy_version(
     tenant: String,
     entity_type: String,
     mut version: VersionRecord,
-    plugin: Option<Vec<u8>>,
 ) -> Result<Applied, MetadataError> {
     validate_name(&entity_type)?;
-    require_tenant(transaction, &tenant)?;
+    let quotas = read_tenant(transaction, &tenant)?.quotas;
     let mut record = read_type(transaction, &tenant, &entity_type)?.unwrap_or(TypeRecord {
         tenant: tenant.clone(),
         name: entity_type.clone(),
@@ -187,7 +184,7 @@ fn deploy_version(
     if record.versions.len() >= VERSIONS_PER_TYPE_MAX {
         return Err(MetadataError::TooManyVersions(entity_type));
     }
-    store_plugin(transaction, &version.sha256, plugin)?;
+    check_plugin_quotas(transaction, &tenant, &quotas, version.size_bytes)?;
     add_plugin_ref(transaction, &version.sha256, 1)?;
     version.version = record.versions.last().map_or(1, |last| last.version + 1);
     record.active_version = version.version;
@@ -196,22 +193,51 @@ fn deploy_version(
     Ok(Applied::Type(record))
 }
 
-/// Stores `plugin` under `sha256` unless it is there; refuses when neither is the case.
-fn store_plugin(
+/// Refuses a plugin of `size_bytes` over the tenant's `plugin_bytes_max`, or one that takes
+/// the sizes of all its versions past `plugin_bytes_total_max`. Checked again here, in the
+/// ordered command, so no node's check can be raced past.
+fn check_plugin_quotas(
     transaction: &WriteTransaction,
-    sha256: &str,
-    plugin: Option<Vec<u8>>,
+    tenant: &str,
+    quotas: &Quotas,
+    size_bytes: u64,
 ) -> Result<(), MetadataError> {
-    let mut plugins = transaction.open_table(PLUGINS).map_err(storage)?;
-    if plugins.get(sha256).map_err(storage)?.is_some() {
-        return Ok(());
+    if size_bytes > quotas.plugin_bytes_max as u64 {
+        return Err(MetadataError::QuotaExceeded(format!(
+            "the plugin is {size_bytes} bytes, over the tenant's plugin_bytes_max of {}",
+            quotas.plugin_bytes_max
+        )));
     }
-    let bytes = plugin.ok_or_else(|| MetadataError::NoPlugin(sha256.to_string()))?;
-    plugins.insert(sha256, bytes.as_slice()).map_err(storage)?;
+    let kept = tenant_plugin_bytes(transaction, tenant)?;
+    if kept.saturating_add(size_bytes) > quotas.plugin_bytes_total_max as u64 {
+        return Err(MetadataError::QuotaExceeded(format!(
+            "tenant {tenant} keeps {kept} plugin bytes; {size_bytes} more would pass its \
+             plugin_bytes_total_max of {} (delete a type to free its versions)",
+            quotas.plugin_bytes_total_max
+        )));
+    }
     Ok(())
 }
 
-/// Adds `delta` to the number of versions using `sha256`; at zero its bytes go.
+/// The sizes of every version of every type of `tenant`, summed.
+fn tenant_plugin_bytes(transaction: &WriteTransaction, tenant: &str) -> Result<u64, MetadataError> {
+    let types = transaction.open_table(TYPES).map_err(storage)?;
+    let mut total = 0u64;
+    for row in types.range((tenant, "")..).map_err(storage)? {
+        let (key, bytes) = row.map_err(storage)?;
+        if key.value().0 != tenant {
+            break;
+        }
+        let record: TypeRecord = decode(bytes.value())?;
+        total = record
+            .versions
+            .iter()
+            .fold(total, |sum, version| sum.saturating_add(version.size_bytes));
+    }
+    Ok(total)
+}
+
+/// Adds `delta` to the number of versions using `sha256`; at zero it is no longer used.
 fn add_plugin_ref(
     transaction: &WriteTransaction,
     sha256: &str,
@@ -221,9 +247,8 @@ fn add_plugin_ref(
     let current = refs.get(sha256).map_err(storage)?.map_or(0, |r| r.value());
     let next = (i64::from(current) + delta).max(0) as u32;
     if next == 0 {
+        // The bytes stay in each node's blob store until its collector sees this.
         refs.remove(sha256).map_err(storage)?;
-        let mut plugins = transaction.open_table(PLUGINS).map_err(storage)?;
-        plugins.remove(sha256).map_err(storage)?;
     } else {
         refs.insert(sha256, next).map_err(storage)?;
     }
@@ -268,12 +293,13 @@ fn delete_type(
     })
 }
 
-fn require_tenant(transaction: &WriteTransaction, tenant: &str) -> Result<(), MetadataError> {
+fn read_tenant(transaction: &WriteTransaction, tenant: &str) -> Result<Tenant, MetadataError> {
     let tenants = transaction.open_table(TENANTS).map_err(storage)?;
-    if tenants.get(tenant).map_err(storage)?.is_none() {
-        return Err(MetadataError::NoTenant(tenant.to_string()));
+    let record = tenants.get(tenant).map_err(storage)?;
+    match record {
+        Some(bytes) => decode(bytes.value()),
+        None => Err(MetadataError::NoTenant(tenant.to_string())),
     }
-    Ok(())
 }
 
 fn read_type(

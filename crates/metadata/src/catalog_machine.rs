@@ -11,8 +11,7 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::store::{
-    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, PLUGINS, SHARD_HANDOFFS, SHARDS, TENANTS,
-    TOKENS, TYPES,
+    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -35,6 +34,8 @@ struct CatalogSnapshot {
     tenants: Vec<(String, serde_bytes::ByteBuf)>,
     tokens: Vec<(String, String)>,
     types: Vec<((String, String), serde_bytes::ByteBuf)>,
+    /// Plugin bytes, in checkpoints of releases before the blob store: always empty now (the
+    /// slot stays, so those checkpoints still decode); any found are moved to the blob store.
     plugins: Vec<(String, serde_bytes::ByteBuf)>,
     plugin_refs: Vec<(String, u32)>,
     shards: Vec<ShardRow>,
@@ -175,17 +176,6 @@ impl CatalogMachine {
                 .push(((tenant.to_string(), name.to_string()), bytes(value.value())));
         }
         for row in transaction
-            .open_table(PLUGINS)
-            .map_err(storage)?
-            .iter()
-            .map_err(storage)?
-        {
-            let (key, value) = row.map_err(storage)?;
-            snapshot
-                .plugins
-                .push((key.value().to_string(), bytes(value.value())));
-        }
-        for row in transaction
             .open_table(PLUGIN_REFS)
             .map_err(storage)?
             .iter()
@@ -280,11 +270,10 @@ fn write_snapshot(
             .insert((tenant.as_str(), name.as_str()), value.as_slice())
             .map_err(storage)?;
     }
-    let mut plugins = cleared(transaction, PLUGINS)?;
-    for (key, value) in &snapshot.plugins {
-        plugins
-            .insert(key.as_str(), value.as_slice())
-            .map_err(storage)?;
+    for (sha256, bytes) in &snapshot.plugins {
+        if let Err(error) = super::blobs::write_blob(transaction, sha256, bytes, 0) {
+            tracing::warn!(%sha256, %error, "a plugin of an old checkpoint not moved to the blob store");
+        }
     }
     let mut plugin_refs = cleared(transaction, PLUGIN_REFS)?;
     for (key, value) in &snapshot.plugin_refs {

@@ -1,6 +1,7 @@
 //! The commands that change the catalog and what applying one produced. Commands are
-//! deterministic: everything they need (times, hashes, plugin bytes) is inside them, so every
-//! replica that applies the same sequence ends in the same state.
+//! deterministic: everything they need (times, hashes, sizes) is inside them, so every replica
+//! that applies the same sequence ends in the same state. Plugin bytes never are: a deploy
+//! orders the plugin's hash and size, and the bytes travel beside the log (`blobs.rs`).
 
 use super::member_state::MemberState;
 use super::members::MemberRecord;
@@ -31,9 +32,13 @@ pub enum Command {
         /// New limits.
         quotas: Quotas,
     },
-    /// Adds a version to a type (creating the type) and makes it active, storing the plugin
-    /// bytes in the same transaction when they are not stored yet. Refused (changing nothing)
-    /// when the bytes are neither stored nor given, or the type has too many versions.
+    /// Adds a version to a type (creating the type) and makes it active. Only the plugin's hash
+    /// and size are ordered: the node that took the upload made sure a quorum of voters holds
+    /// the bytes before it submitted this. Refused (changing nothing) with
+    /// [`MetadataError::QuotaExceeded`](crate::MetadataError::QuotaExceeded) when the plugin is
+    /// over the tenant's `plugin_bytes_max`, would take the tenant's versions past
+    /// `plugin_bytes_total_max`, or the type has [`VERSIONS_PER_TYPE_MAX`](crate::VERSIONS_PER_TYPE_MAX)
+    /// versions.
     DeployVersion {
         /// Tenant.
         tenant: String,
@@ -41,9 +46,6 @@ pub enum Command {
         entity_type: String,
         /// Hex SHA-256 of the plugin.
         sha256: String,
-        /// The component, when the catalog may not have it yet.
-        #[serde(with = "serde_bytes")]
-        plugin: Option<Vec<u8>>,
         /// Plugin size.
         size_bytes: u64,
         /// Type options.

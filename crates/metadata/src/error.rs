@@ -22,9 +22,10 @@ pub enum MetadataError {
     /// No such version.
     #[error("entity type {0} has no version {1}")]
     NoVersion(String, u32),
-    /// The plugin bytes are neither stored nor given.
-    #[error("no stored plugin with hash {0}")]
-    NoPlugin(String),
+    /// A tenant quota refuses the command (the plugin's size, the tenant's plugin bytes in
+    /// all); it changed nothing.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A type has too many versions.
     #[error("entity type {0} already has {VERSIONS_PER_TYPE_MAX} versions")]
     TooManyVersions(String),

@@ -1,6 +1,7 @@
-//! The catalog: tenants and their token hashes, entity types and their versions, plugin bytes by
-//! hash, cluster members, and the shard allocation table — changed only by [`Command`]s applied by
-//! a deterministic state machine over redb ([`MetadataStore::apply`]).
+//! The catalog: tenants and their token hashes, entity types and their versions (each naming its
+//! plugin by hash and size), cluster members, and the shard allocation table — changed only by
+//! [`Command`]s applied by a deterministic state machine over redb ([`MetadataStore::apply`]).
+//! Plugin bytes live beside the catalog, never in it: each node's [`BlobStore`].
 //!
 //! [`CatalogMachine`] is the catalog as the state machine of the metadata plane's VSR group
 //! (the simulators of `tessera-sim` run it as a workload of the VSR simulator), and
@@ -9,7 +10,7 @@
 //! Commands reach the catalog through a [`MetadataPlane`]: on one node the [`LocalPlane`]
 //! applies them in order; in a cluster the same commands are ordered by consensus and applied
 //! on every node. Either way the node's [`CatalogObserver`] hears of each applied command and
-//! updates what the layers below run. Commands carry every input (times, hashes, bytes) so
+//! updates what the layers below run. Commands carry every input (times, hashes, sizes) so
 //! applying the same sequence anywhere gives the same catalog.
 //!
 //! Uses `tessera-contract` and `tessera-consensus` (it never sees the transport its plane's
@@ -17,6 +18,7 @@
 //! the runtime and the state layer never do.
 
 mod apply;
+mod blobs;
 mod catalog_machine;
 mod command;
 mod committed;
@@ -30,6 +32,7 @@ pub mod replicated;
 mod shards;
 mod store;
 
+pub use blobs::{BLOB_CHUNK_BYTES, BLOB_CHUNKS_MAX, BlobAssembly, BlobError, BlobStore, blob_name};
 pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use command::{Applied, Command, ShardAssignment, ShardMove};
 pub use committed::CommittedRead;

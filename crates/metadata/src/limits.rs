@@ -22,6 +22,9 @@ pub mod quota_ceilings {
     /// Size of one plugin: the runtime's own hard limit (`runtime::PLUGIN_BYTES_MAX`; the node
     /// checks at compile time that the two agree).
     pub const PLUGIN_BYTES_MAX: usize = 64 << 20;
+    /// Plugin bytes one tenant keeps, summed over every version of every type: 1 GiB, so the
+    /// blob store of every node stays bounded however many versions a tenant deploys.
+    pub const PLUGIN_BYTES_TOTAL_MAX: usize = 1 << 30;
     /// State one entity may hold: 1 TiB.
     pub const ENTITY_STATE_BYTES_MAX: usize = 1 << 40;
     /// Unacknowledged tells, and reminders, one entity may hold.

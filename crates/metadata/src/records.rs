@@ -44,6 +44,9 @@ pub struct Quotas {
     pub messages_burst: u32,
     /// Size of one uploaded plugin.
     pub plugin_bytes_max: usize,
+    /// Plugin bytes the tenant keeps in all: the sum of the sizes of every version of every
+    /// type (a deploy past it is refused with `quota_exceeded`; deleting a type frees its).
+    pub plugin_bytes_total_max: usize,
     /// State bytes (keys plus values) one entity may hold.
     pub entity_state_bytes_max: usize,
     /// Committed tells one entity's outbox may hold before its receivers acknowledge them.
@@ -68,6 +71,7 @@ impl Default for Quotas {
             messages_per_second: 10_000,
             messages_burst: 20_000,
             plugin_bytes_max: 32 << 20,
+            plugin_bytes_total_max: 256 << 20,
             entity_state_bytes_max: 16 << 20,
             outbox_entries_max: 4_096,
             reminders_max: 1_024,
@@ -83,7 +87,7 @@ impl Quotas {
         use super::limits::quota_ceilings as max;
         let wide = |value: usize| value as u128;
         // (name, value, least, most) for every quota.
-        let bounds: [(&str, u128, u128, u128); 12] = [
+        let bounds: [(&str, u128, u128, u128); 13] = [
             (
                 "memory_bytes_max",
                 wide(self.memory_bytes_max),
@@ -125,6 +129,12 @@ impl Quotas {
                 wide(self.plugin_bytes_max),
                 1,
                 wide(max::PLUGIN_BYTES_MAX),
+            ),
+            (
+                "plugin_bytes_total_max",
+                wide(self.plugin_bytes_total_max),
+                1,
+                wide(max::PLUGIN_BYTES_TOTAL_MAX),
             ),
             (
                 "entity_state_bytes_max",

@@ -17,9 +17,11 @@ pub(crate) const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("t
 pub(crate) const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("tenant_tokens");
 /// Types by `(tenant, type)` (MessagePack [`TypeRecord`]).
 pub(crate) const TYPES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("entity_types");
-/// Plugin component bytes by hex SHA-256, stored once however many versions use them.
-pub(crate) const PLUGINS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugins");
-/// How many versions use each stored plugin; bytes go when it reaches zero.
+/// Plugin bytes as catalogs before the blob store kept them; moved into the blob store when
+/// such a catalog is opened (`blobs.rs`), and never written.
+pub(crate) const LEGACY_PLUGINS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugins");
+/// How many versions use each plugin; at zero no version does, and each node's blob
+/// collector may remove its bytes.
 pub(crate) const PLUGIN_REFS: TableDefinition<&str, u32> = TableDefinition::new("plugin_refs");
 /// The shard allocation table: `(tenant, type, shard) -> (node, generation)`.
 pub(crate) const SHARDS: TableDefinition<(&str, &str, u32), (&str, u64)> =
@@ -68,13 +70,13 @@ impl MetadataStore {
         transaction.open_table(TENANTS).map_err(storage)?;
         transaction.open_table(TOKENS).map_err(storage)?;
         transaction.open_table(TYPES).map_err(storage)?;
-        transaction.open_table(PLUGINS).map_err(storage)?;
         transaction.open_table(PLUGIN_REFS).map_err(storage)?;
         transaction.open_table(SHARDS).map_err(storage)?;
         transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
         transaction.open_table(MEMBERS).map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;
+        move_legacy_plugins(&transaction)?;
         transaction.commit().map_err(storage)?;
         Ok(MetadataStore { database })
     }
@@ -143,26 +145,37 @@ impl MetadataStore {
         Ok(types)
     }
 
-    /// Stored plugin bytes.
-    pub fn plugin_bytes(&self, sha256: &str) -> Result<Option<Vec<u8>>, MetadataError> {
+    /// Whether a version of some type uses the plugin `sha256`.
+    ///
+    /// ```
+    /// use tessera_metadata::{Command, MetadataStore, Quotas, TypeOptions};
+    /// let database = redb::Database::builder()
+    ///     .create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+    /// let metadata = MetadataStore::open(std::sync::Arc::new(database)).unwrap();
+    /// metadata.apply(Command::CreateTenant {
+    ///     name: "acme".into(), token_sha256: "ab".into(), quotas: Quotas::default(), created_ms: 0,
+    /// }).unwrap();
+    /// metadata.apply(Command::DeployVersion {
+    ///     tenant: "acme".into(), entity_type: "counter".into(), sha256: "p1".into(),
+    ///     size_bytes: 100, options: TypeOptions::default(), deployed_ms: 1,
+    /// }).unwrap();
+    /// assert!(metadata.plugin_used("p1").unwrap());
+    /// assert_eq!(metadata.tenant_plugin_bytes("acme").unwrap(), 100);
+    /// ```
+    pub fn plugin_used(&self, sha256: &str) -> Result<bool, MetadataError> {
         let transaction = self.database.begin_read().map_err(storage)?;
-        let table = transaction.open_table(PLUGINS).map_err(storage)?;
-        let bytes = table.get(sha256).map_err(storage)?;
-        Ok(bytes.map(|bytes| bytes.value().to_vec()))
-    }
-
-    /// Whether plugin bytes with this hash are stored.
-    pub fn has_plugin(&self, sha256: &str) -> Result<bool, MetadataError> {
-        let transaction = self.database.begin_read().map_err(storage)?;
-        let table = transaction.open_table(PLUGINS).map_err(storage)?;
+        let table = transaction.open_table(PLUGIN_REFS).map_err(storage)?;
         Ok(table.get(sha256).map_err(storage)?.is_some())
     }
 
-    /// Number of stored plugins.
-    pub fn plugin_count(&self) -> Result<u64, MetadataError> {
-        let transaction = self.database.begin_read().map_err(storage)?;
-        let table = transaction.open_table(PLUGINS).map_err(storage)?;
-        table.len().map_err(storage)
+    /// The sizes of every version of every type of `tenant`, summed: what its
+    /// `plugin_bytes_total_max` bounds.
+    pub fn tenant_plugin_bytes(&self, tenant: &str) -> Result<u64, MetadataError> {
+        Ok(self
+            .entity_types(Some(tenant))?
+            .iter()
+            .flat_map(|record| &record.versions)
+            .fold(0u64, |sum, version| sum.saturating_add(version.size_bytes)))
     }
 
     /// How many commands this catalog has applied (refused ones do not count): its commit
@@ -239,7 +252,7 @@ fn count_legacy_plugin_refs(transaction: &WriteTransaction) -> Result<(), Metada
         .is_empty()
         .map_err(storage)?;
     let plugins_empty = transaction
-        .open_table(PLUGINS)
+        .open_table(LEGACY_PLUGINS)
         .map_err(storage)?
         .is_empty()
         .map_err(storage)?;
@@ -261,6 +274,28 @@ fn count_legacy_plugin_refs(transaction: &WriteTransaction) -> Result<(), Metada
     for (sha256, count) in &counts {
         refs.insert(sha256.as_str(), *count).map_err(storage)?;
     }
+    Ok(())
+}
+
+/// Catalogs written before the blob store held plugin bytes in the catalog itself: move them
+/// into this node's blob store (bytes that do not hash to their name are dropped; a peer
+/// serves them again) and drop the old table, so no checkpoint carries them again.
+fn move_legacy_plugins(transaction: &WriteTransaction) -> Result<(), MetadataError> {
+    let legacy: Vec<(String, Vec<u8>)> = {
+        let plugins = transaction.open_table(LEGACY_PLUGINS).map_err(storage)?;
+        let mut rows = Vec::new();
+        for row in plugins.iter().map_err(storage)? {
+            let (name, bytes) = row.map_err(storage)?;
+            rows.push((name.value().to_string(), bytes.value().to_vec()));
+        }
+        rows
+    };
+    for (sha256, bytes) in &legacy {
+        if let Err(error) = super::blobs::write_blob(transaction, sha256, bytes, 0) {
+            tracing::warn!(%sha256, %error, "a plugin of an old catalog not moved to the blob store");
+        }
+    }
+    transaction.delete_table(LEGACY_PLUGINS).map_err(storage)?;
     Ok(())
 }
 

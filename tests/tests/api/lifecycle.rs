@@ -171,11 +171,13 @@ async fn a_plugin_that_fails_to_load_leaves_only_its_type_unavailable() {
             Err(error) => panic!("the database does not open: {error}"),
         }
     };
-    let plugins: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("plugins");
+    // The blob store's chunks, by (hash, index): the first chunk of the counter's bytes.
+    let chunks: redb::TableDefinition<(&str, u32), &[u8]> =
+        redb::TableDefinition::new("plugin_blobs");
     let transaction = database.begin_write().unwrap();
     {
-        let mut table = transaction.open_table(plugins).unwrap();
-        let stored = table.insert(counter_hash.as_str(), b"not a component".as_slice());
+        let mut table = transaction.open_table(chunks).unwrap();
+        let stored = table.insert((counter_hash.as_str(), 0), b"not a component".as_slice());
         assert!(stored.unwrap().is_some(), "the counter's bytes were stored");
     }
     transaction.commit().unwrap();

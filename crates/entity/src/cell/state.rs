@@ -152,6 +152,11 @@ impl CellState {
 
     /// The error of a message to an entity whose type is no longer deployed.
     fn type_gone(&self) -> MessageError {
+        let key = self.address.type_key();
+        let unbound = self.core.types.unbound(&key, &self.address.to_string());
+        if unbound.kind != ErrorKind::EntityTypeNotRegistered {
+            return unbound;
+        }
         MessageError::new(
             ErrorKind::EntityTypeNotRegistered,
             format!(

@@ -101,9 +101,10 @@ impl From<MetadataError> for ApiError {
             MetadataError::NoMember(_)
             | MetadataError::NoTenant(_)
             | MetadataError::NoType(_, _)
-            | MetadataError::NoVersion(_, _)
-            | MetadataError::NoPlugin(_) => (StatusCode::NOT_FOUND, "not_found"),
-            MetadataError::TooManyVersions(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+            | MetadataError::NoVersion(_, _) => (StatusCode::NOT_FOUND, "not_found"),
+            MetadataError::TooManyVersions(_) | MetadataError::QuotaExceeded(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded")
+            }
             MetadataError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
         };

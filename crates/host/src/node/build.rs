@@ -4,14 +4,15 @@
 //! it needs, nothing wired afterwards. A cluster node also starts its mesh first (the
 //! switchboard's way to other nodes) and runs the replicated plane over it.
 
-use super::catalog::{MemberFollowers, NodeCatalog};
+use super::catalog::{BLOB_GARBAGE_EVERY, MemberFollowers, NodeCatalog, PluginSources};
+use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
 use super::member::mesh::Mesh;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use std::sync::Arc;
 use tessera_entity::{Entities, EntityParts, TypeTable};
-use tessera_metadata::{LocalPlane, MetadataStore};
+use tessera_metadata::{BlobStore, LocalPlane, MetadataStore};
 use tessera_runtime::{Runtime, RuntimeConfig};
 use tessera_sharding::lease::{LeaseConfig, NodeLease};
 use tessera_sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
@@ -41,7 +42,8 @@ impl Node {
         let database = Arc::new(database);
         let store = StateStore::from_database(database.clone())?;
         let state = Arc::new(LocalState::new(store, config.commit.clone()));
-        let metadata = MetadataStore::open(database)?;
+        let metadata = MetadataStore::open(database.clone())?;
+        let blobs = BlobStore::open(database)?;
         let runtime = Arc::new(open_runtime(&config)?);
         let remember = RememberWriter::start(state.clone(), &config.sharding.remember);
         let types = Arc::new(TypeTable::default());
@@ -90,18 +92,31 @@ impl Node {
             )
         })?;
         let membership = Arc::new(Membership::new());
-        let catalog = Arc::new(NodeCatalog::new(
-            metadata.clone(),
-            runtime.clone(),
-            types,
-            region.clone(),
-            entities.clone(),
-            MemberFollowers {
-                membership: Arc::downgrade(&membership),
-                mesh: mesh.as_ref().map(|(mesh, _)| mesh.clone()),
-            },
-            &config,
-        ));
+        let transfer = mesh.as_ref().map(|(mesh, _)| {
+            Arc::new(BlobTransfer::new(
+                mesh.clone(),
+                blobs.clone(),
+                metadata.clone(),
+            ))
+        });
+        let sources = PluginSources { blobs, transfer };
+        let catalog = Arc::new_cyclic(|this| {
+            NodeCatalog::new(
+                this.clone(),
+                metadata.clone(),
+                sources,
+                runtime.clone(),
+                types,
+                region.clone(),
+                entities.clone(),
+                MemberFollowers {
+                    membership: Arc::downgrade(&membership),
+                    mesh: mesh.as_ref().map(|(mesh, _)| mesh.clone()),
+                },
+                &config,
+            )
+        });
+        tokio::spawn(collect_blobs(Arc::downgrade(&catalog)));
         // A restarted node is an up member already: the coordinator must see it from its first
         // request on (remembered entities ask for their shards as soon as types are bound).
         let seat_parts = SeatParts {
@@ -139,7 +154,7 @@ impl Node {
             }
         };
         catalog.load().await?;
-        joining::join_as_member(&config, plane.as_ref(), lease.as_deref()).await?;
+        joining::join_as_member(&config, plane.as_ref(), lease.as_deref(), &catalog).await?;
         if let Some(lease) = lease {
             super::member::lease::keep(
                 config.node_id.clone(),
@@ -172,6 +187,19 @@ impl Node {
             quota_rejections: Default::default(),
             edge: EdgeCounters::default(),
         }))
+    }
+}
+
+/// Collects unused plugin blobs every [`BLOB_GARBAGE_EVERY`] until the node is gone.
+async fn collect_blobs(catalog: std::sync::Weak<NodeCatalog>) {
+    let mut every = tokio::time::interval(BLOB_GARBAGE_EVERY);
+    every.tick().await; // the first tick is at once: the catalog may still be rebuilding
+    loop {
+        every.tick().await;
+        let Some(catalog) = catalog.upgrade() else {
+            return;
+        };
+        catalog.collect_blobs().await;
     }
 }
 

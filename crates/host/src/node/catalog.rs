@@ -2,8 +2,13 @@
 //! what the layers below run — type bindings in the entity layer's [`TypeTable`], type settings
 //! in the region, compiled plugins in a bounded [`PluginCache`] — and the in-memory tenants and
 //! token index that authentication and quotas read (no database read per request).
+//!
+//! A version's plugin is loaded from this node's blob store; one the store lacks is fetched
+//! from a peer (`blob_transfer.rs`) while its type answers `unavailable` (retry), and bound
+//! once it arrives. Blobs no version uses are collected a bounded number at a time.
 
 use crate::node::NodeConfig;
+use crate::node::member::blob_transfer::BlobTransfer;
 use crate::node::member::mesh::Mesh;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -11,7 +16,8 @@ use std::time::Duration;
 use tessera_contract::{BoxFuture, TypeKey};
 use tessera_entity::{Entities, TypeBinding, TypeTable};
 use tessera_metadata::{
-    Applied, CatalogObserver, MemberRecord, MemberState, MetadataStore, Tenant, TypeRecord,
+    Applied, BlobStore, CatalogObserver, MemberRecord, MemberState, MetadataStore, Tenant,
+    TypeRecord, VersionRecord,
 };
 use tessera_runtime::{InstanceLimits, Plugin, PluginCache, Runtime};
 use tessera_sharding::{MemberStatus, Membership, RegionHandle, TypeSettings};
@@ -72,9 +78,41 @@ impl MemberFollowers {
     }
 }
 
+/// An unused blob younger than this is kept: it may belong to a deploy not committed yet.
+const BLOB_GARBAGE_GRACE_MS: u64 = 10 * 60 * 1000;
+
+/// Unused blobs one collection pass removes at most (a pass runs after each type
+/// deletion and every [`BLOB_GARBAGE_EVERY`]).
+const BLOB_GARBAGE_BATCH_MAX: usize = 16;
+
+/// How often unused blobs are collected.
+pub(crate) const BLOB_GARBAGE_EVERY: Duration = Duration::from_secs(60);
+
+/// The longest wait between two attempts to fetch a blob no peer served.
+const BLOB_FETCH_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Where a node's plugin bytes come from: its blob store and, in a cluster, its peers.
+pub(crate) struct PluginSources {
+    /// This node's blob store.
+    pub(crate) blobs: BlobStore,
+    /// The way to peers' blobs (none on a single node).
+    pub(crate) transfer: Option<Arc<BlobTransfer>>,
+}
+
+/// Why a plugin could not be had.
+enum PluginError {
+    /// This node does not hold its bytes (yet).
+    Missing,
+    /// It could not be read or compiled.
+    Failed(String),
+}
+
 /// Applies catalog changes to the running node.
 pub(crate) struct NodeCatalog {
     pub(crate) store: MetadataStore,
+    pub(crate) sources: PluginSources,
+    /// This catalog, for the fetches it starts (which bind their types when they end).
+    this: Weak<NodeCatalog>,
     runtime: Arc<Runtime>,
     plugins: PluginCache,
     /// Plugins compiled for a deploy in flight, used (and persisted) if its command applies.
@@ -91,8 +129,11 @@ pub(crate) struct NodeCatalog {
 }
 
 impl NodeCatalog {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        this: Weak<NodeCatalog>,
         store: MetadataStore,
+        sources: PluginSources,
         runtime: Arc<Runtime>,
         types: Arc<TypeTable>,
         region: RegionHandle,
@@ -102,6 +143,8 @@ impl NodeCatalog {
     ) -> Self {
         NodeCatalog {
             store,
+            sources,
+            this,
             runtime,
             plugins: PluginCache::new(config.plugin_cache_entries),
             staged: Mutex::default(),
@@ -171,7 +214,7 @@ impl NodeCatalog {
 
     /// The compiled plugin for `sha256`: staged, cached, or compiled from the stored bytes
     /// (and then cached on disk and in memory).
-    async fn plugin(&self, sha256: &str) -> Result<Arc<Plugin>, String> {
+    async fn plugin(&self, sha256: &str) -> Result<Arc<Plugin>, PluginError> {
         let staged = self.staged_lock().get(sha256).cloned();
         if let Some(plugin) = staged {
             let runtime = self.runtime.clone();
@@ -183,25 +226,27 @@ impl NodeCatalog {
         if let Some(plugin) = self.plugins.get(sha256) {
             return Ok(plugin);
         }
+        let failed = |error: &dyn std::fmt::Display| PluginError::Failed(error.to_string());
         let bytes = self
-            .store
-            .plugin_bytes(sha256)
-            .map_err(|error| error.to_string())?
-            .ok_or_else(|| format!("plugin {sha256} is not stored"))?;
-        // The bytes may have come from another node inside its deploy command: they are
-        // hashed again here, and run only if they are what was deployed.
-        let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+            .sources
+            .blobs
+            .get(sha256)
+            .map_err(|error| failed(&error))?
+            .ok_or(PluginError::Missing)?;
+        // The bytes may have come from another node: they are hashed again here, and run only
+        // if they are what was deployed.
+        let actual = tessera_metadata::blob_name(&bytes);
         if actual != sha256 {
-            return Err(format!(
+            return Err(PluginError::Failed(format!(
                 "the stored bytes of plugin {sha256} hash to {actual}; refusing to run them"
-            ));
+            )));
         }
         let runtime = self.runtime.clone();
         let hash = sha256.to_string();
         let plugin = tokio::task::spawn_blocking(move || runtime.load_hashed(&bytes, hash))
             .await
-            .map_err(|error| error.to_string())?
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| failed(&error))?
+            .map_err(|error| failed(&error))?;
         self.plugins.insert(plugin.clone());
         Ok(plugin)
     }
@@ -217,7 +262,18 @@ impl NodeCatalog {
         };
         let plugin = match self.plugin(&version.sha256).await {
             Ok(plugin) => plugin,
+            Err(PluginError::Missing) if self.sources.transfer.is_some() => {
+                tracing::info!(entity_type = %key, sha256 = %version.sha256, "plugin not held here; fetching it from a peer");
+                self.types.unbind_fetching(&key);
+                self.register(&key, version).await;
+                self.fetch_in_background(version);
+                return;
+            }
             Err(error) => {
+                let error = match error {
+                    PluginError::Missing => format!("plugin {} is not stored", version.sha256),
+                    PluginError::Failed(error) => error,
+                };
                 tracing::error!(entity_type = %key, %error, "plugin could not be loaded; type unavailable");
                 self.types.unbind(&key);
                 self.region.unregister_type(&key);
@@ -258,12 +314,99 @@ impl NodeCatalog {
             remember: options.remember,
         };
         self.types.bind(key.clone(), binding);
+        self.register(&key, version).await;
+    }
+
+    /// Registers a type with the region, as `version` sets it.
+    async fn register(&self, key: &TypeKey, version: &VersionRecord) {
         let mut settings = TypeSettings::new(self.num_shards);
-        if options.remember {
+        if version.options.remember {
             settings = settings.remembered();
         }
         if let Err(error) = self.region.register_type(key.clone(), settings).await {
             tracing::error!(entity_type = %key, %error, "type not registered with the region");
+        }
+    }
+
+    /// Fetches `version`'s plugin from peers until this node holds it (or no version uses it
+    /// any more), then binds every type whose active version it is.
+    fn fetch_in_background(&self, version: &VersionRecord) {
+        let (Some(transfer), Some(this)) = (self.sources.transfer.clone(), self.this.upgrade())
+        else {
+            return;
+        };
+        let (sha256, size_bytes) = (version.sha256.clone(), version.size_bytes);
+        drop(this);
+        let weak = self.this.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match transfer.fetch_or_wait(&sha256, size_bytes, None).await {
+                    Ok(()) => break,
+                    Err(error) => {
+                        tracing::warn!(%sha256, %error, "plugin not fetched yet; trying again");
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BLOB_FETCH_BACKOFF_MAX);
+                let Some(catalog) = weak.upgrade() else {
+                    return;
+                };
+                if !catalog.store.plugin_used(&sha256).unwrap_or(true) {
+                    return; // no version needs it any more
+                }
+            }
+            tracing::info!(%sha256, "plugin fetched from a peer");
+            if let Some(catalog) = weak.upgrade() {
+                catalog.blob_arrived(&sha256).await;
+            }
+        });
+    }
+
+    /// How many types wait on this node for their plugin to be fetched.
+    pub(crate) fn plugins_fetching(&self) -> usize {
+        self.types.fetching()
+    }
+
+    /// Binds every type whose active version runs the plugin `sha256`, which just arrived.
+    async fn blob_arrived(&self, sha256: &str) {
+        match self.store.entity_types(None) {
+            Ok(records) => {
+                for record in records {
+                    if record
+                        .active()
+                        .is_some_and(|version| version.sha256 == sha256)
+                    {
+                        self.bind(&record).await;
+                    }
+                }
+            }
+            Err(error) => tracing::error!(%error, "types not bound after their plugin arrived"),
+        }
+    }
+
+    /// Removes a bounded number of blobs no version uses (and old enough not to belong to a
+    /// deploy in flight). Not while the catalog is empty: a member rebuilding it from the voters
+    /// would find every blob unused.
+    pub(crate) async fn collect_blobs(&self) {
+        if self.store.applied_commands().unwrap_or(0) == 0 {
+            return;
+        }
+        let (blobs, store) = (self.sources.blobs.clone(), self.store.clone());
+        let before = crate::node::tenants::now_ms().saturating_sub(BLOB_GARBAGE_GRACE_MS);
+        let collected = tokio::task::spawn_blocking(move || {
+            blobs.collect_garbage(
+                |sha256| store.plugin_used(sha256).unwrap_or(true),
+                before,
+                BLOB_GARBAGE_BATCH_MAX,
+            )
+        })
+        .await;
+        match collected {
+            Ok(Ok(0)) => {}
+            Ok(Ok(count)) => tracing::info!(count, "unused plugin blobs removed"),
+            Ok(Err(error)) => tracing::warn!(%error, "unused plugin blobs not collected"),
+            Err(error) => tracing::warn!(%error, "unused plugin blobs not collected"),
         }
     }
 
@@ -317,7 +460,8 @@ impl NodeCatalog {
                 entity_type,
             } => {
                 self.unbind(&TypeKey::new(tenant.clone(), entity_type.clone()))
-                    .await
+                    .await;
+                self.collect_blobs().await;
             }
             Applied::Member(member) => self.show_member(member),
             Applied::Restored => {

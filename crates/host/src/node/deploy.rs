@@ -1,13 +1,16 @@
 //! Deploys, rollbacks and deletes of entity types — each one catalog command. A deploy hashes
-//! the upload once, compiles and checks it against the entity world before anything is
-//! written, and sends the bytes with the version in the same command, so a refused deploy
-//! leaves no bytes, no cache entry and no version behind.
+//! the upload once, compiles and checks it against the entity world and the tenant's plugin
+//! quotas before anything is written, stores the bytes in this node's blob store, makes sure a
+//! majority of the voters holds them (`blob_transfer.rs`), and only then submits the version —
+//! its hash and size, never its bytes. A refused deploy leaves no version behind (bytes it
+//! stored are collected once unused).
 
 use super::tenants::now_ms;
 use super::{Node, NodeError};
 use sha2::{Digest, Sha256};
 use tessera_metadata::{
-    Applied, Command, MetadataError, TypeOptions, TypeRecord, VersionRecord, validate_name,
+    Applied, Command, MetadataError, TypeOptions, TypeRecord, VERSIONS_PER_TYPE_MAX, VersionRecord,
+    validate_name,
 };
 
 impl Node {
@@ -30,6 +33,7 @@ impl Node {
                 quotas.plugin_bytes_max
             )));
         }
+        self.check_catalog_quotas(tenant, entity_type, &quotas, bytes.len() as u64)?;
         let _deploying = self.deploy_lock.lock().await;
         let runtime = self.runtime.clone();
         let (bytes, sha256, checked) = tokio::task::spawn_blocking(move || {
@@ -40,13 +44,14 @@ impl Node {
         .await
         .map_err(|error| tessera_runtime::LoadError::Compiler(error.to_string()))?;
         let plugin = checked?;
-        let stored = self.plane.store().has_plugin(&sha256)?;
         let size_bytes = bytes.len() as u64;
+        // Again under the deploy lock: a deploy through this node may have committed meanwhile.
+        self.check_catalog_quotas(tenant, entity_type, &quotas, size_bytes)?;
+        self.hold_blob(&sha256, bytes).await?;
         let command = Command::DeployVersion {
             tenant: tenant.to_string(),
             entity_type: entity_type.to_string(),
             sha256: sha256.clone(),
-            plugin: (!stored).then_some(bytes),
             size_bytes,
             options,
             deployed_ms: now_ms(),
@@ -60,6 +65,59 @@ impl Node {
         })?;
         tracing::info!(%tenant, %entity_type, version = version.version, "version deployed");
         Ok(version)
+    }
+
+    /// Refuses, before anything is compiled, stored or sent, a version the catalog would
+    /// refuse: one past [`VERSIONS_PER_TYPE_MAX`], or a plugin that would take the tenant's
+    /// versions past its `plugin_bytes_total_max` (the command checks both again when ordered).
+    fn check_catalog_quotas(
+        &self,
+        tenant: &str,
+        entity_type: &str,
+        quotas: &tessera_metadata::Quotas,
+        size_bytes: u64,
+    ) -> Result<(), NodeError> {
+        let store = self.plane.store();
+        let versions = store
+            .entity_type(tenant, entity_type)?
+            .map_or(0, |record| record.versions.len());
+        if versions >= VERSIONS_PER_TYPE_MAX {
+            self.count_quota_rejection(tenant, None, "versions_per_type");
+            return Err(MetadataError::TooManyVersions(entity_type.to_string()).into());
+        }
+        let kept = store.tenant_plugin_bytes(tenant)?;
+        if kept.saturating_add(size_bytes) <= quotas.plugin_bytes_total_max as u64 {
+            return Ok(());
+        }
+        self.count_quota_rejection(tenant, None, "plugin_bytes_total");
+        Err(MetadataError::QuotaExceeded(format!(
+            "tenant {tenant} keeps {kept} plugin bytes; {size_bytes} more would pass its \
+             plugin_bytes_total_max of {} (delete a type to free its versions)",
+            quotas.plugin_bytes_total_max
+        ))
+        .into())
+    }
+
+    /// Stores the plugin in this node's blob store and, in a cluster, waits until a majority
+    /// of the voters holds it, so no committed version names bytes only one node has.
+    async fn hold_blob(&self, sha256: &str, bytes: Vec<u8>) -> Result<(), NodeError> {
+        let size_bytes = bytes.len() as u64;
+        let blobs = self.catalog.sources.blobs.clone();
+        let name = sha256.to_string();
+        tokio::task::spawn_blocking(move || blobs.put(&name, &bytes, super::tenants::now_ms()))
+            .await
+            .map_err(|error| MetadataError::Storage(error.to_string()))?
+            .map_err(|error| MetadataError::Storage(error.to_string()))?;
+        let Some(transfer) = &self.catalog.sources.transfer else {
+            return Ok(());
+        };
+        let started = std::time::Instant::now();
+        let held = transfer
+            .replicate(sha256, size_bytes)
+            .await
+            .map_err(MetadataError::Unavailable)?;
+        tracing::info!(%sha256, held, elapsed_ms = started.elapsed().as_millis() as u64, "plugin held by a quorum of voters");
+        Ok(())
     }
 
     /// Makes `version` the active version of a type (rollback or roll forward).

@@ -27,14 +27,22 @@ fn deploy(
     tenant: &str,
     entity_type: &str,
     sha256: &str,
-    plugin: Option<Vec<u8>>,
+) -> Result<Applied, MetadataError> {
+    deploy_sized(store, tenant, entity_type, sha256, 3)
+}
+
+fn deploy_sized(
+    store: &MetadataStore,
+    tenant: &str,
+    entity_type: &str,
+    sha256: &str,
+    size_bytes: u64,
 ) -> Result<Applied, MetadataError> {
     store.apply(Command::DeployVersion {
         tenant: tenant.into(),
         entity_type: entity_type.into(),
         sha256: sha256.into(),
-        plugin,
-        size_bytes: 3,
+        size_bytes,
         options: TypeOptions::default(),
         deployed_ms: 2,
     })
@@ -44,9 +52,8 @@ fn deploy(
 fn versions_count_from_one_and_rollback_switches_the_active_one() {
     let (_dir, store) = store();
     create(&store, "acme").unwrap();
-    deploy(&store, "acme", "counter", "p1", Some(vec![1])).unwrap();
-    let Applied::Type(record) = deploy(&store, "acme", "counter", "p2", Some(vec![2])).unwrap()
-    else {
+    deploy(&store, "acme", "counter", "p1").unwrap();
+    let Applied::Type(record) = deploy(&store, "acme", "counter", "p2").unwrap() else {
         panic!("a deploy applies as a type change")
     };
     assert_eq!(record.active_version, 2);
@@ -76,11 +83,7 @@ fn refused_commands_change_nothing() {
         Err(MetadataError::InvalidName(_))
     ));
     assert_eq!(
-        deploy(&store, "acme", "counter", "missing", None),
-        Err(MetadataError::NoPlugin("missing".into()))
-    );
-    assert_eq!(
-        deploy(&store, "ghost", "counter", "p", Some(vec![1])),
+        deploy(&store, "ghost", "counter", "p"),
         Err(MetadataError::NoTenant("ghost".into()))
     );
     let no_version = store.apply(Command::SetActiveVersion {
@@ -91,37 +94,91 @@ fn refused_commands_change_nothing() {
     assert!(matches!(no_version, Err(MetadataError::NoType(_, _))));
     assert_eq!(store.tenants().unwrap().len(), 1);
     assert!(store.entity_types(None).unwrap().is_empty());
-    assert_eq!(
-        store.plugin_count().unwrap(),
-        0,
-        "a refused deploy stores no bytes"
-    );
 }
 
 #[test]
-fn a_deploy_past_the_version_limit_leaves_no_bytes_behind() {
+fn a_deploy_is_a_hash_and_a_size_and_applies_without_bytes() {
     let (_dir, store) = store();
     create(&store, "acme").unwrap();
-    for version in 0..VERSIONS_PER_TYPE_MAX {
-        let plugin = (version == 0).then(|| vec![1]);
-        deploy(&store, "acme", "counter", "same", plugin).unwrap();
+    let Applied::Type(record) = deploy_sized(&store, "acme", "counter", "p1", 1234).unwrap() else {
+        panic!("a deploy applies as a type change")
+    };
+    let version = record.active().unwrap();
+    assert_eq!((version.sha256.as_str(), version.size_bytes), ("p1", 1234));
+    assert!(store.plugin_used("p1").unwrap());
+    assert_eq!(store.tenant_plugin_bytes("acme").unwrap(), 1234);
+}
+
+#[test]
+fn plugin_quotas_refuse_a_deploy_and_change_nothing() {
+    let (_dir, store) = store();
+    let quotas = Quotas {
+        plugin_bytes_max: 100,
+        plugin_bytes_total_max: 250,
+        ..Quotas::default()
+    };
+    store
+        .apply(Command::CreateTenant {
+            name: "acme".into(),
+            token_sha256: "t".into(),
+            quotas,
+            created_ms: 1,
+        })
+        .unwrap();
+    deploy_sized(&store, "acme", "a", "p1", 100).unwrap();
+    deploy_sized(&store, "acme", "b", "p2", 100).unwrap();
+    let before = (
+        store.entity_types(None).unwrap(),
+        store.applied_commands().unwrap(),
+    );
+    let too_large = deploy_sized(&store, "acme", "c", "p3", 101);
+    assert!(matches!(too_large, Err(MetadataError::QuotaExceeded(_))));
+    let past_total = deploy_sized(&store, "acme", "a", "p4", 51);
+    assert!(
+        matches!(&past_total, Err(MetadataError::QuotaExceeded(why)) if why.contains("plugin_bytes_total_max")),
+        "{past_total:?}"
+    );
+    assert_eq!(
+        (
+            store.entity_types(None).unwrap(),
+            store.applied_commands().unwrap()
+        ),
+        before,
+        "a refused deploy changes nothing"
+    );
+    assert!(!store.plugin_used("p3").unwrap() && !store.plugin_used("p4").unwrap());
+    deploy_sized(&store, "acme", "a", "p5", 50).unwrap();
+    store
+        .apply(Command::DeleteType {
+            tenant: "acme".into(),
+            entity_type: "b".into(),
+        })
+        .unwrap();
+    deploy_sized(&store, "acme", "c", "p6", 100).expect("deleting a type frees its bytes");
+}
+
+#[test]
+fn a_deploy_past_the_version_limit_is_refused_and_names_no_plugin() {
+    let (_dir, store) = store();
+    create(&store, "acme").unwrap();
+    for _ in 0..VERSIONS_PER_TYPE_MAX {
+        deploy(&store, "acme", "counter", "same").unwrap();
     }
-    let refused = deploy(&store, "acme", "counter", "other", Some(vec![2]));
+    let refused = deploy(&store, "acme", "counter", "other");
     assert_eq!(
         refused,
         Err(MetadataError::TooManyVersions("counter".into()))
     );
-    assert!(!store.has_plugin("other").unwrap());
-    assert_eq!(store.plugin_count().unwrap(), 1);
+    assert!(!store.plugin_used("other").unwrap());
 }
 
 #[test]
-fn deleting_types_frees_plugin_bytes_no_version_uses() {
+fn deleting_types_ends_the_use_of_plugins_no_version_uses() {
     let (_dir, store) = store();
     create(&store, "acme").unwrap();
-    deploy(&store, "acme", "a", "shared", Some(vec![1])).unwrap();
-    deploy(&store, "acme", "b", "shared", None).unwrap();
-    deploy(&store, "acme", "b", "only-b", Some(vec![2])).unwrap();
+    deploy(&store, "acme", "a", "shared").unwrap();
+    deploy(&store, "acme", "b", "shared").unwrap();
+    deploy(&store, "acme", "b", "only-b").unwrap();
     let delete = |name: &str| {
         store.apply(Command::DeleteType {
             tenant: "acme".into(),
@@ -129,10 +186,10 @@ fn deleting_types_frees_plugin_bytes_no_version_uses() {
         })
     };
     delete("b").unwrap();
-    assert!(store.has_plugin("shared").unwrap(), "type a still uses it");
-    assert!(!store.has_plugin("only-b").unwrap());
+    assert!(store.plugin_used("shared").unwrap(), "type a still uses it");
+    assert!(!store.plugin_used("only-b").unwrap());
     delete("a").unwrap();
-    assert_eq!(store.plugin_count().unwrap(), 0);
+    assert!(!store.plugin_used("shared").unwrap());
     assert!(matches!(delete("a"), Err(MetadataError::NoType(_, _))));
 }
 

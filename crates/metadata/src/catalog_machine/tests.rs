@@ -35,18 +35,16 @@ fn commands() -> Vec<Command> {
             tenant: "acme".into(),
             entity_type: "counter".into(),
             sha256: "p1".into(),
-            plugin: Some(plugin.clone()),
             size_bytes: plugin.len() as u64,
             options: TypeOptions::default(),
             deployed_ms: 3,
         },
-        // Refused: no stored bytes for p2.
+        // Refused: over the tenant's plugin_bytes_max.
         Command::DeployVersion {
             tenant: "acme".into(),
             entity_type: "counter".into(),
             sha256: "p2".into(),
-            plugin: None,
-            size_bytes: 0,
+            size_bytes: u64::MAX,
             options: TypeOptions::default(),
             deployed_ms: 4,
         },
@@ -128,7 +126,7 @@ fn a_restored_snapshot_replaces_every_table() {
     );
     assert_eq!(target.store().members().expect("read").len(), 1);
     assert_eq!(target.store().shard_table().expect("read").len(), 1);
-    assert_eq!(target.store().plugin_count().expect("read"), 1);
+    assert!(target.store().plugin_used("p1").expect("read"));
     assert_eq!(target.take_applied(), vec![Applied::Restored]);
     // Applying on after a restore continues from the same counters on both.
     let next = CatalogMachine::encode_command(&Command::AssignShards {
@@ -141,6 +139,57 @@ fn a_restored_snapshot_replaces_every_table() {
     });
     assert_eq!(target.apply(&next), source.apply(&next));
     assert_eq!(target.snapshot(), source.snapshot());
+}
+
+#[test]
+fn a_checkpoint_holds_no_plugin_bytes_however_large_the_plugins() {
+    let mut machine = machine();
+    let quotas = Quotas {
+        plugin_bytes_max: 64 << 20,
+        plugin_bytes_total_max: 1 << 30,
+        ..Quotas::default()
+    };
+    machine.apply(&CatalogMachine::encode_command(&Command::CreateTenant {
+        name: "acme".into(),
+        token_sha256: "aa".into(),
+        quotas,
+        created_ms: 1,
+    }));
+    for version in 0..16u32 {
+        let answer = machine.apply(&CatalogMachine::encode_command(&Command::DeployVersion {
+            tenant: "acme".into(),
+            entity_type: "big".into(),
+            sha256: format!("{version:064x}"),
+            size_bytes: 64 << 20,
+            options: TypeOptions::default(),
+            deployed_ms: 2,
+        }));
+        assert!(CatalogMachine::decode_result(&answer).is_ok());
+    }
+    // A gigabyte of plugins; the checkpoint holds their names and sizes only.
+    let snapshot = machine.snapshot();
+    assert!(snapshot.len() < 16 << 10, "{} bytes", snapshot.len());
+    let decoded: CatalogSnapshot = rmp_serde::from_slice(&snapshot).expect("a snapshot");
+    assert!(decoded.plugins.is_empty());
+}
+
+#[test]
+fn a_checkpoint_of_an_old_release_with_plugin_bytes_moves_them_to_the_blob_store() {
+    let source = machine();
+    let bytes = b"old plugin".to_vec();
+    let name = crate::blob_name(&bytes);
+    let mut snapshot: CatalogSnapshot =
+        rmp_serde::from_slice(&source.snapshot()).expect("a snapshot");
+    snapshot.plugins = vec![(name.clone(), serde_bytes::ByteBuf::from(bytes.clone()))];
+    let mut target = machine();
+    let database = target.store().database.clone();
+    target
+        .restore(&rmp_serde::to_vec(&snapshot).expect("encodes"))
+        .expect("restores");
+    let blobs = crate::BlobStore::open(database).expect("blob tables");
+    assert_eq!(blobs.get(&name).expect("read"), Some(bytes));
+    let again: CatalogSnapshot = rmp_serde::from_slice(&target.snapshot()).expect("a snapshot");
+    assert!(again.plugins.is_empty(), "never written again");
 }
 
 #[test]
@@ -178,4 +227,37 @@ fn unobserved_applied_commands_are_bounded() {
     assert_eq!(applied.len(), UNOBSERVED_APPLIED_MAX);
     assert_eq!(catalog.unobserved_dropped(), 3);
     assert!(matches!(&applied[0], Applied::Member(member) if member.node == "n3"));
+}
+
+#[test]
+fn opening_a_catalog_of_an_old_release_moves_its_plugin_bytes_to_the_blob_store() {
+    let database = Arc::new(
+        redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .expect("an in-memory database"),
+    );
+    let bytes = b"old plugin".to_vec();
+    let name = crate::blob_name(&bytes);
+    let legacy: TableDefinition<&str, &[u8]> = TableDefinition::new("plugins");
+    let transaction = database.begin_write().expect("a transaction");
+    {
+        let mut plugins = transaction.open_table(legacy).expect("the old table");
+        plugins
+            .insert(name.as_str(), bytes.as_slice())
+            .expect("a row");
+        plugins
+            .insert("not-its-hash", b"other".as_slice())
+            .expect("a row");
+    }
+    transaction.commit().expect("committed");
+    MetadataStore::open(database.clone()).expect("an old catalog opens");
+    let blobs = crate::BlobStore::open(database.clone()).expect("blob tables");
+    assert_eq!(blobs.get(&name).expect("read"), Some(bytes));
+    assert_eq!(
+        blobs.list().expect("read").len(),
+        1,
+        "bad bytes are not kept"
+    );
+    let read = database.begin_read().expect("a read");
+    assert!(read.open_table(legacy).is_err(), "the old table is gone");
 }

@@ -13,7 +13,11 @@
 //!   its acknowledgement only from the node it moves to; envelopes only from a member, each
 //!   with an allocation the catalog gave;
 //! - a command to the coordinator only from a member (a completed handoff only from the node
-//!   handing the shard off), progress reports only from members and voters.
+//!   handing the shard off), progress reports only from members and voters;
+//! - a request to hold a plugin blob only from a voter or a member the catalog has committed
+//!   (never held: the requester retries); a read of one from any node of the cluster, like
+//!   following the catalog (a joining node fetches its plugins before its join commits); blob
+//!   answers only as replies to this node's own requests, never as messages of their own.
 //!
 //! [`judge`] is a pure function of the message, its sender and what this node knows
 //! ([`Knowledge`]), tested rule by rule below. The mesh applies it where it dispatches
@@ -62,11 +66,13 @@ pub(crate) enum Kind {
     HandoffComplete,
     MoveShard,
     Progress,
+    BlobRequest,
+    BlobReply,
 }
 
 impl Kind {
     /// Every kind, in the order `/metrics` lists them.
-    pub(crate) const ALL: [Kind; 17] = [
+    pub(crate) const ALL: [Kind; 19] = [
         Kind::Replica,
         Kind::Submit,
         Kind::Reply,
@@ -84,6 +90,8 @@ impl Kind {
         Kind::HandoffComplete,
         Kind::MoveShard,
         Kind::Progress,
+        Kind::BlobRequest,
+        Kind::BlobReply,
     ];
 
     /// The kind of `message`, unless it is one no rule refuses.
@@ -113,6 +121,10 @@ impl Kind {
                 CoordinatorCommand::MoveShard { .. } => Kind::MoveShard,
             },
             PeerMessage::Progress { .. } => Kind::Progress,
+            PeerMessage::BlobHold { .. } | PeerMessage::BlobRead { .. } => Kind::BlobRequest,
+            PeerMessage::BlobChunk { .. }
+            | PeerMessage::BlobHeld { .. }
+            | PeerMessage::BlobMissing { .. } => Kind::BlobReply,
         };
         Some(kind)
     }
@@ -137,6 +149,8 @@ impl Kind {
             Kind::HandoffComplete => "unauthorized_handoff_complete",
             Kind::MoveShard => "unauthorized_move_shard",
             Kind::Progress => "unauthorized_progress",
+            Kind::BlobRequest => "unauthorized_blob_request",
+            Kind::BlobReply => "unauthorized_blob_reply",
         }
     }
 
@@ -214,6 +228,15 @@ pub(crate) fn judge(from: &str, message: &PeerMessage, known: &Knowledge<'_>) ->
         PeerMessage::Coordinator(command) => coordinator(from, command, known),
         PeerMessage::Progress { .. } if known.is_voter(from) => Vouched::Yes,
         PeerMessage::Progress { .. } => known.member(from),
+        // Plugin bytes went to any follower inside the catalog's entries before: a node of the
+        // cluster (its certificate says so) may read them before its join commits.
+        PeerMessage::BlobRead { .. } => Vouched::Yes,
+        PeerMessage::BlobHold { .. } if known.is_voter(from) => Vouched::Yes,
+        // A request is answered now or not at all: a member not committed yet is refused.
+        PeerMessage::BlobHold { .. } => Vouched::from_bool(known.member(from) == Vouched::Yes),
+        PeerMessage::BlobChunk { .. }
+        | PeerMessage::BlobHeld { .. }
+        | PeerMessage::BlobMissing { .. } => Vouched::No,
     };
     vouched.verdict()
 }

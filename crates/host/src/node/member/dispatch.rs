@@ -3,17 +3,20 @@
 //! (`tessera_peer_dropped_total{reason="unauthorized_<kind>"}`), those only a catalog this node
 //! has not applied yet could vouch for are held (`held.rs`) and judged again as the plane
 //! moves, and the rest go to their owner without waiting — the plane's frames to the plane,
-//! the regions' messages to this node's region, commands to the coordinator if it runs here. A
-//! full queue drops the message and counts it; every sender retries what matters.
+//! the regions' messages to this node's region, commands to the coordinator if it runs here,
+//! requests for plugin blobs to the blob transfer (`blob_transfer.rs`), with the responder
+//! their answer goes back by. A full queue drops the message and counts it; every sender
+//! retries what matters.
 
 use super::authority::{CommittedCatalog, Kind, Knowledge, Verdict, judge};
+use super::blob_transfer::BlobTransfer;
 use super::held::{Held, Released};
 use super::mesh::{Mesh, bump};
 use super::peer_message::PeerMessage;
 use std::cell::OnceCell;
 use std::sync::{Arc, Weak};
 use std::time::Instant as StdInstant;
-use tessera_cluster::Inbound;
+use tessera_cluster::{Inbound, Responder};
 use tessera_consensus::group::GroupFrame;
 use tessera_contract::{Allocation, NodeId, ShardKey};
 use tessera_metadata::{CommittedRead, METADATA_GROUP, MemberState, MetadataStore, PlaneStatus};
@@ -31,6 +34,8 @@ pub(crate) struct DispatchParts {
     pub(crate) catalog: MetadataStore,
     /// The plane's status: the primary, and a change whenever a command is applied.
     pub(crate) status: watch::Receiver<PlaneStatus>,
+    /// Where peers' requests for plugin blobs go.
+    pub(crate) blobs: Arc<BlobTransfer>,
 }
 
 impl Mesh {
@@ -53,7 +58,11 @@ impl Mesh {
                 incoming = inbound.recv() => {
                     let Some(incoming) = incoming else { return };
                     let Some(mesh) = weak.upgrade() else { return };
-                    mesh.receive(&mut held, &parts, incoming.from, incoming.message);
+                    if let Some(reply) = incoming.reply {
+                        mesh.receive_request(&parts, incoming.from, incoming.message, reply);
+                    } else {
+                        mesh.receive(&mut held, &parts, incoming.from, incoming.message);
+                    }
                 }
                 changed = plane_moves.changed(), if plane_running && !held.is_empty() => {
                     plane_running = changed.is_ok();
@@ -102,6 +111,40 @@ impl Mesh {
                     tracing::debug!(%from, "a message waiting for the catalog dropped: too many wait");
                 }
             }
+        }
+    }
+
+    /// A request waits for its answer: judged now, never held (a refused one is dropped, and
+    /// its sender times out and asks another peer).
+    fn receive_request(
+        &self,
+        parts: &DispatchParts,
+        from: NodeId,
+        message: PeerMessage,
+        reply: Responder<PeerMessage>,
+    ) {
+        if self.judge(parts, &from, &message) != Verdict::Accept {
+            self.refuse(&from, &message);
+            if let PeerMessage::BlobHold { sha256, .. } | PeerMessage::BlobRead { sha256, .. } =
+                &message
+            {
+                // Answered at once, so the requester asks another node instead of timing out.
+                let _ = reply.reply(&PeerMessage::BlobMissing {
+                    sha256: sha256.clone(),
+                    why: format!("{} does not take this request from {from}", self.node),
+                });
+            }
+            return;
+        }
+        match message {
+            PeerMessage::BlobRead { sha256, chunk } => {
+                parts.blobs.serve_read(&sha256, chunk, reply)
+            }
+            PeerMessage::BlobHold { sha256, size_bytes } => {
+                parts.blobs.hold(from, sha256, size_bytes, reply)
+            }
+            // Nothing else is sent as a request; what is, is handled as a message.
+            message => self.deliver(parts, from, message),
         }
     }
 
@@ -155,6 +198,12 @@ impl Mesh {
                 }
             }
             PeerMessage::Progress { commit } => self.note_progress(from, commit, StdInstant::now()),
+            // Requests come with a responder (`receive_request`); answers as replies only.
+            PeerMessage::BlobHold { .. }
+            | PeerMessage::BlobRead { .. }
+            | PeerMessage::BlobChunk { .. }
+            | PeerMessage::BlobHeld { .. }
+            | PeerMessage::BlobMissing { .. } => self.refuse(&from, &message),
             PeerMessage::Coordinator(command) => {
                 if !switchboard.has_local_coordinator()
                     || switchboard.command_local(command).is_err()

@@ -3,6 +3,7 @@
 //! the join (`JoinMember`, then `Up`) retried until a quorum answers, and the graceful leave
 //! of a non-voting member (`Leaving`, its entities stopped, `Exiting`, `Removed`).
 
+use super::blob_transfer::BlobTransfer;
 use super::dispatch::DispatchParts;
 use super::mesh::{Mesh, plane_queue};
 use super::peer_message::PeerMessage;
@@ -91,6 +92,9 @@ pub(in crate::node) fn start_plane(
     inbound: Inbound<PeerMessage>,
     switchboard: &Arc<Switchboard>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
+    let blobs: Arc<BlobTransfer> = catalog.sources.transfer.clone().ok_or_else(|| {
+        NodeError::Config("a cluster node moves plugin blobs over its mesh".into())
+    })?;
     let (to_plane, plane_inbound) = plane_queue();
     let catalog_as_applied = metadata.clone();
     let plane_config = PlaneConfig {
@@ -122,6 +126,7 @@ pub(in crate::node) fn start_plane(
         switchboard: Arc::downgrade(switchboard),
         catalog: catalog_as_applied,
         status: started.1.clone(),
+        blobs,
     };
     tokio::spawn(mesh.clone().dispatch(inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
@@ -135,6 +140,7 @@ pub(in crate::node) async fn join_as_member(
     config: &NodeConfig,
     plane: &dyn MetadataPlane,
     lease: Option<&NodeLease>,
+    catalog: &NodeCatalog,
 ) -> Result<(), NodeError> {
     let now_ms = crate::node::tenants::now_ms();
     let join = Command::JoinMember {
@@ -165,6 +171,7 @@ pub(in crate::node) async fn join_as_member(
     if let Applied::Member(member) = joined
         && member.state == MemberState::Joining
     {
+        wait_for_plugins(catalog).await;
         let up = Command::SetMemberState {
             node: config.node_id.clone(),
             state: MemberState::Up,
@@ -174,6 +181,29 @@ pub(in crate::node) async fn join_as_member(
     }
     Ok(())
 }
+
+/// How long a joining node waits for the plugins of the types it was told of before it goes
+/// up (and may be given shards); past it, it goes up anyway and fetches on.
+const PLUGINS_BEFORE_UP_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Waits (bounded) until this node holds the plugin of every deployed type's active version,
+/// so the shards it is given once up do not answer `unavailable` while it fetches them.
+async fn wait_for_plugins(catalog: &NodeCatalog) {
+    let deadline = Instant::now() + PLUGINS_BEFORE_UP_WAIT_MAX;
+    while catalog.plugins_fetching() > 0 {
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                types = catalog.plugins_fetching(),
+                "going up before every plugin arrived; their types answer unavailable until then"
+            );
+            return;
+        }
+        tokio::time::sleep(PLUGIN_POLL).await;
+    }
+}
+
+/// How often a joining node looks again whether its plugins arrived.
+const PLUGIN_POLL: Duration = Duration::from_millis(50);
 
 fn join_timeout(config: &NodeConfig) -> Duration {
     config.cluster.as_ref().map_or(Duration::ZERO, |cluster| {

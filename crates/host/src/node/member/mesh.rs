@@ -35,12 +35,16 @@ use tokio::sync::mpsc;
 /// (and asks routed to it answer `unavailable` instead of waiting out their deadline).
 const PEER_DOWN_FAIL_AFTER: Duration = Duration::from_secs(3);
 
-/// Largest frame between nodes: a deploy carries its plugin (up to the API's 64 MiB upload
-/// bound by default) inside a catalog command, with room for the protocol around it.
+/// Largest frame between nodes: room for the largest shard state read (twice over, asserted
+/// below). Plugin bytes never cross in one frame: they travel in chunks of
+/// [`BLOB_CHUNK_BYTES`](tessera_metadata::BLOB_CHUNK_BYTES) (`blob_transfer.rs`).
 const MESH_FRAME_BYTES_MAX: usize = 80 << 20;
 
-/// Bytes of frames queued for one peer: room for the largest frame (a deploy's) with as much
-/// again queued before it. Past it a send fails at once (`QueueFull`, counted as
+// A blob chunk (with its envelope) is far below the frame limit.
+const _: () = assert!(4 * tessera_metadata::BLOB_CHUNK_BYTES <= MESH_FRAME_BYTES_MAX);
+
+/// Bytes of frames queued for one peer: room for the largest frame with as much again queued
+/// before it. Past it a send fails at once (`QueueFull`, counted as
 /// `send_queue_full`), and what waits on it is answered `unavailable`.
 const MESH_SEND_QUEUE_BYTES_MAX: usize = 2 * MESH_FRAME_BYTES_MAX;
 
@@ -265,6 +269,16 @@ impl Mesh {
         let mut progress = write(&self.progress);
         progress.retain(|node, _| peers.contains(node));
         progress.clone()
+    }
+
+    /// Sends `message` to `peer` as a request and waits up to `timeout` for its answer.
+    pub(crate) async fn request(
+        &self,
+        peer: &str,
+        message: &PeerMessage,
+        timeout: Duration,
+    ) -> Result<PeerMessage, tessera_cluster::RequestError> {
+        self.transport.request(peer, message, timeout).await
     }
 
     /// Closes every connection (the node is stopping).

@@ -1,11 +1,13 @@
 //! This node as a member of a cluster: its connections to the other nodes (`mesh`, one
 //! transport for the metadata plane, the regions and the coordinator, carrying `peer_message`),
 //! where what peers send enters (`dispatch`), who may send what (`authority`) and what waits
-//! for the catalog to vouch for it (`held`), how it joins and leaves (`joining`), the lease that lets it serve its
+//! for the catalog to vouch for it (`held`), how plugin bytes move between nodes beside the
+//! plane (`blob_transfer`), how it joins and leaves (`joining`), the lease that lets it serve its
 //! shards (`lease`), where the shard coordinator runs (`seat`: on the metadata primary) and
 //! the operators' view of the cluster from here (`view`).
 
 mod authority;
+pub(super) mod blob_transfer;
 mod dispatch;
 mod held;
 pub(super) mod joining;

@@ -23,4 +23,46 @@ pub enum PeerMessage {
         /// Catalog commands the sender has applied.
         commit: u64,
     },
+    /// A request, from the node that took a deploy, to hold the plugin blob `sha256` before
+    /// its version is committed: the receiver fetches it from the sender ([`PeerMessage::BlobRead`])
+    /// unless it holds it, and answers [`PeerMessage::BlobHeld`] or [`PeerMessage::BlobMissing`].
+    BlobHold {
+        /// The blob's hex SHA-256.
+        sha256: String,
+        /// Its size.
+        size_bytes: u64,
+    },
+    /// A request for one chunk of a blob (see `blob_transfer.rs`); answered
+    /// [`PeerMessage::BlobChunk`] or [`PeerMessage::BlobMissing`].
+    BlobRead {
+        /// The blob's hex SHA-256.
+        sha256: String,
+        /// The chunk's index (chunks of [`BLOB_CHUNK_BYTES`](tessera_metadata::BLOB_CHUNK_BYTES)).
+        chunk: u32,
+    },
+    /// The answer to a [`PeerMessage::BlobRead`]: one chunk, checked by the reader's hash of
+    /// the whole blob.
+    BlobChunk {
+        /// The blob's hex SHA-256.
+        sha256: String,
+        /// The chunk's index.
+        chunk: u32,
+        /// The whole blob's size.
+        size_bytes: u64,
+        /// At most `BLOB_CHUNK_BYTES` bytes.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// The answer to a [`PeerMessage::BlobHold`]: the sender holds the blob now.
+    BlobHeld {
+        /// The blob's hex SHA-256.
+        sha256: String,
+    },
+    /// The answer to a blob request the sender could not serve.
+    BlobMissing {
+        /// The blob's hex SHA-256.
+        sha256: String,
+        /// Why.
+        why: String,
+    },
 }

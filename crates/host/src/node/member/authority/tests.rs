@@ -526,6 +526,45 @@ fn progress_comes_from_members_and_voters() {
 }
 
 #[test]
+fn blob_holds_come_from_voters_and_committed_members_reads_from_any_node_and_answers_only_as_replies()
+ {
+    let read = || PeerMessage::BlobRead {
+        sha256: "ab".into(),
+        chunk: 0,
+    };
+    let hold = || PeerMessage::BlobHold {
+        sha256: "ab".into(),
+        size_bytes: 1,
+    };
+    assert_eq!(verdict("n4", read()), Verdict::Accept);
+    assert_eq!(verdict("n4", hold()), Verdict::Accept);
+    assert_eq!(
+        verdict("joining", read()),
+        Verdict::Accept,
+        "a node not joined yet"
+    );
+    assert_eq!(verdict("rogue", hold()), Verdict::Refuse, "never held");
+    let mut without_n3 = catalog();
+    without_n3.members.remove("n3");
+    assert_eq!(
+        judged(&without_n3, "n3", hold()),
+        Verdict::Accept,
+        "a voter"
+    );
+    let chunk = PeerMessage::BlobChunk {
+        sha256: "ab".into(),
+        chunk: 0,
+        size_bytes: 1,
+        bytes: vec![1],
+    };
+    assert_eq!(verdict("n1", chunk), Verdict::Refuse);
+    let held = PeerMessage::BlobHeld {
+        sha256: "ab".into(),
+    };
+    assert_eq!(verdict("n1", held), Verdict::Refuse);
+}
+
+#[test]
 fn a_node_this_catalog_knows_as_no_member_waits_until_it_is_one() {
     let mut joining = catalog();
     joining.members.remove("n4");
