@@ -9,8 +9,8 @@
 //! Each node is this test binary re-run as a child (`tessera_tests::processes`).
 
 use serde_json::json;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tessera_sharding::{FnvExtractor, ShardExtractor};
 use tessera_tests::cluster::*;
@@ -186,9 +186,7 @@ fn a_stalled_owner_woken_after_its_shard_moved_answers_no_value() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let before: Vec<&Answer> = answers.iter().filter(|a| a.at < stalled_at).collect();
     assert!(
-        before
-            .iter()
-            .any(|a| a.status == 200 && a.ran_ms.is_some()),
+        before.iter().any(|a| a.status == 200 && a.ran_ms.is_some()),
         "the owner served the entity, saying when, before it stalled"
     );
     let after: Vec<&Answer> = answers.iter().filter(|a| a.at >= resumed_at).collect();
