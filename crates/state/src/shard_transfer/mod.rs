@@ -1,11 +1,11 @@
 //! A shard's durable state as data that can leave one node and be installed on another: every
 //! row the state layer keeps for the shard's entities (state keys, version and size, messaging
 //! counters, outbox, receipts, client idempotency keys, reminders) and the shard's remembered
-//! ids. [`export`] streams them out of one read transaction (a snapshot) as [`ShardPart`]s of
+//! ids. `export` streams them out of one read transaction (a snapshot) as [`ShardPart`]s of
 //! at most [`SHARD_PART_BYTES_MAX`], cut on demand, so an export holds one part at a time
 //! whatever the shard's size; an entity spans as many parts as its rows need, and a state
 //! value larger than a part travels in [`ValueChunk`]s that the receiver stages and assembles
-//! ([`chunks`]). Installing the first part clears whatever the receiving node still held for
+//! (`chunks`). Installing the first part clears whatever the receiving node still held for
 //! the shard (an older copy), so a retried transfer converges; only the last part makes the
 //! move's rows the shard's lineage, so a partly installed shard is never served; discarding
 //! removes the shard from the node that gave it away.
