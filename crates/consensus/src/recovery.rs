@@ -142,7 +142,8 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         };
         let peers = usize::from(self.config.replica_count) - 1;
         let answered: Vec<&Answer> = recovery.answers.iter().flatten().collect();
-        if answered.len() == peers && answered.iter().all(|answer| answer.empty) {
+        let all_empty = answered.len() == peers && answered.iter().all(|answer| answer.empty);
+        if all_empty && self.holds_no_promise() {
             self.recovery = None;
             self.forgetful = false;
             self.durable_dirty = true;
@@ -162,7 +163,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         // knows its views: with at most f replicas that lost their disk, every quorum that
         // started a view holds one that remembers it.
         let every_quorum_met = usize::from(self.config.replica_count) - self.config.quorum() + 1;
-        let heard_everyone = answered_count == peers && !knowing.is_empty();
+        // A forgetful replica that restarted remembers the views it voted in since its loss.
+        let knows_a_view = !knowing.is_empty() || !self.holds_no_promise();
+        let heard_everyone = answered_count == peers && knows_a_view;
         if knowing.len() < every_quorum_met && !heard_everyone {
             return;
         }
