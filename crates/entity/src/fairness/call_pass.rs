@@ -144,6 +144,7 @@ impl PassSlot {
             IN_BARE => {
                 *lock(&self.held) = Some(Pass {
                     permit: Some(permit),
+                    lone: None,
                     started: None,
                 });
                 self.state.store(IN_HELD, Ordering::Relaxed);
