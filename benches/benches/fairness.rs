@@ -69,7 +69,7 @@ impl Flood {
         match self {
             Flood::Spin => (spin(), "Spin"),
             Flood::Hog => (hog(), "Grow"),
-            Flood::Both if index % 2 == 0 => (spin(), "Spin"),
+            Flood::Both if index.is_multiple_of(2) => (spin(), "Spin"),
             Flood::Both => (hog(), "Grow"),
         }
     }
