@@ -19,10 +19,10 @@
 //! budget always holds.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 mod call_pass;
 
@@ -32,12 +32,17 @@ pub(crate) use call_pass::{CallPass, Entered};
 pub(crate) struct TenantGate {
     running: Arc<Semaphore>,
     cap: usize,
-    /// Slots for calls running past the cap while the tenant is alone: one per core. Without
-    /// this bound a lone tenant's flood started a call on every flooded entity at once, each
-    /// holding an instance of the pool and taking turns with the rest on the I/O threads, and
-    /// another tenant's first request, which is what ends the tenant's being alone, waited
-    /// behind all of them to be read (seconds, issue 33).
-    lone: Arc<Semaphore>,
+    /// Calls running past the cap while the tenant is alone, at most `lone_max`: one per core.
+    /// Without this bound a lone tenant's flood started a call on every flooded entity at
+    /// once, each holding an instance of the pool and taking turns with the rest on the I/O
+    /// threads, and another tenant's first request, which is what ends the tenant's being
+    /// alone, waited behind all of them to be read (seconds, issue 33). A count, not a
+    /// semaphore, so a lone tenant's call takes no lock.
+    lone_running: AtomicUsize,
+    lone_max: usize,
+    /// Rung when a lone call ends with `lone_running` at `lone_max` (or at shutdown), for the
+    /// calls waiting for a place.
+    lone_freed: Notify,
     /// Microseconds of guest time used in the current window.
     used_us: AtomicU64,
     /// The current window's start, in microseconds since `epoch`.
@@ -91,8 +96,8 @@ impl Default for Gates {
 pub(crate) struct Pass {
     /// `None` when the call ran past the cap because no other tenant was busy.
     permit: Option<OwnedSemaphorePermit>,
-    /// The slot of a call that ran past the cap, of the tenant's one-per-core while alone.
-    lone: Option<OwnedSemaphorePermit>,
+    /// Whether the call runs past the cap, the tenant alone: counted in `lone_running`.
+    lone: bool,
     /// When the call started, if the tenant has a CPU budget to account it against.
     started: Option<Instant>,
 }
@@ -102,13 +107,25 @@ impl Pass {
     fn bare() -> Pass {
         Pass {
             permit: None,
-            lone: None,
+            lone: false,
             started: None,
         }
     }
 
+    /// A pass holding nothing but its arrival and its place among a lone tenant's calls.
+    fn lone() -> Pass {
+        Pass {
+            lone: true,
+            ..Pass::bare()
+        }
+    }
+
     fn is_bare(&self) -> bool {
-        self.permit.is_none() && self.lone.is_none() && self.started.is_none()
+        self.permit.is_none() && !self.lone && self.started.is_none()
+    }
+
+    fn is_lone(&self) -> bool {
+        self.permit.is_none() && self.lone && self.started.is_none()
     }
 }
 
@@ -155,7 +172,9 @@ impl Gates {
                 let gate = Arc::new(TenantGate {
                     running: Arc::new(Semaphore::new(cap)),
                     cap,
-                    lone: Arc::new(Semaphore::new(self.lone_running_max)),
+                    lone_running: AtomicUsize::new(0),
+                    lone_max: self.lone_running_max,
+                    lone_freed: Notify::new(),
                     used_us: AtomicU64::new(0),
                     window_start_us: AtomicU64::new(0),
                     epoch: self.epoch,
@@ -191,7 +210,7 @@ impl TenantGate {
     /// Lets every waiting and future call through (shutdown).
     fn close(&self) {
         self.running.close();
-        self.lone.close();
+        self.lone_freed.notify_waiters();
     }
 
     /// The cap this gate enforces.
@@ -309,8 +328,8 @@ impl TenantGate {
         let mut waited = false;
         loop {
             let (permit, lone) = match self.admit(cpu_ms_per_second) {
-                Admission::Now(permit) => (Some(permit), None),
-                Admission::Alone(lone) => (None, Some(lone)),
+                Admission::Now(permit) => (Some(permit), false),
+                Admission::Alone => (None, true),
                 Admission::BudgetSpent { wait } => {
                     if !waited {
                         // Counted when the wait begins, so the count shows calls held now.
@@ -325,13 +344,26 @@ impl TenantGate {
                         throttled.fetch_add(1, Ordering::Relaxed);
                     }
                     // Closed only at shutdown (`open_all`): the call goes on unthrottled.
-                    (self.running.clone().acquire_owned().await.ok(), None)
+                    (self.running.clone().acquire_owned().await.ok(), false)
                 }
                 Admission::AtLoneCap => {
                     if !waited {
+                        waited = true;
                         throttled.fetch_add(1, Ordering::Relaxed);
                     }
-                    (None, self.lone.clone().acquire_owned().await.ok())
+                    // Registered before the count is read again, so no end is missed.
+                    let freed = self.lone_freed.notified();
+                    tokio::pin!(freed);
+                    freed.as_mut().enable();
+                    if self.running.is_closed() {
+                        // Shutdown (`open_all`): the call goes on unthrottled.
+                        (None, false)
+                    } else {
+                        if self.lone_running.load(Ordering::Acquire) >= self.lone_max {
+                            freed.await;
+                        }
+                        continue;
+                    }
                 }
             };
             arrival.let_in();
@@ -344,8 +376,8 @@ impl TenantGate {
     pub(crate) fn try_enter(&self, cpu_ms_per_second: u64) -> Option<Pass> {
         let arrival = Arrival::new(self);
         let (permit, lone) = match self.admit(cpu_ms_per_second) {
-            Admission::Now(permit) => (Some(permit), None),
-            Admission::Alone(lone) => (None, Some(lone)),
+            Admission::Now(permit) => (Some(permit), false),
+            Admission::Alone => (None, true),
             Admission::BudgetSpent { .. } | Admission::AtCap | Admission::AtLoneCap => {
                 return None;
             }
@@ -367,7 +399,13 @@ impl TenantGate {
             self.used_us.fetch_add(used, Ordering::Relaxed);
         }
         drop(permit);
-        drop(lone);
+        if lone {
+            let running = self.lone_running.fetch_sub(1, Ordering::AcqRel);
+            debug_assert!(running > 0, "a lone call ends once");
+            if running >= self.lone_max {
+                self.lone_freed.notify_one();
+            }
+        }
         self.leave();
     }
 
@@ -408,9 +446,10 @@ impl TenantGate {
                 .fetch_max(self.now_us() + CONTENTION_GRACE_US, Ordering::Relaxed);
         }
         if !overlapping && !self.in_grace() {
-            return match self.lone.clone().try_acquire_owned() {
-                Ok(lone) => Admission::Alone(lone),
-                Err(_) => Admission::AtLoneCap,
+            return if self.take_lone_place() {
+                Admission::Alone
+            } else {
+                Admission::AtLoneCap
             };
         }
         match self.running.clone().try_acquire_owned() {
@@ -419,11 +458,26 @@ impl TenantGate {
         }
     }
 
-    fn pass(
-        permit: Option<OwnedSemaphorePermit>,
-        lone: Option<OwnedSemaphorePermit>,
-        cpu_ms_per_second: u64,
-    ) -> Pass {
+    /// Takes one of a lone tenant's places to run past its cap, if one is free.
+    fn take_lone_place(&self) -> bool {
+        let mut running = self.lone_running.load(Ordering::Acquire);
+        loop {
+            if running >= self.lone_max {
+                return false;
+            }
+            match self.lone_running.compare_exchange_weak(
+                running,
+                running + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => running = now,
+            }
+        }
+    }
+
+    fn pass(permit: Option<OwnedSemaphorePermit>, lone: bool, cpu_ms_per_second: u64) -> Pass {
         Pass {
             permit,
             lone,
@@ -436,8 +490,8 @@ impl TenantGate {
 enum Admission {
     /// It runs now, holding a slot of the cap.
     Now(OwnedSemaphorePermit),
-    /// It runs now past the cap, the tenant alone, holding one of its slots for that.
-    Alone(OwnedSemaphorePermit),
+    /// It runs now past the cap, the tenant alone, in one of its places for that.
+    Alone,
     /// The tenant is alone and runs a call on every core: wait for one to end.
     AtLoneCap,
     /// The tenant's CPU budget for this window is spent: wait `wait` for the next one.
