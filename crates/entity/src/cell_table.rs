@@ -5,10 +5,9 @@
 //! [`CellRegistry`](super::core::CellRegistry), since the table, holding the cells' mailboxes,
 //! sits above them.
 
-use super::cell::{CellMessage, Mailbox};
+use super::cell::{CellMessage, InstanceHold, Mailbox};
 use super::core::{CellRegistry, EntityParts};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tessera_contract::{EntityAddress, ShardId};
 
@@ -20,7 +19,7 @@ pub(crate) struct CellHandle {
     pub(crate) evicting: bool,
     /// Whether the cell holds an instance now (set by the cell), so a cell that needs a pool
     /// slot can ask the least recently used holder to give its up.
-    pub(crate) holds_instance: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) hold: Arc<InstanceHold>,
 }
 
 /// The live cells of a node and the per-tenant counts the quota reads. The maps hash with
@@ -116,7 +115,7 @@ impl CellRegistry for CellTable {
                 cells
                     .live
                     .get(address)
-                    .is_some_and(|handle| handle.holds_instance.load(Ordering::Relaxed))
+                    .is_some_and(|handle| handle.hold.is_held())
             });
         }
     }
@@ -133,7 +132,7 @@ impl CellRegistry for CellTable {
             let Some(handle) = cells.live.get(&address) else {
                 continue;
             };
-            if !handle.holds_instance.load(Ordering::Relaxed) {
+            if !handle.hold.is_held() {
                 continue;
             }
             let last_used = handle.mailbox.cell().last_used();
@@ -146,8 +145,9 @@ impl CellRegistry for CellTable {
                 holders.push_back((address, last_used));
                 continue;
             }
-            // Not chosen again while its release is on the way.
-            handle.holds_instance.store(false, Ordering::Relaxed);
+            // Not chosen again while its release is on the way; and given back at once if the
+            // cell waits at its tenant's gate, rather than after its backlog.
+            handle.hold.want_back();
             return true;
         }
         false

@@ -3,7 +3,7 @@
 //! node's live-entity limits, evicting the least recently used cell past the latter), puts
 //! messages in its bounded mailbox, and stops cells by shard, type or all at once.
 
-use super::cell::{Cell, CellMessage, ClaimedRun, Mailbox};
+use super::cell::{Cell, CellMessage, ClaimedRun, InstanceHold, Mailbox};
 use super::cell_table::{CellHandle, CellTable, Cells};
 use super::core::{Core, EntitiesStats, EntityParts};
 use super::counters::TypeCounters;
@@ -326,14 +326,14 @@ impl Entities {
         self.admit(cells, to, binding.tenant_live_entities_max)?;
         let generation = cells.next_generation;
         cells.next_generation += 1;
-        let holds_instance = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hold = Arc::new(InstanceHold::default());
         let mailbox = Cell::spawn(
             self.core.clone(),
             to.clone(),
             shard,
             generation,
             binding.mailbox_capacity.max(1),
-            holds_instance.clone(),
+            hold.clone(),
             tick,
         );
         *cells.tenants.entry(to.tenant.clone()).or_insert(0) += 1;
@@ -344,7 +344,7 @@ impl Entities {
                 generation,
                 shard,
                 evicting: false,
-                holds_instance,
+                hold,
             },
         );
         Ok(())

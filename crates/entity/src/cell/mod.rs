@@ -28,6 +28,41 @@ use tessera_state::remember::RememberOp;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+/// A cell's hold on a slot of the instance pool, shared by the cell and the directory's
+/// table: whether the cell holds an instance, and the request to give it back, which a cell
+/// waiting at its tenant's gate answers at once (the `Release` in its mailbox may wait behind
+/// its backlog). So one tenant's backlog waiting to run never keeps the pool's slots from
+/// another tenant's entities that need them.
+#[derive(Debug, Default)]
+pub(crate) struct InstanceHold {
+    held: AtomicBool,
+    wanted: Notify,
+}
+
+impl InstanceHold {
+    /// Whether the cell holds an instance now.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether the cell holds an instance (the cell's own bookkeeping).
+    fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::Relaxed);
+    }
+
+    /// A cell that needs a slot asks for this one (its `Release` is posted): the cell is no
+    /// longer counted a holder, and gives the instance back now if it waits at its gate.
+    pub(crate) fn want_back(&self) {
+        self.set_held(false);
+        self.wanted.notify_waiters();
+    }
+
+    /// Resolves at the next [`want_back`](Self::want_back) after it was made.
+    fn wanted(&self) -> tokio::sync::futures::Notified<'_> {
+        self.wanted.notified()
+    }
+}
+
 /// What a cell's task and the senders that run its messages share.
 pub(crate) struct CellShared {
     /// The entity's working state; whoever runs a message holds it. An async mutex whose
@@ -227,11 +262,11 @@ impl Cell {
         shard: ShardId,
         generation: u64,
         capacity: usize,
-        holds_instance: Arc<AtomicBool>,
+        hold: Arc<InstanceHold>,
         tick: u64,
     ) -> Mailbox {
         let (sender, receiver) = mpsc::channel(capacity);
-        let state = CellState::new(core, address, shard, holds_instance);
+        let state = CellState::new(core, address, shard, hold);
         let shared = Arc::new(CellShared {
             state: Arc::new(Mutex::new(state)),
             unfinished: AtomicUsize::new(0),
@@ -321,7 +356,7 @@ impl Cell {
                 false
             }
             CellMessage::Activate => {
-                if let Err(error) = state.ready().await {
+                if let Err(error) = state.respawn().await {
                     tracing::warn!(entity = %state.address(), %error, "respawn failed");
                 }
                 false

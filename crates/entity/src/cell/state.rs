@@ -5,10 +5,10 @@
 //! reminders and receipt before the reply) is `message`; its effects beyond its writes are
 //! `effects`.
 
-use super::CellMessage;
+use super::{CellMessage, InstanceHold};
 use crate::core::Core;
 use crate::counters::TypeCounters;
-use crate::fairness::CallPass;
+use crate::fairness::{CallPass, Entered};
 use crate::types::TypeBinding;
 use crate::warnings::EntityWarning;
 use std::sync::Arc;
@@ -36,8 +36,9 @@ pub(super) struct CellState {
     core: Arc<Core>,
     address: EntityAddress,
     shard: ShardId,
-    /// Shared with the directory: whether this cell holds an instance now.
-    holds_instance: Arc<std::sync::atomic::AtomicBool>,
+    /// Shared with the directory: whether this cell holds an instance now, and the request
+    /// to give it back.
+    hold: Arc<InstanceHold>,
     counters: Arc<TypeCounters>,
     /// The type's binding as of a type-table generation, so the hot path skips the lookup.
     binding_cache: Option<(u64, Option<Arc<TypeBinding>>)>,
@@ -69,7 +70,7 @@ impl CellState {
         core: Arc<Core>,
         address: EntityAddress,
         shard: ShardId,
-        holds_instance: Arc<std::sync::atomic::AtomicBool>,
+        hold: Arc<InstanceHold>,
     ) -> Self {
         let counters = core.counters(&address.type_key());
         CellState {
@@ -78,7 +79,7 @@ impl CellState {
             binding_cache: None,
             address,
             shard,
-            holds_instance,
+            hold,
             instance: None,
             running_version: 0,
             version_to_record: None,
@@ -166,8 +167,50 @@ impl CellState {
         )
     }
 
+    /// Activates the instance ahead of any message (a remembered entity respawned), inside
+    /// its tenant's gate like any guest call.
+    pub(super) async fn respawn(&mut self) -> Result<(), MessageError> {
+        let binding = match self.binding() {
+            Ok(binding) => binding,
+            Err(error) => {
+                self.passivate_requested = true;
+                return Err(error);
+            }
+        };
+        let pass = self.gate_pass(&binding).clone();
+        let _entered = self.wait_at_gate(pass).await;
+        self.ready().await
+    }
+
+    /// Waits at the tenant's gate until the cell may run one guest call. A cell waiting there
+    /// with an instance gives it back if a cell that needs a slot of the full pool picks it
+    /// meanwhile ([`InstanceHold::want_back`]), and activates afresh once let in: a tenant's
+    /// backlog waiting to run holds no slot another tenant's entity is waiting for.
+    pub(super) async fn wait_at_gate(&mut self, pass: Arc<CallPass>) -> Entered {
+        if pass.try_enter() {
+            return pass.entered();
+        }
+        let core = self.core.clone();
+        let entering = pass.enter(&core.stats.throttled_calls);
+        if self.instance.is_none() {
+            return entering.await;
+        }
+        let hold = self.hold.clone();
+        let wanted = hold.wanted();
+        tokio::pin!(entering);
+        tokio::select! {
+            biased;
+            entered = &mut entering => return entered,
+            () = wanted => {}
+        }
+        self.release_instance().await;
+        entering.await
+    }
+
     /// Makes sure an instance of the type's active version is running, activating or
-    /// upgrading it at this message boundary.
+    /// upgrading it at this message boundary. The caller has passed the tenant's gate: a cell
+    /// takes a slot of the instance pool only once it may run, so a tenant's backlog waiting
+    /// at its gate holds none.
     pub(super) async fn ready(&mut self) -> Result<(), MessageError> {
         let binding = match self.binding() {
             Ok(binding) => binding,
@@ -245,11 +288,6 @@ impl CellState {
                 Err(error) => return Err(error),
             }
         };
-        let pass = self
-            .gate_pass(&binding)
-            .clone()
-            .enter(&self.core.stats.throttled_calls)
-            .await;
         if core.is_closing() {
             return Err(shutting_down());
         }
@@ -258,10 +296,8 @@ impl CellState {
             (instance, activated)
         });
         let (instance, activated) = core.runtime.run_call(call, true).await?.0;
-        drop(pass);
         activated?;
-        self.holds_instance
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.hold.set_held(true);
         let tick = core.uses.load(Ordering::Relaxed);
         core.cells.took_instance(&self.address, tick);
         core.stats.activations.fetch_add(1, Ordering::Relaxed);
@@ -331,8 +367,7 @@ impl CellState {
     }
 
     fn take_instance(&mut self) -> Option<Box<EntityInstance>> {
-        self.holds_instance
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.hold.set_held(false);
         self.instance.take()
     }
 

@@ -83,7 +83,8 @@ impl CallPass {
 }
 
 /// Where a [`CallPass`] keeps the pass of the call running now. A bare pass (the common
-/// case: the tenant alone, no budget) is kept as a state alone, with no lock taken; a pass
+/// case: the tenant alone, no budget; counted among its lone calls or not) is kept as a state
+/// alone, with no lock taken; a pass
 /// with a slot of the cap or a start time is kept under the lock.
 ///
 /// Only the call's owner touches it — its cell's message run, and the gate hooks the guest
@@ -100,12 +101,16 @@ struct PassSlot {
 const OUT: u8 = 0;
 const IN_BARE: u8 = 1;
 const IN_HELD: u8 = 2;
+/// In with a bare pass counted among its lone tenant's calls ([`Pass::lone`]).
+const IN_LONE: u8 = 3;
 
 impl PassSlot {
     fn put(&self, pass: Pass) {
         debug_assert!(!self.is_in(), "a cell's calls enter its gate one at a time");
         if pass.is_bare() {
             self.state.store(IN_BARE, Ordering::Relaxed);
+        } else if pass.is_lone() {
+            self.state.store(IN_LONE, Ordering::Relaxed);
         } else {
             *lock(&self.held) = Some(pass);
             self.state.store(IN_HELD, Ordering::Relaxed);
@@ -117,6 +122,7 @@ impl PassSlot {
         self.state.store(OUT, Ordering::Relaxed);
         match state {
             IN_BARE => Some(Pass::bare()),
+            IN_LONE => Some(Pass::lone()),
             IN_HELD => lock(&self.held).take(),
             _ => None,
         }
@@ -129,7 +135,7 @@ impl PassSlot {
     /// Whether the call in the gate runs without a slot of the cap (it came in alone).
     fn is_unslotted(&self) -> bool {
         match self.state.load(Ordering::Relaxed) {
-            IN_BARE => true,
+            IN_BARE | IN_LONE => true,
             IN_HELD => lock(&self.held)
                 .as_ref()
                 .is_some_and(|pass| pass.permit.is_none()),
@@ -141,9 +147,10 @@ impl PassSlot {
     /// left meanwhile).
     fn give_permit(&self, permit: OwnedSemaphorePermit) {
         match self.state.load(Ordering::Relaxed) {
-            IN_BARE => {
+            state @ (IN_BARE | IN_LONE) => {
                 *lock(&self.held) = Some(Pass {
                     permit: Some(permit),
+                    lone: state == IN_LONE,
                     started: None,
                 });
                 self.state.store(IN_HELD, Ordering::Relaxed);

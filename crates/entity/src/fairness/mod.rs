@@ -13,14 +13,16 @@
 //!
 //! Together they give each busy tenant at most `concurrent_guests_max` cores and at most its
 //! budget of CPU per second, whatever the others do. The cap is work-conserving: while no
-//! other tenant has a call running or waiting, a tenant may run past it (idle cores are not
-//! kept from anyone); the budget always holds.
+//! other tenant has a call running or waiting, a tenant may run past it, up to one call per
+//! core (idle cores are not kept from anyone; more calls than cores would only take turns on
+//! the threads, in front of whatever another tenant's first request needs them for); the
+//! budget always holds.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 mod call_pass;
 
@@ -30,6 +32,17 @@ pub(crate) use call_pass::{CallPass, Entered};
 pub(crate) struct TenantGate {
     running: Arc<Semaphore>,
     cap: usize,
+    /// Calls running past the cap while the tenant is alone, at most `lone_max`: one per core.
+    /// Without this bound a lone tenant's flood started a call on every flooded entity at
+    /// once, each holding an instance of the pool and taking turns with the rest on the I/O
+    /// threads, and another tenant's first request, which is what ends the tenant's being
+    /// alone, waited behind all of them to be read (seconds, issue 33). A count, not a
+    /// semaphore, so a lone tenant's call takes no lock.
+    lone_running: AtomicUsize,
+    lone_max: usize,
+    /// Rung when a lone call ends with `lone_running` at `lone_max` (or at shutdown), for the
+    /// calls waiting for a place.
+    lone_freed: Notify,
     /// Microseconds of guest time used in the current window.
     used_us: AtomicU64,
     /// The current window's start, in microseconds since `epoch`.
@@ -55,16 +68,25 @@ pub(crate) struct Gates {
     epoch: tokio::time::Instant,
     busy_tenants: Arc<AtomicU64>,
     contended_until_us: Arc<AtomicU64>,
+    /// Calls a lone tenant may run past its cap: the node's cores, at least
+    /// [`LONE_RUNNING_MIN`].
+    lone_running_max: usize,
 }
+
+/// The fewest calls a lone tenant may run at once, on a node of fewer cores: so that one long
+/// call does not hold up a lone tenant's others.
+const LONE_RUNNING_MIN: usize = 2;
 
 impl Default for Gates {
     fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Gates {
             tenants: Mutex::default(),
             opened: std::sync::atomic::AtomicBool::new(false),
             epoch: tokio::time::Instant::now(),
             busy_tenants: Arc::default(),
             contended_until_us: Arc::default(),
+            lone_running_max: cores.max(LONE_RUNNING_MIN),
         }
     }
 }
@@ -74,6 +96,8 @@ impl Default for Gates {
 pub(crate) struct Pass {
     /// `None` when the call ran past the cap because no other tenant was busy.
     permit: Option<OwnedSemaphorePermit>,
+    /// Whether the call runs past the cap, the tenant alone: counted in `lone_running`.
+    lone: bool,
     /// When the call started, if the tenant has a CPU budget to account it against.
     started: Option<Instant>,
 }
@@ -83,12 +107,25 @@ impl Pass {
     fn bare() -> Pass {
         Pass {
             permit: None,
+            lone: false,
             started: None,
         }
     }
 
+    /// A pass holding nothing but its arrival and its place among a lone tenant's calls.
+    fn lone() -> Pass {
+        Pass {
+            lone: true,
+            ..Pass::bare()
+        }
+    }
+
     fn is_bare(&self) -> bool {
-        self.permit.is_none() && self.started.is_none()
+        self.permit.is_none() && !self.lone && self.started.is_none()
+    }
+
+    fn is_lone(&self) -> bool {
+        self.permit.is_none() && self.lone && self.started.is_none()
     }
 }
 
@@ -135,6 +172,9 @@ impl Gates {
                 let gate = Arc::new(TenantGate {
                     running: Arc::new(Semaphore::new(cap)),
                     cap,
+                    lone_running: AtomicUsize::new(0),
+                    lone_max: self.lone_running_max,
+                    lone_freed: Notify::new(),
                     used_us: AtomicU64::new(0),
                     window_start_us: AtomicU64::new(0),
                     epoch: self.epoch,
@@ -144,7 +184,7 @@ impl Gates {
                     contended_until_us: self.contended_until_us.clone(),
                 });
                 if self.opened.load(Ordering::Relaxed) {
-                    gate.running.close();
+                    gate.close();
                 }
                 tenants.insert(tenant.to_string(), gate.clone());
                 gate
@@ -161,12 +201,18 @@ impl Gates {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.opened.store(true, Ordering::Relaxed);
         for gate in tenants.values() {
-            gate.running.close();
+            gate.close();
         }
     }
 }
 
 impl TenantGate {
+    /// Lets every waiting and future call through (shutdown).
+    fn close(&self) {
+        self.running.close();
+        self.lone_freed.notify_waiters();
+    }
+
     /// The cap this gate enforces.
     pub(crate) fn cap(&self) -> usize {
         self.cap
@@ -281,8 +327,9 @@ impl TenantGate {
         let arrival = Arrival::new(self);
         let mut waited = false;
         loop {
-            let permit = match self.admit(cpu_ms_per_second) {
-                Admission::Now(permit) => permit,
+            let (permit, lone) = match self.admit(cpu_ms_per_second) {
+                Admission::Now(permit) => (Some(permit), false),
+                Admission::Alone => (None, true),
                 Admission::BudgetSpent { wait } => {
                     if !waited {
                         // Counted when the wait begins, so the count shows calls held now.
@@ -297,11 +344,30 @@ impl TenantGate {
                         throttled.fetch_add(1, Ordering::Relaxed);
                     }
                     // Closed only at shutdown (`open_all`): the call goes on unthrottled.
-                    self.running.clone().acquire_owned().await.ok()
+                    (self.running.clone().acquire_owned().await.ok(), false)
+                }
+                Admission::AtLoneCap => {
+                    if !waited {
+                        waited = true;
+                        throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Registered before the count is read again, so no end is missed.
+                    let freed = self.lone_freed.notified();
+                    tokio::pin!(freed);
+                    freed.as_mut().enable();
+                    if self.running.is_closed() {
+                        // Shutdown (`open_all`): the call goes on unthrottled.
+                        (None, false)
+                    } else {
+                        if self.lone_running.load(Ordering::Acquire) >= self.lone_max {
+                            freed.await;
+                        }
+                        continue;
+                    }
                 }
             };
             arrival.let_in();
-            return Self::pass(permit, cpu_ms_per_second);
+            return Self::pass(permit, lone, cpu_ms_per_second);
         }
     }
 
@@ -309,24 +375,37 @@ impl TenantGate {
     /// nothing changed or counted, if it would have to wait.
     pub(crate) fn try_enter(&self, cpu_ms_per_second: u64) -> Option<Pass> {
         let arrival = Arrival::new(self);
-        match self.admit(cpu_ms_per_second) {
-            Admission::Now(permit) => {
-                arrival.let_in();
-                Some(Self::pass(permit, cpu_ms_per_second))
+        let (permit, lone) = match self.admit(cpu_ms_per_second) {
+            Admission::Now(permit) => (Some(permit), false),
+            Admission::Alone => (None, true),
+            Admission::BudgetSpent { .. } | Admission::AtCap | Admission::AtLoneCap => {
+                return None;
             }
-            Admission::BudgetSpent { .. } | Admission::AtCap => None,
-        }
+        };
+        arrival.let_in();
+        Some(Self::pass(permit, lone, cpu_ms_per_second))
     }
 
     /// Gives back the pass of a call that finished (or paused to wait on an ask): the time it
     /// ran is accounted against the budget, and its slot of the cap is freed.
     pub(crate) fn release(&self, pass: Pass) {
-        let Pass { permit, started } = pass;
+        let Pass {
+            permit,
+            lone,
+            started,
+        } = pass;
         if let Some(started) = started {
             let used = started.elapsed().as_micros() as u64;
             self.used_us.fetch_add(used, Ordering::Relaxed);
         }
         drop(permit);
+        if lone {
+            let running = self.lone_running.fetch_sub(1, Ordering::AcqRel);
+            debug_assert!(running > 0, "a lone call ends once");
+            if running >= self.lone_max {
+                self.lone_freed.notify_one();
+            }
+        }
         self.leave();
     }
 
@@ -367,17 +446,41 @@ impl TenantGate {
                 .fetch_max(self.now_us() + CONTENTION_GRACE_US, Ordering::Relaxed);
         }
         if !overlapping && !self.in_grace() {
-            return Admission::Now(None);
+            return if self.take_lone_place() {
+                Admission::Alone
+            } else {
+                Admission::AtLoneCap
+            };
         }
         match self.running.clone().try_acquire_owned() {
-            Ok(permit) => Admission::Now(Some(permit)),
+            Ok(permit) => Admission::Now(permit),
             Err(_) => Admission::AtCap,
         }
     }
 
-    fn pass(permit: Option<OwnedSemaphorePermit>, cpu_ms_per_second: u64) -> Pass {
+    /// Takes one of a lone tenant's places to run past its cap, if one is free.
+    fn take_lone_place(&self) -> bool {
+        let mut running = self.lone_running.load(Ordering::Acquire);
+        loop {
+            if running >= self.lone_max {
+                return false;
+            }
+            match self.lone_running.compare_exchange_weak(
+                running,
+                running + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => running = now,
+            }
+        }
+    }
+
+    fn pass(permit: Option<OwnedSemaphorePermit>, lone: bool, cpu_ms_per_second: u64) -> Pass {
         Pass {
             permit,
+            lone,
             started: (cpu_ms_per_second > 0).then(Instant::now),
         }
     }
@@ -385,8 +488,12 @@ impl TenantGate {
 
 /// What the gate says to a call that has arrived.
 enum Admission {
-    /// It runs now, holding a slot of the cap (`None`: the tenant is alone, no cap applies).
-    Now(Option<OwnedSemaphorePermit>),
+    /// It runs now, holding a slot of the cap.
+    Now(OwnedSemaphorePermit),
+    /// It runs now past the cap, the tenant alone, in one of its places for that.
+    Alone,
+    /// The tenant is alone and runs a call on every core: wait for one to end.
+    AtLoneCap,
     /// The tenant's CPU budget for this window is spent: wait `wait` for the next one.
     BudgetSpent { wait: Duration },
     /// The tenant is at its cap while others are busy: wait for a slot.

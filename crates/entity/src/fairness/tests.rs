@@ -188,3 +188,22 @@ fn futures_poll<F: std::future::Future + Unpin>(future: &mut F) -> Option<F::Out
         std::task::Poll::Pending => None,
     }
 }
+
+/// Alone, a tenant runs past its cap only up to one call per core: more would take turns on
+/// the threads in front of the request of another tenant that arrives, and hold an instance
+/// each meanwhile. A call that ends lets the next in.
+#[test]
+fn a_lone_tenant_runs_at_most_one_call_per_core() {
+    let gates = Gates::default();
+    let gate = gates.gate("alone", 1);
+    let running: Vec<_> = (0..gates.lone_running_max)
+        .map(|_| try_enter(&gate).expect("a lone tenant runs past its cap"))
+        .collect();
+    assert!(running.iter().all(|held| !held.has_slot()), "alone, no cap");
+    assert!(
+        try_enter(&gate).is_none(),
+        "a lone tenant ran more calls than cores"
+    );
+    drop(running);
+    assert!(try_enter(&gate).is_some(), "an ended call's place was kept");
+}

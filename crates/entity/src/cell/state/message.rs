@@ -239,20 +239,24 @@ impl CellState {
         }
     }
 
-    /// Makes the instance ready (activating or upgrading it) and waits at the tenant's gate,
-    /// then begins the guest call; `None` if the message failed on the way (answered).
+    /// Waits at the tenant's gate, then makes the instance ready (activating or upgrading it,
+    /// inside the gate: a message waiting to run takes no slot of the instance pool) and
+    /// begins the guest call; `None` if the message failed on the way (answered).
     async fn enter(&mut self, message: Message) -> Option<CallUnderWay> {
+        let pass = match self.binding() {
+            Ok(binding) => self.gate_pass(&binding).clone(),
+            Err(error) => {
+                self.passivate_requested = true;
+                return self.fail(message, error);
+            }
+        };
+        let pass = self.wait_at_gate(pass).await;
         if !self.is_ready() {
             // Boxed: activation's future is large, and most messages find the instance up.
             if let Err(error) = Box::pin(self.ready()).await {
                 return self.fail(message, error);
             }
         }
-        let pass = match self.binding() {
-            Ok(binding) => self.gate_pass(&binding).clone(),
-            Err(error) => return self.fail(message, error),
-        };
-        let pass = pass.enter(&self.core.stats.throttled_calls).await;
         // Not begun (the node closing): `pass` leaves the gate as it drops.
         let begun = self.begin_call(message)?;
         Some(CallUnderWay {
