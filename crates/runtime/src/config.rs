@@ -25,7 +25,11 @@ pub struct RuntimeConfig {
     /// Virtual address space reserved per linear memory. 4 GiB lets wasmtime elide bounds
     /// checks; smaller fits more instances into the address space at some bounds-check cost.
     pub memory_reservation_bytes: u64,
-    /// Period of the epoch clock that enforces CPU deadlines.
+    /// Period of the epoch clock that enforces CPU deadlines, and the longest a guest call
+    /// runs on a thread before it yields. 2 ms: a call that ends within a tick or two (a
+    /// memory-hog that traps at its cap) runs on the I/O workers, and with 10 ms slices it held
+    /// one of them long enough to take another tenant's asks to 5.7× their p99 alone
+    /// (`docs/performance.md`, fairness); 500 wake-ups a second cost nothing measurable.
     pub epoch_tick_ms: u64,
     /// Threads that finish CPU-heavy guest calls (an epoch tick of CPU or more), off the I/O
     /// workers (`0`: one fewer than the cores, at least one — a core's worth is always left
@@ -44,7 +48,7 @@ impl Default for RuntimeConfig {
             instances_max: 1_000,
             memory_bytes_max: 256 << 20,
             memory_reservation_bytes: 4 << 30,
-            epoch_tick_ms: 10,
+            epoch_tick_ms: 2,
             guest_threads: 0,
             guest_log_lines_per_message: 100,
             compiled_cache_dir: None,
