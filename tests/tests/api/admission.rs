@@ -10,6 +10,7 @@ use crate::support::*;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_host::node::ApiLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
@@ -393,8 +394,15 @@ async fn a_flood_of_trickled_request_heads_leaves_another_clients_asks_fast() {
         let taken_in = counters.connections
             + counters.connections_refused
             + counters.connections_refused_per_address;
+        // Refusals of the one address's excess come fast and alone could make up the count:
+        // also wait until the node has taken in every place the flood can hold (the spread
+        // addresses' and the one address's share), more than it has room for.
+        let one_address_share = ApiLimits::default().connections_per_address_max as u64;
+        let flood_share =
+            FLOOD_SPREAD_ADDRESSES as u64 * FLOOD_PER_SPREAD_ADDRESS as u64 + one_address_share;
         if flood.started.load(Ordering::Relaxed) == FLOOD_CONNECTIONS
             && taken_in >= FLOOD_CONNECTIONS as u64
+            && counters.connections >= flood_share
         {
             break;
         }
