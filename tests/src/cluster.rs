@@ -427,6 +427,21 @@ pub fn deploy_counter(
     assert_eq!(reply.status, 201, "deploy {entity_type}: {}", reply.body);
 }
 
+/// Declares member `node` lost through node `index`, as an operator does for a node gone with
+/// its disk: `down`, then `remove?state_lost=true`, each retried until answered `200`.
+pub fn declare_lost(cluster: &Cluster, index: usize, node: &str) {
+    let act = |action: &str| {
+        let url = format!("{}/v1/cluster/members/{node}/{action}", cluster.url(index));
+        request("POST", &url, ADMIN, None).map(|reply| reply.status)
+    };
+    eventually(&format!("{node} marked down"), cluster, || {
+        (act("down") == Some(200)).then_some(())
+    });
+    eventually(&format!("{node} removed"), cluster, || {
+        (act("remove?state_lost=true") == Some(200)).then_some(())
+    });
+}
+
 /// Whether `status` (a `GET /v1/cluster`) shows member `node` reachable.
 pub fn reachable(status: &Json, node: &str) -> Option<bool> {
     status["members"]

@@ -69,20 +69,7 @@ fn a_voter_whose_disk_was_lost_rejoins_under_its_id_and_forgets_nothing() {
     });
 
     cluster.kill(lost);
-    let act = |action: &str| {
-        let url = format!(
-            "{}/v1/cluster/members/{}/{action}",
-            cluster.url(survivor),
-            VOTERS[lost]
-        );
-        request("POST", &url, ADMIN, None).map(|reply| reply.status)
-    };
-    eventually("the lost voter marked down", &cluster, || {
-        (act("down") == Some(200)).then_some(())
-    });
-    eventually("the lost voter removed", &cluster, || {
-        (act("remove?state_lost=true") == Some(200)).then_some(())
-    });
+    declare_lost(&cluster, survivor, VOTERS[lost]);
     cluster.lose_disk(lost);
     cluster.start(lost);
     eventually(

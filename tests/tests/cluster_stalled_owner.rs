@@ -148,20 +148,7 @@ fn a_stalled_owner_woken_after_its_shard_moved_answers_no_value() {
         let stalled_at = Instant::now();
         let stalled_ms = now_ms();
 
-        let act = |action: &str| {
-            let url = format!(
-                "{}/v1/cluster/members/{}/{action}",
-                cluster.url(primary),
-                VOTERS[owner]
-            );
-            request("POST", &url, ADMIN, None).map(|reply| reply.status)
-        };
-        eventually("the stalled owner marked down", &cluster, || {
-            (act("down") == Some(200)).then_some(())
-        });
-        eventually("the stalled owner removed", &cluster, || {
-            (act("remove?state_lost=true") == Some(200)).then_some(())
-        });
+        declare_lost(&cluster, primary, VOTERS[owner]);
         // The shard moves: the entity starts a new lineage elsewhere.
         let mut acked_after = vec![0_u64];
         eventually("the entity served by another node", &cluster, || {

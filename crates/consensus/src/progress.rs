@@ -74,17 +74,14 @@ pub(super) struct RecoveryState {
     pub(super) nonce: u64,
     pub(super) answers: Vec<Option<Answer>>,
     pub(super) sent_tick: Option<u64>,
-    /// The recovering replica itself holds no durable promise: a first start, or a lost disk.
-    pub(super) empty: bool,
 }
 
 impl RecoveryState {
-    pub(super) fn new(nonce: u64, replica_count: u8, empty: bool) -> RecoveryState {
+    pub(super) fn new(nonce: u64, replica_count: u8) -> RecoveryState {
         RecoveryState {
             nonce,
             answers: vec![None; usize::from(replica_count)],
             sent_tick: None,
-            empty,
         }
     }
 }

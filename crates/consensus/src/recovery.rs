@@ -81,12 +81,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     pub(super) fn conclude_recovery(&mut self) {
+        if self.forgetful {
+            return self.conclude_empty_recovery();
+        }
         let Some(recovery) = self.recovery.as_ref() else {
             return;
         };
-        if recovery.empty {
-            return self.conclude_empty_recovery();
-        }
         // Only answers that name every view their sender voted in say which view is the newest:
         // a peer recovering on an empty disk may have forgotten the ones it was in.
         let answered = recovery.answers.iter().flatten().count();

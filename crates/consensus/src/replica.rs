@@ -204,8 +204,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         } else {
             replica.status = Status::Recovering;
             replica.forgetful |= replica.holds_no_promise();
-            let forgetful = replica.forgetful;
-            replica.recovery = Some(RecoveryState::new(nonce, config.replica_count, forgetful));
+            replica.recovery = Some(RecoveryState::new(nonce, config.replica_count));
         }
         replica.apply_committed();
         Ok(replica)
@@ -243,11 +242,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             replica.forgetful = true;
             replica.durable_dirty = true;
             replica.flush();
-            replica.recovery = Some(RecoveryState::new(
-                nonce,
-                replica.config.replica_count,
-                true,
-            ));
+            replica.recovery = Some(RecoveryState::new(nonce, replica.config.replica_count));
         }
         Ok(replica)
     }
