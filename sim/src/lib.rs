@@ -5,14 +5,19 @@
 //!   faults, and checks safety, linearizability and liveness;
 //! - [`catalog`] is a [`vsr::Workload`] that replicates the real catalog state machine of
 //!   `tessera-metadata`;
+//! - [`partition`] is a [`vsr::Workload`] of the partition plane: messages to counters run
+//!   where they arrive against that replica's copy, and the real `tessera-state` partition
+//!   machine replicates their outcomes;
 //! - [`lease`] simulates the sharding protocol built on `tessera-sharding`'s leases and checks
 //!   that at most one node serves a shard at a time;
 //! - [`rng`] is the one seeded generator they all draw from.
 //!
-//! Uses `tessera-consensus`, `tessera-contract`, `tessera-metadata` and `tessera-sharding`; no
+//! Uses `tessera-consensus`, `tessera-contract`, `tessera-metadata`, `tessera-sharding` and
+//! `tessera-state`; no
 //! crate of the product uses it.
 
 pub mod catalog;
 pub mod lease;
+pub mod partition;
 pub mod rng;
 pub mod vsr;

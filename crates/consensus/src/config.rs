@@ -116,6 +116,8 @@ pub struct Canaries {
     pub acknowledge_before_durable: bool,
     /// A replica installs a transferred checkpoint without verifying its checksum.
     pub install_unverified_state: bool,
+    /// A backup applies each prepare it appends at once, as if it were committed.
+    pub apply_uncommitted: bool,
 }
 
 /// A configuration that cannot work.

@@ -98,8 +98,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             && entry.is_intact()
         {
             if fits {
+                let op = entry.op;
                 self.append(entry);
                 self.acknowledge();
+                if self.config.canaries.apply_uncommitted {
+                    return self.advance_commit(op);
+                }
             } else {
                 self.ignore();
             }

@@ -8,15 +8,17 @@
 //! durable transaction; a replicated partition can later implement the same traits.
 //! [`remember`] holds the remember-entities vocabulary and its write-behind queue;
 //! [`messaging`] the durable outbox, receipts and reminders committed with each message;
-//! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]).
+//! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]);
+//! [`partition`] the state machine a partition's VSR group replicates (write sets as ops).
 //!
-//! Uses `tessera-contract` only. The runtime, the entity layer, sharding and the node use it.
+//! Uses `tessera-contract`, and `tessera-consensus` for the state machine seam. The runtime, the entity layer, sharding and the node use it.
 
 mod backend;
 mod commit;
 mod error;
 mod local;
 pub mod messaging;
+pub mod partition;
 pub mod remember;
 pub mod shard_transfer;
 mod tables;

@@ -5,6 +5,7 @@
 //! cargo run --release -p tessera-sim --bin vsr-sim -- --seeds 10000      # seeds 0..10000
 //! cargo run --release -p tessera-sim --bin vsr-sim -- --seeds 500 --from 7 --canary install-unverified-state
 //! cargo run --release -p tessera-sim --bin vsr-sim -- --machine catalog --seeds 2000  # the real catalog
+//! cargo run --release -p tessera-sim --bin vsr-sim -- --machine partition --seeds 10000 # the partition plane
 //! ```
 
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use tessera_sim::catalog::CatalogWorkload;
+use tessera_sim::partition::PartitionWorkload;
 use tessera_sim::vsr::{
     Canary, KeyValueWorkload, Outcome, SimulationOptions, Summary, Workload, run_workload_seeds,
 };
@@ -24,6 +26,9 @@ enum Machine {
     KeyValue,
     /// The real catalog, checked against a reference replay of the committed order.
     Catalog,
+    /// The real partition machine, messages to counters executed where they arrive; each
+    /// counter's history checked.
+    Partition,
 }
 
 impl FromStr for Machine {
@@ -33,7 +38,8 @@ impl FromStr for Machine {
         match name {
             name if name == KeyValueWorkload.name() => Ok(Machine::KeyValue),
             name if name == CatalogWorkload.name() => Ok(Machine::Catalog),
-            _ => Err(format!("unknown machine {name}: kv or catalog")),
+            name if name == PartitionWorkload.name() => Ok(Machine::Partition),
+            _ => Err(format!("unknown machine {name}: kv, catalog or partition")),
         }
     }
 }
@@ -53,13 +59,14 @@ struct Arguments {
     from: u64,
     /// Run a deliberately broken replica; failures are expected. One of
     /// commit-without-quorum (the default when no name is given), acknowledge-before-durable,
-    /// install-unverified-state, vote-after-disk-loss.
+    /// install-unverified-state, vote-after-disk-loss, apply-uncommitted,
+    /// read-without-barrier (partition only).
     #[arg(long, num_args = 0..=1, default_missing_value = "commit-without-quorum")]
     canary: Option<Canary>,
     /// Ticks of the fault phase of each run.
     #[arg(long, default_value_t = SimulationOptions::default().fault_ticks)]
     fault_ticks: u64,
-    /// The replicated state machine: kv (the test key-value store) or catalog.
+    /// The replicated state machine: kv (the test key-value store), catalog or partition.
     #[arg(long, default_value = "kv")]
     machine: Machine,
     /// Worker threads.
@@ -87,6 +94,9 @@ fn main() -> ExitCode {
         }
         Machine::Catalog => {
             run_workload_seeds(&CatalogWorkload, first, count, options, arguments.threads)
+        }
+        Machine::Partition => {
+            run_workload_seeds(&PartitionWorkload, first, count, options, arguments.threads)
         }
     };
     let elapsed_seconds = started.elapsed().as_secs_f64();

@@ -19,4 +19,4 @@ pub mod workload;
 pub use key_value::KeyValueWorkload;
 pub use runner::{run_seed, run_seeds, run_workload_seed, run_workload_seeds};
 pub use scenario::{Canary, Outcome, SimulationOptions, Summary};
-pub use workload::{CommittedOrder, Workload, WorkloadCounts};
+pub use workload::{AtReplica, CommittedOrder, Workload, WorkloadCounts};

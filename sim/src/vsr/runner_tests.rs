@@ -71,8 +71,8 @@ fn a_fixed_set_of_seeds_passes_every_check_and_transfers_state() {
 }
 
 #[test]
-fn every_canary_is_caught() {
-    for canary in Canary::ALL {
+fn every_canary_of_the_replica_is_caught() {
+    for canary in Canary::OF_THE_REPLICA {
         let options = SimulationOptions {
             canary,
             ..SimulationOptions::default()

@@ -25,15 +25,31 @@ pub enum Canary {
     /// A replica whose disk was lost starts as a member of a new group (formatted, normal in
     /// view 0) instead of recovering from its peers first, and votes on what it forgot.
     VoteAfterDiskLoss,
+    /// A backup applies each prepare as it appends it, before it is committed.
+    ApplyUncommitted,
+    /// The partition workload's primary answers a read from its own copy at once, without a
+    /// commit barrier (other workloads ignore it).
+    ReadWithoutBarrier,
 }
 
 impl Canary {
-    /// Every canary, for tests and the command line.
-    pub const ALL: [Canary; 4] = [
+    /// The canaries that break the replica itself: every workload must catch them.
+    pub const OF_THE_REPLICA: [Canary; 5] = [
         Canary::CommitWithoutQuorum,
         Canary::AcknowledgeBeforeDurable,
         Canary::InstallUnverifiedState,
         Canary::VoteAfterDiskLoss,
+        Canary::ApplyUncommitted,
+    ];
+
+    /// Every canary, for tests and the command line.
+    pub const ALL: [Canary; 6] = [
+        Canary::CommitWithoutQuorum,
+        Canary::AcknowledgeBeforeDurable,
+        Canary::InstallUnverifiedState,
+        Canary::VoteAfterDiskLoss,
+        Canary::ApplyUncommitted,
+        Canary::ReadWithoutBarrier,
     ];
 
     /// The command-line name.
@@ -44,6 +60,8 @@ impl Canary {
             Canary::AcknowledgeBeforeDurable => "acknowledge-before-durable",
             Canary::InstallUnverifiedState => "install-unverified-state",
             Canary::VoteAfterDiskLoss => "vote-after-disk-loss",
+            Canary::ApplyUncommitted => "apply-uncommitted",
+            Canary::ReadWithoutBarrier => "read-without-barrier",
         }
     }
 
@@ -52,6 +70,7 @@ impl Canary {
             commit_without_quorum: *self == Canary::CommitWithoutQuorum,
             acknowledge_before_durable: *self == Canary::AcknowledgeBeforeDurable,
             install_unverified_state: *self == Canary::InstallUnverifiedState,
+            apply_uncommitted: *self == Canary::ApplyUncommitted,
         }
     }
 }

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::history::History;
+use super::scenario::Canary;
 use crate::rng::SimRng;
-use tessera_consensus::message::{ClientId, OpNumber};
+use tessera_consensus::message::{ClientId, OpNumber, Request};
 use tessera_consensus::state_machine::StateMachine;
 
 /// The requests each committed op carried, as (client, request number), in log order; the
@@ -26,6 +27,15 @@ pub struct WorkloadCounts {
     pub refusals: u64,
     /// Committed cluster-membership commands.
     pub membership_commands: u64,
+}
+
+/// What a request becomes at the replica it reaches ([`Workload::at_replica`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AtReplica {
+    /// The replica handles the request carrying these bytes.
+    Submit(Vec<u8>),
+    /// The node answers at once with these result bytes; the replica never sees the request.
+    Answer(Vec<u8>),
 }
 
 /// A state machine plus the requests that exercise it and the check that judges it.
@@ -61,6 +71,31 @@ pub trait Workload: Sync {
 
     /// Reads a reply's bytes; an error fails the run (a reply no machine could have sent).
     fn decode_answer(&self, bytes: &[u8]) -> Result<Self::Answer, String>;
+
+    /// What a client's request becomes at the replica it reaches, given that replica's state
+    /// machine and whether it is the primary of a normal view. By default the request goes to
+    /// the replica as sent. A workload whose requests are executed at the node they reach (the
+    /// partition plane: the node runs the entity against its own copy of the state and the
+    /// group orders the outcome) rewrites it from that copy, or answers it there.
+    fn at_replica(
+        &self,
+        _machine: &Self::Machine,
+        _is_primary: bool,
+        _canary: Canary,
+        request: &Request,
+    ) -> AtReplica {
+        AtReplica::Submit(request.operation.clone())
+    }
+
+    /// Judges the state every replica converged to (they hold the same, checked before),
+    /// against the clients' `history`. Nothing to judge by default.
+    fn check_final_state(
+        &self,
+        _machine: &Self::Machine,
+        _history: &History<Self::Operation, Self::Answer>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Judges the run after convergence: the clients' `history` and the `committed` order.
     fn check(

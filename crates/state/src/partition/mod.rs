@@ -1,0 +1,29 @@
+//! A partition's replicated state: what one VSR group of the partition plane orders and
+//! applies. Guests are not deterministic, so the group does not order messages: the primary
+//! runs the guest against its copy of the state and the group orders the *outcome*, a
+//! [`PartitionOp`] carrying the message's write set. Every replica applies committed ops in
+//! order to its [`PartitionMachine`], so every copy holds the same state at the same op.
+//!
+//! Single activation does not rest on the primary being right about its role: each entity
+//! carries a *stamp* (the id of the last write applied to it), and a write names the stamp it
+//! was computed from. A write computed from a stale copy (a deposed primary, a message that
+//! raced another on a second node) finds another stamp when it is applied and is refused as a
+//! [`PartitionResult::Conflict`] on every replica alike, so it changes nothing; a write applied
+//! once and submitted again finds its own stamp (or, after later writes, another one) and is
+//! never applied twice. A message run again after such a conflict finds what its first run
+//! committed (its receipt or client key travels in the same write), as it does today.
+//! A message that writes nothing is answered only once a [`PartitionOp::Check`] of the stamp
+//! it read commits (a commit barrier): a copy that missed a write cannot answer from stale
+//! state, whatever the clocks say.
+//!
+//! The machine keeps the partition's entities in memory today (the simulator drives it through
+//! the real replica, `tessera-sim`'s `partition` workload); keeping them in redb through the
+//! same [`PartitionMachine::apply`] is the step that wires the plane into the node.
+
+mod machine;
+mod op;
+#[cfg(test)]
+mod tests;
+
+pub use machine::PartitionMachine;
+pub use op::{PartitionOp, PartitionResult, ReplicatedChange, WriteNotReplicable};

@@ -1,0 +1,154 @@
+//! The operations a partition group orders and what applying one answers.
+
+use crate::write_set::{StateChange, WriteSet};
+use serde::{Deserialize, Serialize};
+use tessera_contract::EntityAddress;
+use thiserror::Error;
+
+/// One state key's change in a replicated write: `Some` bytes to set, `None` to remove.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicatedChange {
+    /// The state key.
+    pub key: String,
+    /// The new value, or `None` for a removal.
+    pub value: Option<serde_bytes::ByteBuf>,
+}
+
+/// An operation of a partition group, as the primary submits it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionOp {
+    /// A message's outcome: its state changes (and the plugin version it ran on), applied only
+    /// if `entity`'s stamp is still `expect`, the stamp of the copy the message ran against;
+    /// once applied the entity's stamp is `stamp`. `reply` is what the primary answers the
+    /// message with, returned by the apply so a retried submission gets it back.
+    Write {
+        /// The entity written.
+        entity: EntityAddress,
+        /// The stamp the message read (0: the entity was never written).
+        expect: u64,
+        /// This write's stamp: unique among the partition's writes, never 0.
+        stamp: u64,
+        /// The state changes, in key order.
+        changes: Vec<ReplicatedChange>,
+        /// The plugin version to record, if it changed.
+        version: Option<u32>,
+        /// The message's reply.
+        #[serde(with = "serde_bytes")]
+        reply: Vec<u8>,
+    },
+    /// A read's barrier: commits as [`PartitionResult::Checked`] if `entity`'s stamp is still
+    /// `expect`, so the state the message read was current when the barrier committed.
+    Check {
+        /// The entity read.
+        entity: EntityAddress,
+        /// The stamp the message read.
+        expect: u64,
+        /// The message's reply.
+        #[serde(with = "serde_bytes")]
+        reply: Vec<u8>,
+    },
+}
+
+/// What applying a [`PartitionOp`] answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionResult {
+    /// The write was applied (now or by an earlier submission of the same stamp).
+    Applied {
+        /// The message's reply.
+        #[serde(with = "serde_bytes")]
+        reply: Vec<u8>,
+    },
+    /// The barrier found the state the message read still current.
+    Checked {
+        /// The message's reply.
+        #[serde(with = "serde_bytes")]
+        reply: Vec<u8>,
+    },
+    /// The entity changed since the message read it: nothing was applied; run the message
+    /// again against the current state.
+    Conflict {
+        /// The entity's stamp now.
+        stamp: u64,
+    },
+    /// The operation is not one this machine can apply: nothing was applied.
+    Malformed(String),
+}
+
+/// A write set that a partition op cannot carry yet.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteNotReplicable {
+    /// Outbox entries, reminders and receipts are not replicated yet.
+    #[error("messaging writes (outbox, reminders, receipts) are not replicated by partitions yet")]
+    Messaging,
+    /// Stamp 0 means "never written" and cannot name a write.
+    #[error("a write's stamp must not be 0")]
+    ZeroStamp,
+}
+
+impl PartitionOp {
+    /// The op that replicates `writes`, computed from the copy whose stamp for the entity was
+    /// `expect`, as the write `stamp`, answering `reply`.
+    ///
+    /// ```
+    /// use tessera_contract::EntityAddress;
+    /// use tessera_state::WriteSet;
+    /// use tessera_state::partition::PartitionOp;
+    /// let mut writes = WriteSet::new(EntityAddress::new("t", "counter", "c1"));
+    /// writes.put("value", 1u64.to_le_bytes().to_vec());
+    /// let op = PartitionOp::write(&writes, 0, 7, b"1".to_vec()).unwrap();
+    /// assert!(matches!(op, PartitionOp::Write { expect: 0, stamp: 7, .. }));
+    /// ```
+    pub fn write(
+        writes: &WriteSet,
+        expect: u64,
+        stamp: u64,
+        reply: Vec<u8>,
+    ) -> Result<PartitionOp, WriteNotReplicable> {
+        if stamp == 0 {
+            return Err(WriteNotReplicable::ZeroStamp);
+        }
+        if !writes.messaging().is_empty() {
+            return Err(WriteNotReplicable::Messaging);
+        }
+        let changes = writes
+            .changes()
+            .map(|(key, change)| ReplicatedChange {
+                key: key.to_string(),
+                value: match change {
+                    StateChange::Put(value) => Some(serde_bytes::ByteBuf::from(value.clone())),
+                    StateChange::Delete => None,
+                },
+            })
+            .collect();
+        Ok(PartitionOp::Write {
+            entity: writes.entity().clone(),
+            expect,
+            stamp,
+            changes,
+            version: writes.version(),
+            reply,
+        })
+    }
+
+    /// The bytes a group orders.
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec(self)
+            .unwrap_or_else(|error| panic!("a partition op always encodes: {error}"))
+    }
+}
+
+impl PartitionResult {
+    /// The bytes an apply returns.
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec(self)
+            .unwrap_or_else(|error| panic!("a partition result always encodes: {error}"))
+    }
+
+    /// Reads an apply's bytes; bytes no machine returns read as [`PartitionResult::Malformed`].
+    pub fn decode(bytes: &[u8]) -> PartitionResult {
+        rmp_serde::from_slice(bytes).unwrap_or_else(|error| {
+            PartitionResult::Malformed(format!("a result that does not decode: {error}"))
+        })
+    }
+}
