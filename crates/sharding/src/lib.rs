@@ -22,6 +22,7 @@ pub mod lease;
 pub mod link;
 pub mod local;
 pub mod membership;
+pub mod placement;
 pub mod rebalance;
 pub mod region;
 
