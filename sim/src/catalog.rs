@@ -20,7 +20,9 @@ use tessera_consensus::message::ClientId;
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::{ShardKey, TypeKey};
 use tessera_metadata::{CatalogMachine, CatalogResult};
-use tessera_metadata::{Command, MemberState, MetadataStore, Quotas, ShardAssignment, TypeOptions};
+use tessera_metadata::{
+    Command, MemberState, MetadataStore, PartitionPlacement, Quotas, ShardAssignment, TypeOptions,
+};
 
 /// Tenants the clients name: few, so creations collide and updates find them.
 const TENANTS: [&str; 2] = ["acme", "globex"];
@@ -32,6 +34,10 @@ const PLUGINS: [&str; 3] = ["p1", "p2", "p3"];
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// Shards per type the clients assign.
 const SHARDS_PER_TYPE: u64 = 4;
+/// Partitions the placements name: `0..PARTITIONS_DRAWN`.
+const PARTITIONS_DRAWN: u64 = 4;
+/// Per thousand: a shard decision that is a partition placement instead.
+const PLACEMENT_PER_MILLE: u64 = 300;
 /// Assignments in one `AssignShards` command, at most.
 const ASSIGNMENTS_PER_COMMAND_MAX: u64 = 3;
 /// Coordinator epochs the shard decisions carry: `0..EPOCHS_DRAWN`.
@@ -291,6 +297,9 @@ fn assign_shards(rng: &mut SimRng) -> Command {
     if rng.per_mille(SEAT_PER_MILLE) {
         return Command::SeatCoordinator { epoch };
     }
+    if rng.per_mille(PLACEMENT_PER_MILLE) {
+        return place_partitions(rng, epoch);
+    }
     let count = rng.between(1, ASSIGNMENTS_PER_COMMAND_MAX);
     let assignments = (0..count)
         .map(|_| {
@@ -306,6 +315,25 @@ fn assign_shards(rng: &mut SimRng) -> Command {
         })
         .collect();
     Command::AssignShards { epoch, assignments }
+}
+
+/// A partition placement: a few partitions, each on one to three of the nodes (sometimes one
+/// named twice, refused), at a drawn generation.
+fn place_partitions(rng: &mut SimRng, epoch: u64) -> Command {
+    let count = rng.between(1, ASSIGNMENTS_PER_COMMAND_MAX);
+    let placements = (0..count)
+        .map(|_| {
+            let replica_count = rng.between(1, NODES.len() as u64);
+            let replicas = (0..replica_count).map(|_| pick(rng, &NODES)).collect();
+            PartitionPlacement {
+                partition: rng.below(PARTITIONS_DRAWN) as u32,
+                expected: (!rng.per_mille(UNALLOCATED_PER_MILLE))
+                    .then(|| rng.between(1, GENERATION_DRAWN_MAX)),
+                replicas,
+            }
+        })
+        .collect();
+    Command::PlacePartitions { epoch, placements }
 }
 
 fn join_member(client: ClientId, joined_ms: u64, node: String) -> Command {

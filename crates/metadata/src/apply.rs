@@ -68,6 +68,9 @@ fn apply_in(transaction: &WriteTransaction, command: Command) -> Result<Applied,
             assign_shards(transaction, epoch, assignments)
         }
         Command::MoveShards { epoch, moves } => move_shards(transaction, epoch, moves),
+        Command::PlacePartitions { epoch, placements } => {
+            super::partitions::place_partitions(transaction, epoch, placements)
+        }
         Command::CompleteHandoff { key, generation } => {
             complete_handoff(transaction, &key, generation)
         }

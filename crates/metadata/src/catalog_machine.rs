@@ -11,7 +11,8 @@
 use super::command::{Applied, Command};
 use super::error::{MetadataError, storage};
 use super::store::{
-    COUNTERS, MEMBERS, MetadataStore, PLUGIN_REFS, SHARD_HANDOFFS, SHARDS, TENANTS, TOKENS, TYPES,
+    COUNTERS, MEMBERS, MetadataStore, PARTITIONS, PLUGIN_REFS, SHARD_HANDOFFS, SHARDS, TENANTS,
+    TOKENS, TYPES,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,9 @@ struct CatalogSnapshot {
     /// Handoffs in flight (absent from checkpoints of earlier releases).
     #[serde(default)]
     handoffs: Vec<((String, String, u32), String)>,
+    /// Placed partitions (absent from checkpoints of earlier releases).
+    #[serde(default)]
+    partitions: Vec<super::partitions::PartitionRow>,
 }
 
 /// The catalog as a replicated state machine.
@@ -235,6 +239,8 @@ impl CatalogMachine {
                 .members
                 .push((key.value().to_string(), bytes(value.value())));
         }
+        snapshot.partitions =
+            super::partitions::read_rows(&transaction.open_table(PARTITIONS).map_err(storage)?)?;
         Ok(snapshot)
     }
 }
@@ -304,7 +310,7 @@ fn write_snapshot(
             .insert(key.as_str(), value.as_slice())
             .map_err(storage)?;
     }
-    Ok(())
+    super::partitions::write_rows(transaction, &snapshot.partitions)
 }
 
 impl GroupMachine for CatalogMachine {

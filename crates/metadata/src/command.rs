@@ -5,6 +5,7 @@
 
 use super::member_state::MemberState;
 use super::members::MemberRecord;
+use super::partitions::PartitionReplicas;
 use super::records::{Quotas, Tenant, TypeOptions, TypeRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -97,6 +98,18 @@ pub enum Command {
         /// Applied in order.
         moves: Vec<ShardMove>,
     },
+    /// Places partitions' replicas (the partition plane): each named partition gets its
+    /// ordered replica set (the first is the preferred primary) at the catalog's next
+    /// generation. Fenced like [`Command::AssignShards`]: refused, changing nothing, unless
+    /// `epoch` is the seated coordinator's and every partition is still at the generation the
+    /// coordinator read; refused too if a replica set is empty, names a node twice or a node
+    /// that is not a member.
+    PlacePartitions {
+        /// The epoch of the coordinator that decided.
+        epoch: u64,
+        /// Applied in order.
+        placements: Vec<PartitionPlacement>,
+    },
     /// Ends the handoff of `key` if its allocation is still `generation` (the new owner holds
     /// the state); a stale completion changes nothing.
     CompleteHandoff {
@@ -152,6 +165,17 @@ pub struct ShardAssignment {
     pub to: NodeId,
 }
 
+/// One partition's new replica set, in [`Command::PlacePartitions`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionPlacement {
+    /// The partition.
+    pub partition: u32,
+    /// The generation the coordinator read: `None` for a partition never placed.
+    pub expected: Option<u64>,
+    /// Its replicas, the preferred primary first.
+    pub replicas: Vec<NodeId>,
+}
+
 /// One shard handed from `from` to `to` by [`Command::MoveShards`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMove {
@@ -186,6 +210,8 @@ pub enum Applied {
     /// Shards were moved by handoff ([`Command::MoveShards`]), with their new allocations: the
     /// losing owner serves them until it hands them off.
     ShardsMoved(Vec<(ShardKey, Allocation)>),
+    /// Partitions were placed ([`Command::PlacePartitions`]), with their new replica sets.
+    PartitionsPlaced(Vec<(u32, PartitionReplicas)>),
     /// A [`Command::SeatCoordinator`] was applied.
     CoordinatorSeated {
         /// The seated coordinator's epoch.

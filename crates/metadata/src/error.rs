@@ -79,6 +79,22 @@ pub enum MetadataError {
         /// The committed generation (`None`: unallocated).
         current: Option<u64>,
     },
+    /// A partition decision read a generation the partition no longer has.
+    #[error(
+        "partition {partition} was placed again: the decision expected generation {expected:?}, the catalog has {current:?}"
+    )]
+    PartitionMoved {
+        /// The partition.
+        partition: u32,
+        /// The generation the decision expected (`None`: never placed).
+        expected: Option<u64>,
+        /// The committed generation (`None`: never placed).
+        current: Option<u64>,
+    },
+    /// A partition placement that cannot be taken (no replica, a replica twice, a node that is
+    /// not a member, a partition or a replica set beyond its bound).
+    #[error("invalid partition placement: {0}")]
+    InvalidPlacement(String),
     /// A replicated operation is not a catalog command.
     #[error("malformed catalog command: {0}")]
     Malformed(String),

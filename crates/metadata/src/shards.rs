@@ -41,7 +41,10 @@ pub(crate) fn seat_coordinator(
 }
 
 /// Refuses a decision of any coordinator but the seated one.
-fn require_seated(transaction: &WriteTransaction, epoch: u64) -> Result<(), MetadataError> {
+pub(crate) fn require_seated(
+    transaction: &WriteTransaction,
+    epoch: u64,
+) -> Result<(), MetadataError> {
     let seated = seated_epoch(transaction)?;
     if epoch != seated {
         return Err(MetadataError::StaleCoordinator { epoch, seated });
@@ -146,26 +149,34 @@ fn write_allocations(
     transaction: &WriteTransaction,
     targets: Vec<(ShardKey, NodeId)>,
 ) -> Result<Vec<(ShardKey, Allocation)>, MetadataError> {
-    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
-    let mut next = counters
-        .get(NEXT_GENERATION)
-        .map_err(storage)?
-        .map_or(1, |value| value.value());
+    let generations = next_generations(transaction, targets.len() as u64)?;
     let mut shards = transaction.open_table(SHARDS).map_err(storage)?;
     let mut assigned = Vec::with_capacity(targets.len());
-    for (key, node) in targets {
-        let allocation = Allocation {
-            node,
-            generation: next,
-        };
-        next += 1;
+    for ((key, node), generation) in targets.into_iter().zip(generations) {
+        let allocation = Allocation { node, generation };
         shards
             .insert(row(&key), (allocation.node.as_str(), allocation.generation))
             .map_err(storage)?;
         assigned.push((key, allocation));
     }
-    counters.insert(NEXT_GENERATION, next).map_err(storage)?;
     Ok(assigned)
+}
+
+/// Takes the catalog's next `count` generations (shard allocations and partition placements
+/// share the counter, so a generation names one decision).
+pub(crate) fn next_generations(
+    transaction: &WriteTransaction,
+    count: u64,
+) -> Result<std::ops::Range<u64>, MetadataError> {
+    let mut counters = transaction.open_table(COUNTERS).map_err(storage)?;
+    let next = counters
+        .get(NEXT_GENERATION)
+        .map_err(storage)?
+        .map_or(1, |value| value.value());
+    counters
+        .insert(NEXT_GENERATION, next + count)
+        .map_err(storage)?;
+    Ok(next..next + count)
 }
 
 /// Ends `key`'s handoff if its allocation is still `generation`.

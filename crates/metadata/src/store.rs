@@ -31,6 +31,10 @@ pub(crate) const SHARDS: TableDefinition<(&str, &str, u32), (&str, u64)> =
 /// node has sent its state; a new coordinator picks these up from the catalog.
 pub(crate) const SHARD_HANDOFFS: TableDefinition<(&str, &str, u32), &str> =
     TableDefinition::new("shard_handoffs");
+/// The partition table: `partition -> (MessagePack replica list, generation)`
+/// (`partitions.rs`).
+pub(crate) const PARTITIONS: TableDefinition<u32, (&[u8], u64)> =
+    TableDefinition::new("partitions");
 /// Cluster members by node id (MessagePack [`MemberRecord`](super::MemberRecord); read and
 /// written by `members.rs`).
 pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
@@ -73,6 +77,7 @@ impl MetadataStore {
         transaction.open_table(PLUGIN_REFS).map_err(storage)?;
         transaction.open_table(SHARDS).map_err(storage)?;
         transaction.open_table(SHARD_HANDOFFS).map_err(storage)?;
+        transaction.open_table(PARTITIONS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
         transaction.open_table(MEMBERS).map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;

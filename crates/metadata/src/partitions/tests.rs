@@ -1,0 +1,142 @@
+//! The partition table: placements are taken from the seated coordinator at the generation it
+//! read, refused (changing nothing) otherwise or when invalid, and travel in snapshots.
+
+use super::*;
+use crate::{Command, MetadataStore};
+use std::sync::Arc;
+
+fn store() -> MetadataStore {
+    let backend = redb::backends::InMemoryBackend::new();
+    let database = redb::Database::builder()
+        .create_with_backend(backend)
+        .expect("an in-memory database");
+    let store = MetadataStore::open(Arc::new(database)).expect("the catalog opens");
+    for node in ["n1", "n2", "n3"] {
+        store
+            .apply(Command::JoinMember {
+                node: node.into(),
+                cluster_address: format!("{node}:7000"),
+                api_address: format!("{node}:7070"),
+                roles: BTreeSet::new(),
+                joined_ms: 1,
+            })
+            .expect("joins");
+    }
+    store
+        .apply(Command::SeatCoordinator { epoch: 2 })
+        .expect("seated");
+    store
+}
+
+fn placement(partition: u32, expected: Option<u64>, replicas: &[&str]) -> PartitionPlacement {
+    PartitionPlacement {
+        partition,
+        expected,
+        replicas: replicas.iter().map(|node| node.to_string()).collect(),
+    }
+}
+
+fn place(
+    store: &MetadataStore,
+    epoch: u64,
+    placements: Vec<PartitionPlacement>,
+) -> Result<Applied, MetadataError> {
+    store.apply(Command::PlacePartitions { epoch, placements })
+}
+
+#[test]
+fn the_seated_coordinator_places_partitions_at_the_generation_it_read() {
+    let store = store();
+    let applied = place(
+        &store,
+        2,
+        vec![
+            placement(0, None, &["n1", "n2", "n3"]),
+            placement(1, None, &["n2", "n3", "n1"]),
+        ],
+    )
+    .expect("placed");
+    let Applied::PartitionsPlaced(placed) = applied else {
+        panic!("placing answers the placements: {applied:?}");
+    };
+    let first = placed[0].1.generation;
+    assert_eq!(placed[1].1.generation, first + 1);
+    let table = store.partitions().expect("read");
+    assert_eq!(table[&1].replicas, ["n2", "n3", "n1"]);
+    // A later round reads generation `first` for partition 0 and moves its primary.
+    place(
+        &store,
+        2,
+        vec![placement(0, Some(first), &["n2", "n1", "n3"])],
+    )
+    .expect("moved");
+    assert_eq!(store.partitions().expect("read")[&0].replicas[0], "n2");
+}
+
+#[test]
+fn a_stale_coordinator_or_generation_is_refused_and_changes_nothing() {
+    let store = store();
+    place(&store, 2, vec![placement(0, None, &["n1"])]).expect("placed");
+    let before = store.partitions().expect("read");
+    let stale_epoch = place(
+        &store,
+        1,
+        vec![placement(0, before[&0].generation.into(), &["n2"])],
+    );
+    assert!(matches!(
+        stale_epoch,
+        Err(MetadataError::StaleCoordinator { .. })
+    ));
+    // The second placement read an old generation: the whole command is refused.
+    let stale_generation = place(
+        &store,
+        2,
+        vec![placement(1, None, &["n3"]), placement(0, None, &["n2"])],
+    );
+    assert!(matches!(
+        stale_generation,
+        Err(MetadataError::PartitionMoved { partition: 0, .. })
+    ));
+    assert_eq!(store.partitions().expect("read"), before);
+}
+
+#[test]
+fn an_invalid_placement_is_refused_and_changes_nothing() {
+    let store = store();
+    let invalid = [
+        placement(0, None, &[]),
+        placement(0, None, &["n1", "n1"]),
+        placement(0, None, &["n1", "stranger"]),
+        placement(PARTITIONS_MAX, None, &["n1"]),
+        placement(0, None, &["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"]),
+    ];
+    for bad in invalid {
+        let refused = place(&store, 2, vec![bad.clone()]);
+        assert!(
+            matches!(refused, Err(MetadataError::InvalidPlacement(_))),
+            "{bad:?}: {refused:?}"
+        );
+    }
+    assert!(store.partitions().expect("read").is_empty());
+}
+
+#[test]
+fn placed_partitions_travel_in_the_catalog_snapshot() {
+    use crate::CatalogMachine;
+    use tessera_consensus::state_machine::StateMachine;
+    let primary = CatalogMachine::new(store());
+    primary
+        .store()
+        .apply(Command::PlacePartitions {
+            epoch: 2,
+            placements: vec![placement(3, None, &["n3", "n1"])],
+        })
+        .expect("placed");
+    let mut backup = CatalogMachine::new(store());
+    backup.restore(&primary.snapshot()).expect("restores");
+    assert_eq!(
+        backup.store().partitions().expect("read"),
+        primary.store().partitions().expect("read")
+    );
+    assert_eq!(backup.snapshot(), primary.snapshot());
+}
