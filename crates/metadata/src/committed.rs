@@ -76,6 +76,28 @@ impl CommittedRead {
         Ok(row.map(|from| from.value().to_string()))
     }
 
+    /// `partition`'s committed replica set, if it was ever placed.
+    pub fn partition(
+        &self,
+        partition: u32,
+    ) -> Result<Option<super::PartitionReplicas>, MetadataError> {
+        let table = self
+            .transaction
+            .open_table(super::store::PARTITIONS)
+            .map_err(storage)?;
+        let Some(row) = table.get(partition).map_err(storage)? else {
+            return Ok(None);
+        };
+        let (encoded, generation) = row.value();
+        let replicas = rmp_serde::from_slice(encoded).map_err(|error| {
+            MetadataError::Storage(format!("partition {partition} row: {error}"))
+        })?;
+        Ok(Some(super::PartitionReplicas {
+            replicas,
+            generation,
+        }))
+    }
+
     /// The generation the next assignment takes: every lower one was given already.
     pub fn next_generation(&self) -> Result<u64, MetadataError> {
         let table = self.transaction.open_table(COUNTERS).map_err(storage)?;

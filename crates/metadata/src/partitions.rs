@@ -13,6 +13,7 @@ use super::store::{MEMBERS, MetadataStore, PARTITIONS};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use tessera_consensus::group::GroupId;
 use tessera_contract::NodeId;
 
 /// The most partitions a cluster may have: bounds the table, a placement command and the
@@ -22,6 +23,25 @@ pub const PARTITIONS_MAX: u32 = 4096;
 /// The most replicas one partition may have (a VSR group of more gains nothing and costs a
 /// prepare to each).
 pub const PARTITION_REPLICAS_MAX: usize = 7;
+
+/// The VSR group that replicates `partition` (group 0 is the metadata plane's).
+///
+/// ```
+/// use tessera_metadata::{METADATA_GROUP, group_partition, partition_group};
+/// assert_eq!(group_partition(partition_group(5)), Some(5));
+/// assert_eq!(group_partition(METADATA_GROUP), None);
+/// ```
+pub fn partition_group(partition: u32) -> GroupId {
+    GroupId(u64::from(partition) + 1)
+}
+
+/// The partition a group replicates, if it is a partition's group.
+pub fn group_partition(group: GroupId) -> Option<u32> {
+    let partition = group.0.checked_sub(1)?;
+    u32::try_from(partition)
+        .ok()
+        .filter(|partition| *partition < PARTITIONS_MAX)
+}
 
 /// A partition's committed replica set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

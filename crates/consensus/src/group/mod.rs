@@ -81,6 +81,7 @@
 
 mod follower;
 mod frame;
+mod router;
 mod session;
 mod voter;
 
@@ -89,6 +90,9 @@ mod tests;
 
 pub use follower::FOLLOW_TICKS;
 pub use frame::{GroupFrame, GroupId, GroupMessage};
+pub use router::{
+    GroupRouter, PARKED_BYTES_MAX, PARKED_FRAMES_PER_GROUP_MAX, PARKED_GROUPS_MAX, RouterStats,
+};
 
 use crate::config::Config;
 use crate::learner::Learner;

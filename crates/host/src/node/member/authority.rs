@@ -14,6 +14,8 @@
 //!   with an allocation the catalog gave;
 //! - a command to the coordinator only from a member (a completed handoff only from the node
 //!   handing the shard off), progress reports only from members and voters;
+//! - a partition group's frames only from one of the partition's committed replicas, to
+//!   another (this node);
 //! - a request to hold a plugin blob only from a voter or a member the catalog has committed
 //!   (never held: the requester retries); a read of one from any node of the cluster, like
 //!   following the catalog (a joining node fetches its plugins before its join commits); blob
@@ -28,9 +30,9 @@
 //! the sender retries what matters.
 
 use super::peer_message::PeerMessage;
-use tessera_consensus::group::GroupMessage;
+use tessera_consensus::group::{GroupId, GroupMessage};
 use tessera_contract::{Allocation, NodeId, ShardKey};
-use tessera_metadata::{CatalogMachine, Command, MemberState};
+use tessera_metadata::{CatalogMachine, Command, METADATA_GROUP, MemberState, group_partition};
 use tessera_sharding::{CoordinatorCommand, LinkMessage};
 
 /// What the mesh does with a message from a peer.
@@ -171,6 +173,8 @@ pub(crate) trait CommittedCatalog {
     fn handoff_from(&self, key: &ShardKey) -> Option<NodeId>;
     /// The generation the next assignment takes: every lower one was given already.
     fn next_generation(&self) -> u64;
+    /// `partition`'s replicas, if it was ever placed.
+    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>>;
 }
 
 /// What this node knows when it judges a message.
@@ -223,7 +227,10 @@ impl Vouched {
 /// Whether `from` may send `message`, as far as this node knows (see the module's rules).
 pub(crate) fn judge(from: &str, message: &PeerMessage, known: &Knowledge<'_>) -> Verdict {
     let vouched = match message {
-        PeerMessage::Group(frame) => plane(from, &frame.message, known),
+        PeerMessage::Group(frame) if frame.group == METADATA_GROUP => {
+            plane(from, &frame.message, known)
+        }
+        PeerMessage::Group(frame) => partition(from, frame.group, known),
         PeerMessage::Region(message) => region(from, message, known),
         PeerMessage::Coordinator(command) => coordinator(from, command, known),
         PeerMessage::Progress { .. } if known.is_voter(from) => Vouched::Yes,
@@ -254,6 +261,22 @@ fn plane(from: &str, message: &GroupMessage, known: &Knowledge<'_>) -> Vouched {
         GroupMessage::Submit { origin, request } => {
             Vouched::from_bool(origin == from).and(|| may_submit(from, &request.operation, known))
         }
+    }
+}
+
+/// A partition group's frames only between its replicas: from one of them, to one of them;
+/// a partition this node's catalog has not placed yet is not yet vouched for (the placement
+/// may be committed and not applied here), a group that is no partition's never.
+fn partition(from: &str, group: GroupId, known: &Knowledge<'_>) -> Vouched {
+    let Some(partition) = group_partition(group) else {
+        return Vouched::No;
+    };
+    match known.catalog.partition_replicas(partition) {
+        None => Vouched::NotYet,
+        Some(replicas) => Vouched::from_bool(
+            replicas.iter().any(|node| node == from)
+                && replicas.iter().any(|node| node == known.node),
+        ),
     }
 }
 

@@ -17,17 +17,14 @@ use std::cell::OnceCell;
 use std::sync::{Arc, Weak};
 use std::time::Instant as StdInstant;
 use tessera_cluster::{Inbound, Responder};
-use tessera_consensus::group::GroupFrame;
 use tessera_contract::{Allocation, NodeId, ShardKey};
-use tessera_metadata::{CommittedRead, METADATA_GROUP, MemberState, MetadataStore, PlaneStatus};
+use tessera_metadata::{CommittedRead, MemberState, MetadataStore, PlaneStatus};
 use tessera_sharding::Switchboard;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Where received messages go, and what they are judged by.
 pub(crate) struct DispatchParts {
-    /// The metadata plane's inbound queue.
-    pub(crate) plane: mpsc::Sender<(String, GroupFrame)>,
     /// This node's region and, while it runs here, the coordinator.
     pub(crate) switchboard: Weak<Switchboard>,
     /// The catalog this node has applied: what peers' claims are checked against.
@@ -84,13 +81,6 @@ impl Mesh {
         from: NodeId,
         message: PeerMessage,
     ) {
-        if let PeerMessage::Group(frame) = &message
-            && frame.group != METADATA_GROUP
-        {
-            bump(&self.counters.group_unknown);
-            tracing::debug!(%from, group = %frame.group, "a frame of an unknown group dropped");
-            return;
-        }
         // A region's or the coordinator's message waits behind those of its sender held
         // before it, so a peer's messages keep their order.
         let ordered = matches!(
@@ -186,11 +176,7 @@ impl Mesh {
             return; // the node is stopping
         };
         match message {
-            PeerMessage::Group(frame) => {
-                if parts.plane.try_send((from, frame)).is_err() {
-                    bump(&self.counters.plane_dropped);
-                }
-            }
+            PeerMessage::Group(frame) => self.groups.route(from, frame),
             PeerMessage::Region(message) => {
                 if let Err(refused) = switchboard.deliver_local(&self.node, message) {
                     bump(&self.counters.region_dropped);
@@ -280,5 +266,11 @@ impl CommittedCatalog for CatalogAsApplied<'_> {
         // Unreadable: every generation is one this node has not applied, so nothing that
         // claims one is acted on, and what waits is refused when its time is up.
         self.ask(CommittedRead::next_generation).unwrap_or(0)
+    }
+
+    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>> {
+        self.ask(|read| read.partition(partition))
+            .flatten()
+            .map(|placed| placed.replicas)
     }
 }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use tessera_cluster::Inbound;
 use tessera_metadata::replicated::{PlaneConfig, PlaneError, ReplicatedPlane};
 use tessera_metadata::{
-    Applied, Command, MemberRecord, MemberState, MetadataError, MetadataPlane, MetadataStore,
-    PlaneStatus,
+    Applied, Command, METADATA_GROUP, MemberRecord, MemberState, MetadataError, MetadataPlane,
+    MetadataStore, PlaneStatus,
 };
 use tessera_sharding::Switchboard;
 use tessera_sharding::lease::NodeLease;
@@ -121,8 +121,8 @@ pub(in crate::node) fn start_plane(
     let status = plane.watch_status();
     let started: (Arc<dyn MetadataPlane>, _) = (Arc::new(plane), status);
     write_cluster_marker(config, cluster)?;
+    mesh.groups.materialise(METADATA_GROUP, to_plane);
     let parts = DispatchParts {
-        plane: to_plane,
         switchboard: Arc::downgrade(switchboard),
         catalog: catalog_as_applied,
         status: started.1.clone(),

@@ -20,7 +20,9 @@ use tessera_cluster::{
     Direction, Inbound, SendError, Transport, TransportConfig, TransportStatsSnapshot,
     load_identity,
 };
-use tessera_consensus::group::{GROUP_INBOUND_MAX, GroupFrame, GroupInbound, GroupOutbox};
+use tessera_consensus::group::{
+    GROUP_INBOUND_MAX, GroupFrame, GroupInbound, GroupOutbox, GroupRouter,
+};
 use tessera_contract::NodeId;
 use tessera_metadata::{MemberRecord, MemberState};
 use tessera_sharding::link::{LinkError, Refused};
@@ -66,10 +68,6 @@ pub(crate) struct MeshCounters {
     pub(crate) unauthorized: [AtomicU64; Kind::ALL.len()],
     /// Messages waiting for the catalog to vouch for them, dropped because too many waited.
     pub(crate) hold_full: AtomicU64,
-    /// Plane frames dropped because the plane's inbound queue was full.
-    pub(crate) plane_dropped: AtomicU64,
-    /// Frames of a group this node does not run.
-    pub(crate) group_unknown: AtomicU64,
     /// Region messages dropped because this node's region could not take them.
     pub(crate) region_dropped: AtomicU64,
     /// Coordinator commands that reached a node not running the coordinator (or whose
@@ -92,6 +90,9 @@ pub(crate) struct Mesh {
     /// Judges each peer by the rhythm of its progress reports.
     detector: RwLock<PhiDetector>,
     pub(crate) counters: MeshCounters,
+    /// Where group frames go: the metadata plane's queue, and parking for partitions' groups
+    /// not running here yet.
+    pub(crate) groups: GroupRouter,
 }
 
 impl Mesh {
@@ -124,6 +125,7 @@ impl Mesh {
             progress: RwLock::default(),
             detector: RwLock::default(),
             counters: MeshCounters::default(),
+            groups: GroupRouter::default(),
         });
         for (peer, address) in &config.seeds {
             mesh.add_peer(peer, *address);
@@ -369,12 +371,14 @@ impl Mesh {
     /// `tessera_peer_dropped`'s values by reason.
     fn dropped(&self, stats: &TransportStatsSnapshot) -> Vec<(&'static str, u64)> {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let groups = self.groups.stats();
         let mut dropped = vec![
             ("send_queue_full", stats.send_dropped_queue_full),
             ("peer_down", stats.send_dropped_peer_down),
             ("inbound_full", stats.inbound_dropped_full),
-            ("plane_queue_full", load(&self.counters.plane_dropped)),
-            ("group_unknown", load(&self.counters.group_unknown)),
+            ("group_queue_full", groups.queue_full),
+            ("group_parking_full", groups.parked_dropped),
+            ("group_parked_discarded", groups.parked_discarded),
             ("region_refused", load(&self.counters.region_dropped)),
             (
                 "coordinator_misdirected",

@@ -21,6 +21,7 @@ struct Catalog {
     allocations: BTreeMap<ShardKey, Allocation>,
     handoffs: BTreeMap<ShardKey, NodeId>,
     next_generation: u64,
+    partitions: BTreeMap<u32, Vec<NodeId>>,
 }
 
 impl CommittedCatalog for Catalog {
@@ -35,6 +36,9 @@ impl CommittedCatalog for Catalog {
     }
     fn next_generation(&self) -> u64 {
         self.next_generation
+    }
+    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>> {
+        self.partitions.get(&partition).cloned()
     }
 }
 
@@ -68,6 +72,12 @@ fn catalog() -> Catalog {
             .into_iter()
             .collect(),
         next_generation: 10,
+        partitions: [
+            (0, vec!["n2".to_string(), "n4".to_string()]),
+            (1, vec!["n1".into(), "n3".into()]),
+        ]
+        .into_iter()
+        .collect(),
     }
 }
 
@@ -609,4 +619,27 @@ fn every_kind_has_its_own_label_and_place() {
     assert_eq!(labels.len(), Kind::ALL.len());
     assert_eq!(Kind::of(&hand_off(1, at("n4", 7))), Some(Kind::HandOff));
     assert_eq!(Kind::of(&group(GroupMessage::Follow { after: 0 })), None);
+}
+
+fn partition_frame(partition: u64) -> PeerMessage {
+    PeerMessage::Group(GroupFrame {
+        group: tessera_consensus::group::GroupId(partition + 1),
+        message: GroupMessage::Replica(Message::Commit { view: 1, commit: 3 }),
+    })
+}
+
+#[test]
+fn a_partition_groups_frames_pass_only_between_its_replicas() {
+    // Partition 0 lives on n2 (here) and n4; partition 1 on n1 and n3.
+    assert_eq!(verdict("n4", partition_frame(0)), Verdict::Accept);
+    assert_eq!(verdict("n1", partition_frame(0)), Verdict::Refuse, "n1 is no replica of it");
+    assert_eq!(verdict("rogue", partition_frame(0)), Verdict::Refuse);
+    assert_eq!(verdict("n1", partition_frame(1)), Verdict::Refuse, "this node is no replica");
+    // A placement this node has not applied yet: held until its catalog catches up.
+    assert_eq!(verdict("n4", partition_frame(7)), Verdict::Hold);
+    // A group id that names no partition at all.
+    assert_eq!(
+        verdict("n4", partition_frame(u64::from(tessera_metadata::PARTITIONS_MAX) + 5)),
+        Verdict::Refuse
+    );
 }
