@@ -59,6 +59,28 @@ pub struct ShardingConfig {
     /// config.
     #[serde(skip)]
     pub moves: ShardMoves,
+    /// Where the partition plane's replicas go (`docs/partitions.md`).
+    pub partitions: PartitionConfig,
+}
+
+/// The partition plane's placement: how many partitions, and replicas of each.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartitionConfig {
+    /// Partitions in the cluster; 0 places none. The default while the plane cannot serve
+    /// yet: its groups do not run, so a placement would only be recorded.
+    pub count: u32,
+    /// Replicas per partition; fewer while fewer members are eligible (one on a single node).
+    pub replication_factor: usize,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        PartitionConfig {
+            count: 0,
+            replication_factor: 3,
+        }
+    }
 }
 
 /// Where shards' state lives, and so how shards move between nodes.
@@ -92,6 +114,7 @@ impl Default for ShardingConfig {
             recovery_rate_per_second: 1000,
             remember: RememberConfig::default(),
             moves: ShardMoves::default(),
+            partitions: PartitionConfig::default(),
         }
     }
 }
@@ -120,6 +143,16 @@ pub enum ConfigError {
         drain_ms: u128,
         /// The configured request timeout.
         timeout_ms: u128,
+    },
+    /// A partition setting beyond what the catalog takes.
+    #[error("sharding config: `{field}` is {value}, at most {max} allowed")]
+    TooLarge {
+        /// The offending field.
+        field: &'static str,
+        /// Its value.
+        value: usize,
+        /// The largest allowed.
+        max: usize,
     },
     /// A per-shard buffer larger than the command channel it drains into cannot be drained.
     #[error(
@@ -155,6 +188,10 @@ impl ShardingConfig {
             ("remember.queue_capacity", self.remember.queue_capacity),
             ("remember.event_buffer", self.remember.event_buffer),
             ("max_active_entities", self.max_active_entities.unwrap_or(1)),
+            (
+                "partitions.replication_factor",
+                self.partitions.replication_factor,
+            ),
         ];
         if let Some((field, _)) = counts.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::Zero { field });
@@ -181,6 +218,25 @@ impl ShardingConfig {
             return Err(ConfigError::DrainOutlastsTimeout {
                 drain_ms: self.handoff_drain_delay.as_millis(),
                 timeout_ms: self.request_timeout.as_millis(),
+            });
+        }
+        let bounds = [
+            (
+                "partitions.count",
+                self.partitions.count as usize,
+                tessera_metadata::PARTITIONS_MAX as usize,
+            ),
+            (
+                "partitions.replication_factor",
+                self.partitions.replication_factor,
+                tessera_metadata::PARTITION_REPLICAS_MAX,
+            ),
+        ];
+        if let Some((field, value, max)) = bounds.iter().find(|(_, value, max)| value > max) {
+            return Err(ConfigError::TooLarge {
+                field,
+                value: *value,
+                max: *max,
             });
         }
         if self.allocation_buffer > self.command_buffer {

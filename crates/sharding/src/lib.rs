@@ -31,7 +31,7 @@ mod lease_tests;
 #[cfg(test)]
 mod tests;
 
-pub use config::{ConfigError, RememberConfig, ShardMoves, ShardingConfig};
+pub use config::{ConfigError, PartitionConfig, RememberConfig, ShardMoves, ShardingConfig};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
 pub use link::{

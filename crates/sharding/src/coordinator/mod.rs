@@ -2,7 +2,8 @@
 //! with least-shards placement, runs a rebalance round on every tick and membership change
 //! (dead-owner moves uncapped, spread moves capped), and drives each graceful move as a
 //! handoff: the losing region stops the shard's entities and hands its buffered messages on
-//! before the move is announced to everyone.
+//! before the move is announced to everyone. The same round places the partition plane's
+//! replicas (`partitions.rs`).
 //!
 //! Every allocation and move is a catalog command ([`Command::AssignShards`](tessera_metadata::Command::AssignShards),
 //! [`Command::MoveShards`](tessera_metadata::Command::MoveShards)), committed through the [`MetadataPlane`] before any region hears of
@@ -107,6 +108,7 @@ pub struct CoordinatorHandle {
 mod fencing;
 mod handle;
 mod handoffs;
+mod partitions;
 
 impl Coordinator {
     /// Validates `config`, reads the committed allocation table, starts the coordinator task
@@ -485,5 +487,6 @@ impl Coordinator {
         let recorded = self.apply_moves(spread).await;
         self.history
             .record(RebalanceReason::GracefulSpread, recorded);
+        self.place_partitions(&eligible).await;
     }
 }

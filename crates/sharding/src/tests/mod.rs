@@ -5,6 +5,7 @@
 mod fencing;
 mod forwarding;
 mod handoff;
+mod partitions;
 mod remember;
 mod routing;
 mod state_reads;

@@ -632,14 +632,25 @@ fn partition_frame(partition: u64) -> PeerMessage {
 fn a_partition_groups_frames_pass_only_between_its_replicas() {
     // Partition 0 lives on n2 (here) and n4; partition 1 on n1 and n3.
     assert_eq!(verdict("n4", partition_frame(0)), Verdict::Accept);
-    assert_eq!(verdict("n1", partition_frame(0)), Verdict::Refuse, "n1 is no replica of it");
+    assert_eq!(
+        verdict("n1", partition_frame(0)),
+        Verdict::Refuse,
+        "n1 is no replica of it"
+    );
     assert_eq!(verdict("rogue", partition_frame(0)), Verdict::Refuse);
-    assert_eq!(verdict("n1", partition_frame(1)), Verdict::Refuse, "this node is no replica");
+    assert_eq!(
+        verdict("n1", partition_frame(1)),
+        Verdict::Refuse,
+        "this node is no replica"
+    );
     // A placement this node has not applied yet: held until its catalog catches up.
     assert_eq!(verdict("n4", partition_frame(7)), Verdict::Hold);
     // A group id that names no partition at all.
     assert_eq!(
-        verdict("n4", partition_frame(u64::from(tessera_metadata::PARTITIONS_MAX) + 5)),
+        verdict(
+            "n4",
+            partition_frame(u64::from(tessera_metadata::PARTITIONS_MAX) + 5)
+        ),
         Verdict::Refuse
     );
 }
