@@ -55,6 +55,8 @@ impl PlaneConfig {
             node: self.node.clone(),
             tick: self.tick,
             checkpoint_interval_ops: self.checkpoint_interval_ops,
+            // The catalog's commands are few and ordered by their callers: one at a time.
+            sessions: 1,
         }
     }
 }

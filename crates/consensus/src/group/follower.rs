@@ -12,7 +12,7 @@
 //! trip plus up to [`FOLLOW_TICKS`] ticks.
 
 use super::frame::{GroupFrame, GroupMessage};
-use super::session::{ClientSession, Due, Submission};
+use super::session::{ClientSessions, Submission};
 use super::{Contact, GroupConfig, GroupMachine, GroupObserver, GroupOutbox, GroupStatus};
 use crate::checkpoint::Checkpoint;
 use crate::learner::Learner;
@@ -33,7 +33,7 @@ pub(super) struct FollowerDriver<M: GroupMachine> {
     pub(super) submitted: mpsc::Receiver<Submission>,
     pub(super) status: watch::Sender<GroupStatus>,
     pub(super) contact: Arc<Contact>,
-    pub(super) session: ClientSession,
+    pub(super) session: ClientSessions,
     pub(super) tick: u64,
     /// Checkpoints installed since start.
     pub(super) installed: u64,
@@ -58,7 +58,7 @@ impl<M: GroupMachine> FollowerDriver<M> {
                     if self.tick >= self.asked_tick + FOLLOW_TICKS {
                         self.ask();
                     }
-                    if let Due::Resend(request) = self.session.due(self.tick) {
+                    for request in self.session.due(self.tick) {
                         self.session.send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
                     }
                 }
@@ -66,10 +66,11 @@ impl<M: GroupMachine> FollowerDriver<M> {
                     Some((from, frame)) => self.receive(from, frame).await,
                     None => return,
                 },
-                submission = self.submitted.recv(), if self.session.is_idle() => match submission {
+                submission = self.submitted.recv(), if self.session.has_idle() => match submission {
                     Some(submission) => {
-                        let request = self.session.begin(submission, self.tick);
-                        self.session.send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
+                        if let Some(request) = self.session.begin(submission, self.tick) {
+                            self.session.send_to_voters(self.outbox.as_ref(), &self.config.voters, &request);
+                        }
                     }
                     None => return,
                 },

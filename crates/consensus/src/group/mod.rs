@@ -8,9 +8,9 @@
 //!
 //! The metadata plane runs its catalog as one such group (`tessera-metadata`); a voter
 //! (`voter`) keeps a [`FileJournal`], a follower (`follower`) keeps nothing and rebuilds its
-//! state from the voters at every start. This node's operations go through one client session
-//! (`session`): one in flight at a time, answered once this node has applied it too, so a
-//! caller reads its own write on the node it wrote through.
+//! state from the voters at every start. This node's operations go through its client sessions
+//! (`session`): one in flight per session (`GroupConfig::sessions`), each answered once this
+//! node has applied it too, so a caller reads its own write on the node it wrote through.
 //!
 //! [`Replica`]: crate::replica::Replica
 //! [`Learner`]: crate::learner::Learner
@@ -93,12 +93,13 @@ pub use frame::{GroupFrame, GroupId, GroupMessage};
 pub use router::{
     GroupRouter, PARKED_BYTES_MAX, PARKED_FRAMES_PER_GROUP_MAX, PARKED_GROUPS_MAX, RouterStats,
 };
+pub use session::SESSIONS_PER_NODE_MAX;
 
 use crate::config::Config;
 use crate::learner::Learner;
 use crate::message::ReplyError;
 use crate::state_machine::{RestoreError, StateMachine};
-use session::{ClientSession, Submission};
+use session::{ClientSessions, Submission};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
@@ -175,6 +176,10 @@ pub struct GroupConfig {
     /// Ops between checkpoints; `None` keeps the consensus default. Small values make the
     /// log a short window (tests use them to force state transfer).
     pub checkpoint_interval_ops: Option<u64>,
+    /// Operations this node may have in flight at once (one client session each; 1 to
+    /// [`SESSIONS_PER_NODE_MAX`]). The metadata plane keeps one; a partition's primary, which
+    /// commits many entities' writes at once, more.
+    pub sessions: usize,
 }
 
 impl GroupConfig {
@@ -186,6 +191,7 @@ impl GroupConfig {
             node,
             tick: Duration::from_millis(10),
             checkpoint_interval_ops: None,
+            sessions: 1,
         }
     }
 }
@@ -335,7 +341,7 @@ impl Group {
         let contact = Contact::new();
         let driver = voter::VoterDriver {
             contact: contact.clone(),
-            session: ClientSession::new(config.group, config.node.clone()),
+            session: ClientSessions::new(config.group, &config.node, config.sessions),
             config,
             replica,
             observer,
@@ -382,7 +388,7 @@ impl Group {
         let contact = Contact::new();
         let driver = follower::FollowerDriver {
             contact: contact.clone(),
-            session: ClientSession::new(config.group, config.node.clone()),
+            session: ClientSessions::new(config.group, &config.node, config.sessions),
             config,
             learner: Learner::new(machine),
             observer,

@@ -1,8 +1,11 @@
-//! This node's client session with a group, shared by a voter's and a non-voting member's
-//! driver: one operation in flight (a VSR client session has one outstanding request), sent
-//! to every voter and again after [`RESEND_TICKS`] until the primary answers, and answered to
-//! the caller once this node's own state machine has applied it too (or after
-//! [`APPLIED_HERE_WAIT_TICKS`], if this node is catching up by a checkpoint).
+//! This node's client sessions with a group, shared by a voter's and a non-voting member's
+//! driver. A VSR client session has one outstanding request, so a node that wants several
+//! operations in flight at once (a partition's primary, committing many entities' writes)
+//! opens several sessions ([`ClientSessions`], `GroupConfig::sessions` of them; the metadata
+//! plane uses one). Each operation in flight is sent to every voter and again after
+//! [`RESEND_TICKS`] until the primary answers, and answered to the caller once this node's own
+//! state machine has applied it too (or after [`APPLIED_HERE_WAIT_TICKS`], if this node is
+//! catching up by a checkpoint).
 
 use super::frame::{GroupFrame, GroupId, GroupMessage};
 use super::{GroupOutbox, SubmitError};
@@ -37,15 +40,96 @@ struct InFlight {
 }
 
 /// What the driver does next for the operation in flight.
-pub(super) enum Due {
+enum Due {
     /// Nothing.
     Wait,
     /// Send the request again.
     Resend(Request),
 }
 
-/// One node's client session with one group.
-pub(super) struct ClientSession {
+/// The most client sessions one node keeps with one group: the operations it may have in
+/// flight at once. Bounds what the node holds and what it adds to the group's client table.
+pub const SESSIONS_PER_NODE_MAX: usize = 64;
+
+/// One node's client sessions with one group: as many operations in flight as sessions.
+pub(super) struct ClientSessions {
+    sessions: Vec<ClientSession>,
+}
+
+impl ClientSessions {
+    /// `count` sessions (at least one, at most [`SESSIONS_PER_NODE_MAX`]).
+    pub(super) fn new(group: GroupId, node: &str, count: usize) -> ClientSessions {
+        let count = count.clamp(1, SESSIONS_PER_NODE_MAX);
+        ClientSessions {
+            sessions: (0..count)
+                .map(|_| ClientSession::new(group, node.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Whether a session has no operation in flight.
+    pub(super) fn has_idle(&self) -> bool {
+        self.sessions.iter().any(ClientSession::is_idle)
+    }
+
+    /// Whether `client` is one of this node's sessions.
+    pub(super) fn owns(&self, client: ClientId) -> bool {
+        self.sessions
+            .iter()
+            .any(|session| session.client() == client)
+    }
+
+    /// Takes `submission` on an idle session and returns its request, to be sent; `None` if
+    /// every session is busy (the caller waits for one to be idle first).
+    pub(super) fn begin(&mut self, submission: Submission, tick: u64) -> Option<Request> {
+        let session = self.sessions.iter_mut().find(|session| session.is_idle())?;
+        Some(session.begin(submission, tick))
+    }
+
+    /// Sends `request` to every voter but this node.
+    pub(super) fn send_to_voters(
+        &self,
+        outbox: &dyn GroupOutbox,
+        voters: &[String],
+        request: &Request,
+    ) {
+        if let Some(session) = self.sessions.first() {
+            session.send_to_voters(outbox, voters, request);
+        }
+    }
+
+    /// The requests due to be sent again.
+    pub(super) fn due(&mut self, tick: u64) -> Vec<Request> {
+        self.sessions
+            .iter_mut()
+            .filter_map(|session| match session.due(tick) {
+                Due::Resend(request) => Some(request),
+                Due::Wait => None,
+            })
+            .collect()
+    }
+
+    /// Notes the requests this node's state machine just applied.
+    pub(super) fn applied(&mut self, requests: &[(ClientId, u64)]) {
+        for session in &mut self.sessions {
+            session.applied(requests);
+        }
+    }
+
+    /// Takes the primary's reply, for whichever session it answers.
+    pub(super) fn on_reply(&mut self, reply: Reply, tick: u64) {
+        if let Some(session) = self
+            .sessions
+            .iter_mut()
+            .find(|session| session.client() == reply.client)
+        {
+            session.on_reply(reply, tick);
+        }
+    }
+}
+
+/// One client session with one group: one operation in flight.
+struct ClientSession {
     group: GroupId,
     node: String,
     /// New each start, so request numbers start at 1 again.

@@ -95,6 +95,8 @@ struct Network {
     crossed: bool,
     /// Nodes whose links are cut: nothing reaches them or leaves them.
     cut: Mutex<BTreeSet<String>>,
+    /// Every `Submit` a node sent, cut or not: `(from, to, client, request number)`.
+    submits: Mutex<Vec<(String, String, u64, u64)>>,
 }
 
 impl Network {
@@ -115,6 +117,14 @@ impl Network {
     }
 
     fn deliver(&self, from: &str, to: &str, frame: GroupFrame) {
+        if let GroupMessage::Submit { request, .. } = &frame.message {
+            self.submits.lock().expect("network").push((
+                from.to_string(),
+                to.to_string(),
+                request.client,
+                request.request_number,
+            ));
+        }
         let cut = self.cut.lock().expect("network");
         if cut.contains(from) || cut.contains(to) {
             return;
@@ -150,6 +160,8 @@ struct Cluster {
     network: Arc<Network>,
     /// Members by `(group, node)`.
     members: BTreeMap<(GroupId, String), Member>,
+    /// Client sessions each member opens.
+    sessions: usize,
 }
 
 fn put(key: u64, value: u64) -> Vec<u8> {
@@ -168,8 +180,10 @@ impl Cluster {
                 inboxes: Mutex::default(),
                 crossed,
                 cut: Mutex::default(),
+                submits: Mutex::default(),
             }),
             members: BTreeMap::new(),
+            sessions: 1,
         }
     }
 
@@ -184,8 +198,12 @@ impl Cluster {
         let inbound = self.network.connect(node, group);
         let observed = Arc::new(Observed::default());
         let journal = self.dir.path().join(format!("{node}-{}.journal", group.0));
+        let config = GroupConfig {
+            sessions: self.sessions,
+            ..GroupConfig::new(group, voters(), node.to_string())
+        };
         let member = Group::start_voter(
-            GroupConfig::new(group, voters(), node.to_string()),
+            config,
             &journal,
             Recorded::default(),
             observed.clone(),
@@ -434,4 +452,79 @@ fn a_member_with_an_unusable_config_does_not_start() {
     assert!(
         matches!(voter_as_follower, Err(GroupError::Config(ref why)) if why.contains("is a voter"))
     );
+}
+
+/// Distinct operations `from` has sent to `to` (as `(client, request number)`).
+fn in_flight(network: &Network, from: &str, to: &str) -> usize {
+    let submits = network.submits.lock().expect("network");
+    submits
+        .iter()
+        .filter(|(sender, receiver, _, _)| sender == from && receiver == to)
+        .map(|(_, _, client, number)| (*client, *number))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_several_sessions_has_as_many_operations_in_flight() {
+    for sessions in [1, 4] {
+        let mut cluster = Cluster::new(false);
+        cluster.sessions = sessions;
+        cluster.start_group(ONE);
+        // n2's frames reach no one: what it sends shows what it has in flight.
+        cluster
+            .network
+            .cut
+            .lock()
+            .expect("network")
+            .insert("n2".into());
+        let group = cluster.group(ONE, "n2");
+        let submitted: Vec<_> = (0..4u64)
+            .map(|key| group.submit(put(key, key + 10)))
+            .collect();
+        let pending = tokio::spawn(futures_all(submitted));
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while in_flight(&cluster.network, "n2", "n1") < 4 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            in_flight(&cluster.network, "n2", "n1"),
+            sessions,
+            "{sessions} sessions"
+        );
+        cluster.network.cut.lock().expect("network").clear();
+        let results = tokio::time::timeout(DEADLINE, pending)
+            .await
+            .expect("every operation commits once the link is back")
+            .expect("the submitting task");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        for key in 0..4u64 {
+            cluster.wait_everywhere(ONE, (key, key + 10)).await;
+        }
+    }
+}
+
+/// Awaits every submission, in order.
+async fn futures_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut outputs = Vec::with_capacity(futures.len());
+    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    // Polled together: each submission is queued at once, whatever order they end in.
+    let mut done: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|context| {
+        for (future, slot) in pinned.iter_mut().zip(done.iter_mut()) {
+            if slot.is_none()
+                && let std::task::Poll::Ready(output) = future.as_mut().poll(context)
+            {
+                *slot = Some(output);
+            }
+        }
+        if done.iter().all(Option::is_some) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.extend(done.into_iter().flatten());
+    outputs
 }

@@ -2,11 +2,11 @@
 //! the outbox, takes operations submitted on this node to the primary (again after
 //! `session::RESEND_TICKS` until answered), routes the primary's replies back to the node that
 //! submitted, answers non-voting members' requests for entries, and hands everything the state
-//! machine applied to the observer, in order. One operation of this node is in flight at a
-//! time (a VSR client session has one outstanding request).
+//! machine applied to the observer, in order. As many operations of this node are in flight
+//! as it has client sessions (a VSR client session has one outstanding request).
 
 use super::frame::{GroupFrame, GroupMessage};
-use super::session::{ClientSession, Due, Submission};
+use super::session::{ClientSessions, Submission};
 use super::{
     Contact, FOLLOW_BATCH_BYTES, GroupConfig, GroupError, GroupMachine, GroupObserver, GroupOutbox,
     GroupStatus,
@@ -56,8 +56,8 @@ pub(super) struct VoterDriver<M: GroupMachine> {
     pub(super) submitted: mpsc::Receiver<Submission>,
     pub(super) status: watch::Sender<GroupStatus>,
     pub(super) contact: Arc<Contact>,
-    /// This node's client session.
-    pub(super) session: ClientSession,
+    /// This node's client sessions.
+    pub(super) session: ClientSessions,
     pub(super) origins: BTreeMap<ClientId, String>,
     pub(super) tick: u64,
 }
@@ -80,7 +80,7 @@ impl<M: GroupMachine> VoterDriver<M> {
                     Some((from, frame)) => self.receive(from, frame).await,
                     None => return,
                 },
-                submission = self.submitted.recv(), if self.session.is_idle() => match submission {
+                submission = self.submitted.recv(), if self.session.has_idle() => match submission {
                     Some(submission) => self.begin(submission).await,
                     None => return,
                 },
@@ -102,8 +102,9 @@ impl<M: GroupMachine> VoterDriver<M> {
     }
 
     async fn begin(&mut self, submission: Submission) {
-        let request = self.session.begin(submission, self.tick);
-        self.send_request(request).await;
+        if let Some(request) = self.session.begin(submission, self.tick) {
+            self.send_request(request).await;
+        }
     }
 
     /// Sends the operation in flight to every voter; only the primary acts on it.
@@ -115,7 +116,7 @@ impl<M: GroupMachine> VoterDriver<M> {
     }
 
     async fn resend_if_due(&mut self) {
-        if let Due::Resend(request) = self.session.due(self.tick) {
+        for request in self.session.due(self.tick) {
             self.send_request(request).await;
         }
     }
@@ -203,7 +204,7 @@ impl<M: GroupMachine> VoterDriver<M> {
                         self.send(voter, GroupMessage::Replica(message));
                     }
                 }
-                Action::Reply(reply) if reply.client == self.session.client() => {
+                Action::Reply(reply) if self.session.owns(reply.client) => {
                     self.session.on_reply(reply, self.tick)
                 }
                 Action::Reply(reply) => {
