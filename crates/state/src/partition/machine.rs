@@ -68,7 +68,8 @@ impl PartitionMachine {
         self.entities.len()
     }
 
-    fn apply_op(&mut self, op: PartitionOp) -> PartitionResult {
+    /// Applies a decoded op (see [`StateMachine::apply`]).
+    pub(super) fn apply_op(&mut self, op: PartitionOp) -> PartitionResult {
         match op {
             PartitionOp::Write {
                 entity,

@@ -18,12 +18,18 @@
 //!
 //! The machine keeps the partition's entities in memory today (the simulator drives it through
 //! the real replica, `tessera-sim`'s `partition` workload); keeping them in redb through the
-//! same [`PartitionMachine::apply`] is the step that wires the plane into the node.
+//! same [`PartitionMachine::apply`] is the step that wires the plane into the node. A member of
+//! a partition's group runs it as a [`PartitionReplica`], which tells the member's observer
+//! what each committed write changed.
 
+#[cfg(test)]
+mod group_tests;
 mod machine;
 mod op;
+mod replica;
 #[cfg(test)]
 mod tests;
 
 pub use machine::PartitionMachine;
 pub use op::{PartitionOp, PartitionResult, ReplicatedChange, WriteNotReplicable};
+pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};

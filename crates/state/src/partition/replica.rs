@@ -1,0 +1,127 @@
+//! The partition machine as one member of a partition's VSR group runs it (the group driver
+//! of `tessera-consensus`): what it applied is told to the member's observer — each entity a
+//! committed write changed, in order — so a node learns of writes to entities it does not
+//! serve (a backup's cache, a primary-to-be).
+
+use super::machine::PartitionMachine;
+use super::op::{PartitionOp, PartitionResult};
+use std::collections::VecDeque;
+use tessera_consensus::group::GroupMachine;
+use tessera_consensus::state_machine::{RestoreError, StateMachine};
+use tessera_contract::EntityAddress;
+
+/// Applied writes held for the observer, at most: the driver takes them after every
+/// handler, so this only bounds a machine run without a driver (the simulator). Past it the
+/// oldest are dropped and counted.
+pub const UNOBSERVED_WRITES_MAX: usize = 4096;
+
+/// What a member's observer hears of one applied operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionApplied {
+    /// A write changed `entity`; its stamp is now `stamp`.
+    Written {
+        /// The entity.
+        entity: EntityAddress,
+        /// Its new stamp.
+        stamp: u64,
+    },
+    /// The whole state was replaced by a checkpoint (state transfer): every entity may have
+    /// changed.
+    Restored,
+}
+
+/// A partition group member's state machine: the [`PartitionMachine`] and what it applied
+/// that the observer has not heard of yet.
+///
+/// ```
+/// use tessera_consensus::group::GroupMachine;
+/// use tessera_consensus::state_machine::StateMachine;
+/// use tessera_contract::EntityAddress;
+/// use tessera_state::WriteSet;
+/// use tessera_state::partition::{PartitionApplied, PartitionOp, PartitionReplica};
+///
+/// let mut replica = PartitionReplica::default();
+/// let counter = EntityAddress::new("t", "counter", "c1");
+/// let mut writes = WriteSet::new(counter.clone());
+/// writes.put("value", vec![1]);
+/// replica.apply(&PartitionOp::write(&writes, 0, 3, vec![1]).unwrap().encode());
+/// assert_eq!(replica.take_applied(), [PartitionApplied::Written { entity: counter, stamp: 3 }]);
+/// ```
+#[derive(Debug, Default)]
+pub struct PartitionReplica {
+    machine: PartitionMachine,
+    unobserved: VecDeque<PartitionApplied>,
+    /// Applied writes dropped unobserved (past [`UNOBSERVED_WRITES_MAX`]).
+    dropped: u64,
+}
+
+impl PartitionReplica {
+    /// The partition's state as this member applied it.
+    pub fn machine(&self) -> &PartitionMachine {
+        &self.machine
+    }
+
+    /// Applied writes dropped before an observer heard of them.
+    pub fn dropped_unobserved(&self) -> u64 {
+        self.dropped
+    }
+
+    fn note(&mut self, applied: PartitionApplied) {
+        if self.unobserved.len() == UNOBSERVED_WRITES_MAX {
+            self.unobserved.pop_front();
+            self.dropped += 1;
+        }
+        self.unobserved.push_back(applied);
+    }
+}
+
+impl StateMachine for PartitionReplica {
+    fn apply(&mut self, operation: &[u8]) -> Vec<u8> {
+        let op = match rmp_serde::from_slice::<PartitionOp>(operation) {
+            Ok(op) => op,
+            Err(error) => {
+                let reason = format!("an op that does not decode: {error}");
+                return PartitionResult::Malformed(reason).encode();
+            }
+        };
+        let written = match &op {
+            PartitionOp::Write { entity, stamp, .. } => Some((entity.clone(), *stamp)),
+            PartitionOp::Check { .. } => None,
+        };
+        let result = self.machine.apply_op(op);
+        if let (PartitionResult::Applied { .. }, Some((entity, stamp))) = (&result, written)
+            && self.machine.stamp(&entity) == stamp
+        {
+            self.note(PartitionApplied::Written { entity, stamp });
+        }
+        result.encode()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.machine.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
+        self.machine.restore(snapshot)?;
+        self.note(PartitionApplied::Restored);
+        Ok(())
+    }
+}
+
+impl GroupMachine for PartitionReplica {
+    type Applied = PartitionApplied;
+
+    fn reset(&mut self) -> Result<(), RestoreError> {
+        *self = PartitionReplica::default();
+        Ok(())
+    }
+
+    fn take_applied(&mut self) -> Vec<PartitionApplied> {
+        self.unobserved.drain(..).collect()
+    }
+
+    fn fault(&self) -> Option<&str> {
+        // Its state is in memory: nothing can fail to be written.
+        None
+    }
+}
