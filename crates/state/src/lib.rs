@@ -8,13 +8,16 @@
 //! durable transaction; a replicated partition can later implement the same traits.
 //! [`remember`] holds the remember-entities vocabulary and its write-behind queue;
 //! [`messaging`] the durable outbox, receipts and reminders committed with each message;
-//! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]).
+//! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]);
+//! `listing` the ids of a type's entities a node knows, a page at a time
+//! ([`StateStore::entity_ids`]).
 //!
 //! Uses `tessera-contract` only. The runtime, the entity layer, sharding and the node use it.
 
 mod backend;
 mod commit;
 mod error;
+mod listing;
 mod local;
 pub mod messaging;
 pub mod remember;
