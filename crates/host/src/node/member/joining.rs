@@ -7,6 +7,7 @@ use super::blob_transfer::BlobTransfer;
 use super::dispatch::DispatchParts;
 use super::mesh::{Mesh, plane_queue};
 use super::peer_message::PeerMessage;
+use super::queries::Asked;
 use crate::node::catalog::NodeCatalog;
 use crate::node::{ClusterConfig, Node, NodeConfig, NodeError};
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use tessera_metadata::{
 };
 use tessera_sharding::Switchboard;
 use tessera_sharding::lease::NodeLease;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// How long a cluster node waits between tries to join while no quorum answers.
 const JOIN_RETRY: Duration = Duration::from_millis(250);
@@ -91,6 +92,7 @@ pub(in crate::node) fn start_plane(
     mesh: &Arc<Mesh>,
     inbound: Inbound<PeerMessage>,
     switchboard: &Arc<Switchboard>,
+    queries: mpsc::Sender<Asked>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
     let blobs: Arc<BlobTransfer> = catalog.sources.transfer.clone().ok_or_else(|| {
         NodeError::Config("a cluster node moves plugin blobs over its mesh".into())
@@ -127,6 +129,7 @@ pub(in crate::node) fn start_plane(
         catalog: catalog_as_applied,
         status: started.1.clone(),
         blobs,
+        queries,
     };
     tokio::spawn(mesh.clone().dispatch(inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
