@@ -77,18 +77,13 @@ fn every_node_lists_every_entity_once_in_order() {
     );
 
     // Remembered ids are written behind on their owners: wait until every node lists them.
-    for index in 0..NODES.len() {
+    for (index, node) in NODES.iter().enumerate() {
         let all = eventually("every id listed", &cluster, || {
             let all = page(&cluster, index, &token, "?limit=1000")?;
             (ids(&all).len() == expected.len()).then_some(all)
         });
-        assert_eq!(ids(&all), expected, "through {}", NODES[index]);
-        assert_eq!(
-            all["total"],
-            json!(expected.len()),
-            "through {}",
-            NODES[index]
-        );
+        assert_eq!(ids(&all), expected, "through {node}");
+        assert_eq!(all["total"], json!(expected.len()), "through {node}");
     }
 
     // Page by page through the second node: the same ids, each once.

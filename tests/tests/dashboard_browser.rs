@@ -61,7 +61,11 @@ fn type_cell(dom: &str, tenant: &str, entity_type: &str, class: &str) -> Option<
 /// Loads `/ui` without a token: the login form, nothing else.
 fn assert_login_only(chromium: &Path, base: &str) {
     let dom = headless(chromium, &format!("{base}/ui"), Capture::Dom, WINDOW);
-    assert_eq!(body_attribute(&dom, "data-view").as_deref(), Some("login"), "{dom}");
+    assert_eq!(
+        body_attribute(&dom, "data-view").as_deref(),
+        Some("login"),
+        "{dom}"
+    );
     assert_eq!(body_attribute(&dom, "data-ready"), None, "{dom}");
     assert!(dom.contains("<main id=\"dashboard\" hidden"), "{dom}");
     assert!(!dom.contains("<main id=\"login\" hidden"), "{dom}");
@@ -72,34 +76,68 @@ fn assert_login_only(chromium: &Path, base: &str) {
 /// Loads `/ui` logged in and checks it against `/v1/cluster` and `/v1/overview`: the member
 /// count, every type, and the counters' live entities (`COUNTERS`).
 fn assert_dashboard_matches_the_api(chromium: &Path, base: &str) {
-    let cluster = get(&format!("{base}/v1/cluster"), ADMIN).expect("cluster").json();
-    let overview = get(&format!("{base}/v1/overview"), ADMIN).expect("overview").json();
+    let cluster = get(&format!("{base}/v1/cluster"), ADMIN)
+        .expect("cluster")
+        .json();
+    let overview = get(&format!("{base}/v1/overview"), ADMIN)
+        .expect("overview")
+        .json();
     let members = cluster["members"].as_array().expect("members").len();
     let types = overview["types"].as_array().expect("types");
     let url = format!("{base}/ui#token={ADMIN}");
     let dom = headless(chromium, &url, Capture::Dom, WINDOW);
-    assert_eq!(body_attribute(&dom, "data-ready").as_deref(), Some("true"), "{dom}");
-    assert_eq!(body_attribute(&dom, "data-view").as_deref(), Some("dashboard"));
-    assert_eq!(body_attribute(&dom, "data-members"), Some(members.to_string()));
-    assert_eq!(body_attribute(&dom, "data-types"), Some(types.len().to_string()));
+    assert_eq!(
+        body_attribute(&dom, "data-ready").as_deref(),
+        Some("true"),
+        "{dom}"
+    );
+    assert_eq!(
+        body_attribute(&dom, "data-view").as_deref(),
+        Some("dashboard")
+    );
+    assert_eq!(
+        body_attribute(&dom, "data-members"),
+        Some(members.to_string())
+    );
+    assert_eq!(
+        body_attribute(&dom, "data-types"),
+        Some(types.len().to_string())
+    );
     for member in cluster["members"].as_array().expect("members") {
         let node = member["node"].as_str().expect("a node id");
-        assert!(dom.contains(&format!("<tr data-node=\"{node}\">")), "{node}: {dom}");
+        assert!(
+            dom.contains(&format!("<tr data-node=\"{node}\">")),
+            "{node}: {dom}"
+        );
     }
     for ty in types {
         let (tenant, name) = (ty["tenant"].as_str().unwrap(), ty["type"].as_str().unwrap());
         let live = type_cell(&dom, tenant, name, "num live");
-        assert_eq!(live, Some(ty["live_entities"].to_string()), "{tenant}/{name}");
+        assert_eq!(
+            live,
+            Some(ty["live_entities"].to_string()),
+            "{tenant}/{name}"
+        );
     }
-    assert_eq!(type_cell(&dom, "acme", "counter", "num live"), Some(COUNTERS.to_string()));
-    assert!(!dom.contains(ADMIN), "the token is not written into the page");
+    assert_eq!(
+        type_cell(&dom, "acme", "counter", "num live"),
+        Some(COUNTERS.to_string())
+    );
+    assert!(
+        !dom.contains(ADMIN),
+        "the token is not written into the page"
+    );
 }
 
 /// Creates tenant `acme` with `counter` deployed through `base` and `COUNTERS` counters; the
 /// tenant's token.
 fn populate(base: &str) -> String {
-    let tenant = post_json(&format!("{base}/v1/tenants"), ADMIN, &json!({"name": "acme"}))
-        .expect("tenant");
+    let tenant = post_json(
+        &format!("{base}/v1/tenants"),
+        ADMIN,
+        &json!({"name": "acme"}),
+    )
+    .expect("tenant");
     assert_eq!(tenant.status, 201, "{}", tenant.body);
     let token = tenant.json()["token"].as_str().expect("token").to_string();
     let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");
@@ -133,9 +171,13 @@ async fn the_dashboard_of_one_node_in_chromium() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(tessera_host::api::serve(node.clone(), listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = tokio::spawn(tessera_host::api::serve(
+        node.clone(),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     tokio::task::spawn_blocking(move || {
         let _tenant = populate(&base);
         assert_login_only(&chromium, &base);
@@ -178,18 +220,31 @@ fn the_dashboard_of_three_nodes_in_chromium() {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let counter = format!("{url}/v1/entities/counter/c{}/ask", n % COUNTERS);
-                let message = if n % 7 == 0 { json!("NoSuchMessage") } else { json!({"Add": 1}) };
+                let message = if n % 7 == 0 {
+                    json!("NoSuchMessage")
+                } else {
+                    json!({"Add": 1})
+                };
                 let _ = post_json(&counter, &token, &message);
                 n += 1;
             }
         }
     });
     let url = format!("{base}/ui#token={ADMIN}");
-    headless(&chromium, &url, Capture::Screenshot(&screenshot), (1280, 1050));
+    headless(
+        &chromium,
+        &url,
+        Capture::Screenshot(&screenshot),
+        (1280, 1050),
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     load.join().expect("the load thread");
     let png = std::fs::read(&screenshot).expect("the screenshot was written");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
-    assert!(png.len() > 20_000, "a page, not a blank: {} bytes", png.len());
+    assert!(
+        png.len() > 20_000,
+        "a page, not a blank: {} bytes",
+        png.len()
+    );
     eprintln!("the dashboard's screenshot: {}", screenshot.display());
 }

@@ -138,15 +138,18 @@ impl Node {
         };
         let (plane, seat, mesh) = match (mesh, &config.cluster) {
             (Some((mesh, inbound)), Some(cluster)) => {
+                let received = joining::Received {
+                    inbound,
+                    queries: queries_to_answer,
+                };
                 let started = joining::start_plane(
                     &config,
                     cluster,
                     metadata,
                     &catalog,
                     &mesh,
-                    inbound,
+                    received,
                     &switchboard,
-                    queries_to_answer,
                 )?;
                 catalog.show_members()?;
                 let (plane, status) = started;

@@ -81,6 +81,13 @@ fn metadata_journal(config: &NodeConfig) -> PathBuf {
     config.data_dir.join("metadata.journal")
 }
 
+/// What peers send this node: the transport's inbound messages, and the queue their queries
+/// wait in for the node to answer them (`queries.rs`).
+pub(in crate::node) struct Received {
+    pub(in crate::node) inbound: Inbound<PeerMessage>,
+    pub(in crate::node) queries: mpsc::Sender<Asked>,
+}
+
 /// Starts this node's side of the metadata plane over the mesh — a voter's replica, or a
 /// non-voting member's follower — and the task that hands every received frame to the plane,
 /// the region or the coordinator.
@@ -90,9 +97,8 @@ pub(in crate::node) fn start_plane(
     metadata: MetadataStore,
     catalog: &Arc<NodeCatalog>,
     mesh: &Arc<Mesh>,
-    inbound: Inbound<PeerMessage>,
+    received: Received,
     switchboard: &Arc<Switchboard>,
-    queries: mpsc::Sender<Asked>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
     let blobs: Arc<BlobTransfer> = catalog.sources.transfer.clone().ok_or_else(|| {
         NodeError::Config("a cluster node moves plugin blobs over its mesh".into())
@@ -129,9 +135,9 @@ pub(in crate::node) fn start_plane(
         catalog: catalog_as_applied,
         status: started.1.clone(),
         blobs,
-        queries,
+        queries: received.queries,
     };
-    tokio::spawn(mesh.clone().dispatch(inbound, parts));
+    tokio::spawn(mesh.clone().dispatch(received.inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
     Ok(started)
 }
