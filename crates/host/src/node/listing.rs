@@ -254,7 +254,7 @@ fn merge(entity_type: &str, answers: Vec<ListAnswer>, limit: usize) -> EntityPag
         ids.extend(answer.ids);
     }
     let ids: Vec<String> = ids.into_iter().take(limit).collect();
-    let next_after = (ids.len() == limit).then(|| ids[limit - 1].clone());
+    let next_after = ids.last().filter(|_| ids.len() == limit).cloned();
     EntityPage {
         entity_type: entity_type.to_string(),
         count: ids.len(),
