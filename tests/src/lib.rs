@@ -1,10 +1,11 @@
 //! Test support shared by the integration tests and benchmarks: the paths of the plugin
 //! components (built by `build.rs` for `wasm32-wasip2`) and a small local node to run them in;
-//! clusters of processes (`cluster`), a plane on a transport of its own (`plane`) and a rogue
-//! peer that forges what nodes send each other (`rogue`).
+//! clusters of processes (`cluster`), a plane on a transport of its own (`plane`), a rogue
+//! peer that forges what nodes send each other (`rogue`) and a headless browser (`browser`).
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
+pub mod browser;
 pub mod cluster;
 pub mod plane;
 pub mod processes;

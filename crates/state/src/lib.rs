@@ -9,13 +9,17 @@
 //! [`remember`] holds the remember-entities vocabulary and its write-behind queue;
 //! [`messaging`] the durable outbox, receipts and reminders committed with each message;
 //! [`shard_transfer`] a shard's rows as parts that move to another node ([`ShardStates`]);
-//! [`partition`] the state machine a partition's VSR group replicates (write sets as ops).
+//! [`partition`] the state machine a partition's VSR group replicates (write sets as ops);
+//! `listing` the ids of a type's entities a node knows, a page at a time
+//! ([`StateStore::entity_ids`]).
 //!
-//! Uses `tessera-contract`, and `tessera-consensus` for the state machine seam. The runtime, the entity layer, sharding and the node use it.
+//! Uses `tessera-contract`, and `tessera-consensus` for the state machine seam. The runtime, the
+//! entity layer, sharding and the node use it.
 
 mod backend;
 mod commit;
 mod error;
+mod listing;
 mod local;
 pub mod messaging;
 pub mod partition;

@@ -154,24 +154,7 @@ impl StateStore {
         let table = transaction
             .open_table(REMEMBERED_ENTITIES)
             .map_err(StoreError::io)?;
-        let (tenant, entity_type) = (type_key.tenant.as_str(), type_key.entity_type.as_str());
-        let mut shards = Vec::new();
-        let mut next: Option<u32> = Some(0);
-        // One range probe per shard present: jump past each shard's ids instead of reading them.
-        while let Some(from) = next {
-            let mut range = table
-                .range((tenant, entity_type, from, "")..)
-                .map_err(StoreError::io)?;
-            let Some(entry) = range.next() else { break };
-            let (key, _) = entry.map_err(StoreError::io)?;
-            let (found_tenant, found_type, shard, _) = key.value();
-            if found_tenant != tenant || found_type != entity_type {
-                break;
-            }
-            shards.push(shard);
-            next = shard.checked_add(1);
-        }
-        Ok(shards)
+        remembered_shards_in(&table, type_key)
     }
 
     /// Remembered ids of one shard, ascending.
@@ -268,6 +251,31 @@ impl StateStore {
         apply_write_sets(&transaction, std::iter::once(writes))?;
         transaction.commit().map_err(StoreError::io)
     }
+}
+
+/// Shards of `type_key` that hold at least one remembered id in `table`, ascending: one range
+/// probe per shard present, jumping past each shard's ids instead of reading them.
+pub(crate) fn remembered_shards_in(
+    table: &impl ReadableTable<(&'static str, &'static str, u32, &'static str), ()>,
+    type_key: &TypeKey,
+) -> Result<Vec<ShardId>, StoreError> {
+    let (tenant, entity_type) = (type_key.tenant.as_str(), type_key.entity_type.as_str());
+    let mut shards = Vec::new();
+    let mut next: Option<u32> = Some(0);
+    while let Some(from) = next {
+        let mut range = table
+            .range((tenant, entity_type, from, "")..)
+            .map_err(StoreError::io)?;
+        let Some(entry) = range.next() else { break };
+        let (key, _) = entry.map_err(StoreError::io)?;
+        let (found_tenant, found_type, shard, _) = key.value();
+        if found_tenant != tenant || found_type != entity_type {
+            break;
+        }
+        shards.push(shard);
+        next = shard.checked_add(1);
+    }
+    Ok(shards)
 }
 
 /// Applies many write sets inside one transaction, opening each table once, and keeps every

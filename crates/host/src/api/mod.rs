@@ -28,7 +28,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use routes::{cluster, entities, tenants, types};
+use routes::{cluster, dashboard, entities, tenants, types};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,11 @@ use tracing::Instrument;
 /// The API's routes over `node`, with the body-buffering and tracing layers; [`serve`] runs it.
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
+        .route("/", get(dashboard::root))
+        .route("/ui", get(dashboard::page))
+        .route("/ui/dashboard.js", get(dashboard::script))
+        .route("/ui/dashboard.css", get(dashboard::style))
+        .route("/v1/overview", get(dashboard::overview))
         .route("/v1/health", get(cluster::health))
         .route("/metrics", get(cluster::metrics))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
@@ -46,6 +51,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/types/{type}", get(types::show).delete(types::delete))
         .route("/v1/types/{type}/versions", post(types::deploy))
         .route("/v1/types/{type}/active", put(types::set_active))
+        .route("/v1/types/{type}/entities", get(types::entities))
         .route("/v1/entities/{type}/{id}/tell", post(entities::tell))
         .route("/v1/entities/{type}/{id}/ask", post(entities::ask))
         .route(

@@ -46,6 +46,21 @@ pub(crate) struct RollbackArgs {
     client: ClientArgs,
 }
 
+/// `tessera entities T [--after ID] [--limit N]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EntitiesArgs {
+    /// The entity type.
+    entity_type: String,
+    /// List the ids after this one (the `next:` a previous page printed).
+    #[arg(long, value_name = "ID")]
+    after: Option<String>,
+    /// At most this many ids (the server's default and maximum apply).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
 /// `tessera tell|ask T/ID JSON`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct MessageArgs {
@@ -181,6 +196,39 @@ pub(crate) fn types(args: PlainArgs) -> ExitCode {
                 record["active_version"]
             );
         }
+        Ok(())
+    })())
+}
+
+pub(crate) fn entities(args: EntitiesArgs) -> ExitCode {
+    finish((|| {
+        let mut query = Vec::new();
+        if let Some(after) = &args.after {
+            query.push(format!("after={}", segment(after)));
+        }
+        if let Some(limit) = args.limit {
+            query.push(format!("limit={limit}"));
+        }
+        let mut path = format!("/v1/types/{}/entities", segment(&args.entity_type));
+        if !query.is_empty() {
+            path.push_str(&format!("?{}", query.join("&")));
+        }
+        let page = Client::new(&args.client, Role::Tenant)?.get(&path)?;
+        if args.client.json {
+            print_json(&page);
+            return Ok(());
+        }
+        for id in page["ids"].as_array().cloned().unwrap_or_default() {
+            outln!("{}", id.as_str().unwrap_or("?"));
+        }
+        let mut footer = format!("{} listed", page["count"]);
+        if let Some(total) = page["total"].as_u64() {
+            footer.push_str(&format!(" of {total}"));
+        }
+        if let Some(next) = page["next_after"].as_str() {
+            footer.push_str(&format!("; next page: --after {next}"));
+        }
+        eprintln!("{footer}");
         Ok(())
     })())
 }

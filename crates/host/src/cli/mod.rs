@@ -55,6 +55,8 @@ enum Command {
     State(commands::EntityArgs),
     /// Per entity type: active version, live and remembered entities.
     Status(commands::PlainArgs),
+    /// List the ids of a type's entities (with state or remembered), one page at a time.
+    Entities(commands::EntitiesArgs),
     /// Create, list and show tenants (admin token).
     Tenant(commands::TenantArgs),
     /// The cluster as a node sees it (admin token).
@@ -95,6 +97,7 @@ where
         Command::Passivate(args) => commands::passivate(args),
         Command::State(args) => commands::state(args),
         Command::Status(args) => commands::status(args),
+        Command::Entities(args) => commands::entities(args),
         Command::Tenant(args) => commands::tenant(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Certs(args) => cluster::certs(args),

@@ -238,9 +238,15 @@ pub(crate) fn up(args: UpArgs) -> ExitCode {
                 data_dir.display()
             );
         }
+        outln!(
+            "Dashboard: {}/ui (log in with admin_token from {})",
+            credentials.url,
+            credentials_path.display()
+        );
         outln!("Try:");
         outln!("  tessera ask counter/c1 '{{\"Add\":1}}'");
         outln!("  tessera state counter/c1");
+        outln!("  tessera entities counter");
         outln!("  tessera status");
         outln!("Ctrl-C stops the node.");
         Ok(())

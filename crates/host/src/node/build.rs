@@ -5,9 +5,11 @@
 //! switchboard's way to other nodes) and runs the replicated plane over it.
 
 use super::catalog::{BLOB_GARBAGE_EVERY, MemberFollowers, NodeCatalog, PluginSources};
+use super::listing::EntityListing;
 use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
 use super::member::mesh::Mesh;
+use super::member::queries;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use std::sync::Arc;
@@ -41,8 +43,14 @@ impl Node {
             .map_err(|error| tessera_state::StoreError::Open(error.to_string()))?;
         let database = Arc::new(database);
         let store = StateStore::from_database(database.clone())?;
-        let state = Arc::new(LocalState::new(store, config.commit.clone()));
+        let state = Arc::new(LocalState::new(store.clone(), config.commit.clone()));
         let metadata = MetadataStore::open(database.clone())?;
+        let listing = EntityListing::new(
+            store,
+            metadata.clone(),
+            config.cluster.is_some().then(|| config.node_id.clone()),
+            config.sharding.num_shards,
+        );
         let blobs = BlobStore::open(database)?;
         let runtime = Arc::new(open_runtime(&config)?);
         let remember = RememberWriter::start(state.clone(), &config.sharding.remember);
@@ -59,6 +67,8 @@ impl Node {
             config: entity_config,
         };
         let switchboard = Arc::new(Switchboard::new());
+        // Peers' queries wait here until the node is built to answer them.
+        let (queries_to_answer, queries) = queries::queue();
         let mesh = match &config.cluster {
             Some(cluster) => {
                 joining::check_data_dir(&config, cluster, &metadata)?;
@@ -128,13 +138,17 @@ impl Node {
         };
         let (plane, seat, mesh) = match (mesh, &config.cluster) {
             (Some((mesh, inbound)), Some(cluster)) => {
+                let received = joining::Received {
+                    inbound,
+                    queries: queries_to_answer,
+                };
                 let started = joining::start_plane(
                     &config,
                     cluster,
                     metadata,
                     &catalog,
                     &mesh,
-                    inbound,
+                    received,
                     &switchboard,
                 )?;
                 catalog.show_members()?;
@@ -168,7 +182,7 @@ impl Node {
         entities.start_messaging();
         let sender_routes =
             super::sending::routes::SenderRoutes::new(config.sender_routes_per_thread);
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             admin_token_sha256: token_hash(&admin_token),
             config,
             runtime,
@@ -181,12 +195,15 @@ impl Node {
             mesh,
             membership,
             remember,
+            listing,
             deploy_lock: tokio::sync::Mutex::new(()),
             rate: RateLimiter::default(),
             sender_routes,
             quota_rejections: Default::default(),
             edge: EdgeCounters::default(),
-        }))
+        });
+        tokio::spawn(queries::answer_queries(Arc::downgrade(&node), queries));
+        Ok(node)
     }
 }
 

@@ -13,7 +13,7 @@ use tessera_sharding::FORWARD_PAYLOAD_BYTES_MAX;
 pub const ENTITY_ENTRIES_MAX: usize = tessera_sharding::STATE_READ_ENTRIES_MAX;
 
 /// The state of one entity type, for `tessera status`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TypeStatus {
     /// Type name.
     pub entity_type: String,

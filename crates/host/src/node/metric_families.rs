@@ -110,3 +110,23 @@ impl Collector for Snapshot {
         Ok(())
     }
 }
+
+impl Snapshot {
+    /// The sum of every sample of family `name` (a counter's count, a gauge's value; a
+    /// histogram's observations), 0 if the scrape has none: the node-wide number the
+    /// dashboard shows.
+    pub(super) fn total(&self, name: &str) -> u64 {
+        let Some(family) = self.families.iter().find(|family| family.name == name) else {
+            return 0;
+        };
+        family
+            .samples
+            .iter()
+            .map(|sample| match &sample.value {
+                Value::Counter(value) => *value,
+                Value::Gauge(value) => u64::try_from(*value).unwrap_or(0),
+                Value::Histogram { count, .. } => *count,
+            })
+            .sum()
+    }
+}

@@ -82,7 +82,7 @@ impl Node {
         Ok(text)
     }
 
-    fn snapshot(&self) -> Snapshot {
+    pub(super) fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
         self.snapshot_types(&mut snapshot);
         self.snapshot_layers(&mut snapshot);

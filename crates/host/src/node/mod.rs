@@ -1,7 +1,7 @@
 //! A node: every layer built in one pass over one data directory (`build`, with its settings in
 //! `config`), and the operations the API and CLI offer — tenants and tokens (`tenants`),
-//! deploys, rollbacks and deletes (`deploy`), messages to entities and inspection
-//! (`messages`), metrics (`metrics`, `metric_families`, and the HTTP edge's counters in `edge`).
+//! deploys, rollbacks and deletes (`deploy`), what the dashboard shows (`overview`), messages to entities and inspection
+//! (`messages`), listing a type's entities across the cluster (`listing`), metrics (`metrics`, `metric_families`, and the HTTP edge's counters in `edge`).
 //! Catalog changes go through the metadata plane; its one observer (`catalog`) updates what
 //! the layers below run, so live entities switch version at their next message boundary.
 //!
@@ -16,10 +16,12 @@ mod config;
 mod deploy;
 mod edge;
 mod error;
+mod listing;
 mod member;
 mod messages;
 mod metric_families;
 mod metrics;
+mod overview;
 mod sending;
 mod tenants;
 
@@ -28,11 +30,17 @@ pub use config::{
 };
 pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
+pub use listing::{
+    ENTITY_LIST_LIMIT_DEFAULT, ENTITY_LIST_LIMIT_MAX, EntityPage, ListAnswer, ListRequest,
+};
 pub use member::joining::MemberAction;
 pub use member::peer_message::PeerMessage;
 pub use member::view::{ClusterStatus, MemberView};
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;
+pub use overview::{
+    NodeOverview, OVERVIEW_PEER_TIMEOUT, Overview, ShardMove, TypeOverview, Unanswered,
+};
 pub use sending::entity_ref::EntityRef;
 pub use sending::rate::RateLimiter;
 pub use sending::routes::{SENDER_ROUTES_PER_THREAD, SENDER_ROUTES_PER_THREAD_LIMIT};
@@ -66,6 +74,8 @@ pub struct Node {
     /// handle, so dropping the node ends the coordinator.
     membership: Arc<Membership>,
     remember: RememberWriter,
+    /// Reads this node's pages of entity ids, for the API and for peers.
+    listing: Arc<listing::EntityListing>,
     deploy_lock: tokio::sync::Mutex<()>,
     rate: RateLimiter,
     /// Each thread's resolved routes for its messages by address.

@@ -3,6 +3,7 @@
 //! [`ApiError`].
 
 pub mod cluster;
+pub mod dashboard;
 pub mod entities;
 pub mod tenants;
 pub mod types;

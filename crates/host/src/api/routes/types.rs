@@ -1,10 +1,10 @@
 //! `/v1/types`: deploy versions of a tenant's entity types, list them, roll back or forward,
-//! delete (tenant token).
+//! delete, and list a type's entities (tenant token).
 
 use super::{ApiError, ReadQuery, path, query, read_consistency};
 use crate::api::auth::TenantAuth;
 use crate::api::body::{RequestBody, media_type, parse_json};
-use crate::node::Node;
+use crate::node::{ENTITY_LIST_LIMIT_DEFAULT, ENTITY_LIST_LIMIT_MAX, EntityPage, Node};
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -133,4 +133,42 @@ pub async fn delete(
     node.entity_type(&tenant, &entity_type)?;
     node.delete_type(&tenant, &entity_type).await?;
     Ok(Json(serde_json::json!({ "deleted": entity_type })))
+}
+
+/// The query of `GET /v1/types/{type}/entities`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntitiesQuery {
+    /// List the ids strictly after this one (the previous page's `next_after`).
+    pub after: Option<String>,
+    /// At most this many ids: 1 to [`ENTITY_LIST_LIMIT_MAX`], [`ENTITY_LIST_LIMIT_DEFAULT`]
+    /// when left out.
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/types/{type}/entities[?after=ID][&limit=N]` → one page of the ids of the type's
+/// entities that have state or are remembered, in id order, from every node of the cluster;
+/// the first page counts them all (`total`).
+pub async fn entities(
+    State(node): State<Arc<Node>>,
+    TenantAuth(tenant): TenantAuth,
+    entity_type: Result<Path<String>, PathRejection>,
+    page: Result<Query<EntitiesQuery>, QueryRejection>,
+) -> Result<Json<EntityPage>, ApiError> {
+    let entity_type = path(entity_type)?;
+    tracing::Span::current().record("entity_type", entity_type.as_str());
+    let page = query(page)?;
+    let limit = page.limit.unwrap_or(ENTITY_LIST_LIMIT_DEFAULT);
+    if limit == 0 || limit > ENTITY_LIST_LIMIT_MAX {
+        return Err(ApiError::bad_request(
+            "bad_query",
+            format!(
+                "limit must be between 1 and {ENTITY_LIST_LIMIT_MAX} (the most ids a page lists)"
+            ),
+        ));
+    }
+    Ok(Json(
+        node.list_entities(&tenant, &entity_type, page.after, limit)
+            .await?,
+    ))
 }

@@ -19,7 +19,9 @@
 //! - a request to hold a plugin blob only from a voter or a member the catalog has committed
 //!   (never held: the requester retries); a read of one from any node of the cluster, like
 //!   following the catalog (a joining node fetches its plugins before its join commits); blob
-//!   answers only as replies to this node's own requests, never as messages of their own.
+//!   answers only as replies to this node's own requests, never as messages of their own;
+//! - a query about this node's part of the cluster (a page of entity ids, its overview) only
+//!   from a committed member (never held), its answers only as replies.
 //!
 //! [`judge`] is a pure function of the message, its sender and what this node knows
 //! ([`Knowledge`]), tested rule by rule below. The mesh applies it where it dispatches
@@ -70,11 +72,13 @@ pub(crate) enum Kind {
     Progress,
     BlobRequest,
     BlobReply,
+    Query,
+    Answer,
 }
 
 impl Kind {
     /// Every kind, in the order `/metrics` lists them.
-    pub(crate) const ALL: [Kind; 19] = [
+    pub(crate) const ALL: [Kind; 21] = [
         Kind::Replica,
         Kind::Submit,
         Kind::Reply,
@@ -94,6 +98,8 @@ impl Kind {
         Kind::Progress,
         Kind::BlobRequest,
         Kind::BlobReply,
+        Kind::Query,
+        Kind::Answer,
     ];
 
     /// The kind of `message`, unless it is one no rule refuses.
@@ -127,6 +133,8 @@ impl Kind {
             PeerMessage::BlobChunk { .. }
             | PeerMessage::BlobHeld { .. }
             | PeerMessage::BlobMissing { .. } => Kind::BlobReply,
+            PeerMessage::Query(_) => Kind::Query,
+            PeerMessage::Answer(_) => Kind::Answer,
         };
         Some(kind)
     }
@@ -153,6 +161,8 @@ impl Kind {
             Kind::Progress => "unauthorized_progress",
             Kind::BlobRequest => "unauthorized_blob_request",
             Kind::BlobReply => "unauthorized_blob_reply",
+            Kind::Query => "unauthorized_query",
+            Kind::Answer => "unauthorized_answer",
         }
     }
 
@@ -244,6 +254,9 @@ pub(crate) fn judge(from: &str, message: &PeerMessage, known: &Knowledge<'_>) ->
         PeerMessage::BlobChunk { .. }
         | PeerMessage::BlobHeld { .. }
         | PeerMessage::BlobMissing { .. } => Vouched::No,
+        // A request is answered now or not at all: a member not committed yet is refused.
+        PeerMessage::Query(_) => Vouched::from_bool(known.member(from) == Vouched::Yes),
+        PeerMessage::Answer(_) => Vouched::No,
     };
     vouched.verdict()
 }

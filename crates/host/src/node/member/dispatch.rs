@@ -4,7 +4,8 @@
 //! has not applied yet could vouch for are held (`held.rs`) and judged again as the plane
 //! moves, and the rest go to their owner without waiting — the plane's frames to the plane,
 //! the regions' messages to this node's region, commands to the coordinator if it runs here,
-//! requests for plugin blobs to the blob transfer (`blob_transfer.rs`), with the responder
+//! requests for plugin blobs to the blob transfer (`blob_transfer.rs`) and queries to the node
+//! (`queries.rs`), with the responder
 //! their answer goes back by. A full queue drops the message and counts it; every sender
 //! retries what matters.
 
@@ -13,6 +14,7 @@ use super::blob_transfer::BlobTransfer;
 use super::held::{Held, Released};
 use super::mesh::{Mesh, bump};
 use super::peer_message::PeerMessage;
+use super::queries::{self, Asked};
 use std::cell::OnceCell;
 use std::sync::{Arc, Weak};
 use std::time::Instant as StdInstant;
@@ -20,7 +22,7 @@ use tessera_cluster::{Inbound, Responder};
 use tessera_contract::{Allocation, NodeId, ShardKey};
 use tessera_metadata::{CommittedRead, MemberState, MetadataStore, PlaneStatus};
 use tessera_sharding::Switchboard;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Where received messages go, and what they are judged by.
@@ -33,6 +35,8 @@ pub(crate) struct DispatchParts {
     pub(crate) status: watch::Receiver<PlaneStatus>,
     /// Where peers' requests for plugin blobs go.
     pub(crate) blobs: Arc<BlobTransfer>,
+    /// Where peers' queries go (`queries.rs`), for the node to answer.
+    pub(crate) queries: mpsc::Sender<Asked>,
 }
 
 impl Mesh {
@@ -123,6 +127,9 @@ impl Mesh {
                     sha256: sha256.clone(),
                     why: format!("{} does not take this request from {from}", self.node),
                 });
+            } else if let PeerMessage::Query(_) = &message {
+                let why = format!("{} does not take this query from {from}", self.node);
+                queries::refuse(reply, why);
             }
             return;
         }
@@ -132,6 +139,12 @@ impl Mesh {
             }
             PeerMessage::BlobHold { sha256, size_bytes } => {
                 parts.blobs.hold(from, sha256, size_bytes, reply)
+            }
+            PeerMessage::Query(query) => {
+                if let Err(error) = parts.queries.try_send((query, reply)) {
+                    let why = format!("{} has too many queries to answer", self.node);
+                    queries::refuse(error.into_inner().1, why);
+                }
             }
             // Nothing else is sent as a request; what is, is handled as a message.
             message => self.deliver(parts, from, message),
@@ -189,7 +202,9 @@ impl Mesh {
             | PeerMessage::BlobRead { .. }
             | PeerMessage::BlobChunk { .. }
             | PeerMessage::BlobHeld { .. }
-            | PeerMessage::BlobMissing { .. } => self.refuse(&from, &message),
+            | PeerMessage::BlobMissing { .. }
+            | PeerMessage::Query(_)
+            | PeerMessage::Answer(_) => self.refuse(&from, &message),
             PeerMessage::Coordinator(command) => {
                 if !switchboard.has_local_coordinator()
                     || switchboard.command_local(command).is_err()

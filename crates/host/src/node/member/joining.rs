@@ -7,6 +7,7 @@ use super::blob_transfer::BlobTransfer;
 use super::dispatch::DispatchParts;
 use super::mesh::{Mesh, plane_queue};
 use super::peer_message::PeerMessage;
+use super::queries::Asked;
 use crate::node::catalog::NodeCatalog;
 use crate::node::{ClusterConfig, Node, NodeConfig, NodeError};
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use tessera_metadata::{
 };
 use tessera_sharding::Switchboard;
 use tessera_sharding::lease::NodeLease;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// How long a cluster node waits between tries to join while no quorum answers.
 const JOIN_RETRY: Duration = Duration::from_millis(250);
@@ -80,6 +81,13 @@ fn metadata_journal(config: &NodeConfig) -> PathBuf {
     config.data_dir.join("metadata.journal")
 }
 
+/// What peers send this node: the transport's inbound messages, and the queue their queries
+/// wait in for the node to answer them (`queries.rs`).
+pub(in crate::node) struct Received {
+    pub(in crate::node) inbound: Inbound<PeerMessage>,
+    pub(in crate::node) queries: mpsc::Sender<Asked>,
+}
+
 /// Starts this node's side of the metadata plane over the mesh — a voter's replica, or a
 /// non-voting member's follower — and the task that hands every received frame to the plane,
 /// the region or the coordinator.
@@ -89,7 +97,7 @@ pub(in crate::node) fn start_plane(
     metadata: MetadataStore,
     catalog: &Arc<NodeCatalog>,
     mesh: &Arc<Mesh>,
-    inbound: Inbound<PeerMessage>,
+    received: Received,
     switchboard: &Arc<Switchboard>,
 ) -> Result<(Arc<dyn MetadataPlane>, watch::Receiver<PlaneStatus>), NodeError> {
     let blobs: Arc<BlobTransfer> = catalog.sources.transfer.clone().ok_or_else(|| {
@@ -127,8 +135,9 @@ pub(in crate::node) fn start_plane(
         catalog: catalog_as_applied,
         status: started.1.clone(),
         blobs,
+        queries: received.queries,
     };
-    tokio::spawn(mesh.clone().dispatch(inbound, parts));
+    tokio::spawn(mesh.clone().dispatch(received.inbound, parts));
     tokio::spawn(mesh.clone().send_progress(started.1.clone()));
     Ok(started)
 }

@@ -1,6 +1,7 @@
 //! What nodes say to each other: [`PeerMessage`], the one message type of a node's cluster
 //! transport (the mesh). Who may send each kind is `authority.rs`'s to judge.
 
+use super::queries::{PeerAnswer, PeerQuery};
 use serde::{Deserialize, Serialize};
 use tessera_consensus::group::GroupFrame;
 use tessera_sharding::{CoordinatorCommand, LinkMessage};
@@ -65,4 +66,9 @@ pub enum PeerMessage {
         /// Why.
         why: String,
     },
+    /// A question about the receiver's own part of the cluster (see `queries.rs`), sent as a
+    /// request and answered [`PeerMessage::Answer`].
+    Query(PeerQuery),
+    /// The answer to a [`PeerMessage::Query`].
+    Answer(PeerAnswer),
 }

@@ -575,6 +575,17 @@ fn blob_holds_come_from_voters_and_committed_members_reads_from_any_node_and_ans
 }
 
 #[test]
+fn queries_come_from_committed_members_and_answers_only_as_replies() {
+    use crate::node::member::queries::{PeerAnswer, PeerQuery};
+    let query = || PeerMessage::Query(PeerQuery::Overview);
+    assert_eq!(verdict("n4", query()), Verdict::Accept);
+    assert_eq!(verdict("rogue", query()), Verdict::Refuse, "never held");
+    let answer = PeerMessage::Answer(PeerAnswer::Refused { why: "no".into() });
+    assert_eq!(Kind::of(&answer), Some(Kind::Answer));
+    assert_eq!(verdict("n1", answer), Verdict::Refuse);
+}
+
+#[test]
 fn a_node_this_catalog_knows_as_no_member_waits_until_it_is_one() {
     let mut joining = catalog();
     joining.members.remove("n4");
