@@ -5,6 +5,7 @@
 
 mod admission;
 mod crash;
+mod doc_examples;
 mod edge;
 mod entities;
 mod lifecycle;
