@@ -108,7 +108,9 @@ impl ClientBuilder {
             .token
             .ok_or_else(|| Error::Config("no token: set one with `token`".into()))?;
         if self.retry.attempts_max == 0 {
-            return Err(Error::Config("retry.attempts_max must be at least 1".into()));
+            return Err(Error::Config(
+                "retry.attempts_max must be at least 1".into(),
+            ));
         }
         if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::Config("timeouts must be above zero".into()));

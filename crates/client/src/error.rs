@@ -119,7 +119,10 @@ const CODES: &[(&str, ErrorKind)] = &[
     ("bad_reply", ErrorKind::BadReply),
     ("unavailable", ErrorKind::Unavailable),
     ("bad_message", ErrorKind::BadMessage),
-    ("entity_type_not_registered", ErrorKind::EntityTypeNotRegistered),
+    (
+        "entity_type_not_registered",
+        ErrorKind::EntityTypeNotRegistered,
+    ),
     ("rejected", ErrorKind::Rejected),
     ("deadline", ErrorKind::Deadline),
     ("memory_limit", ErrorKind::MemoryLimit),
@@ -285,7 +288,9 @@ pub enum Error {
         reason: String,
     },
     /// The connection broke after the request was sent: the message may or may not have run.
-    #[error("the connection to {node} broke before the answer: {reason} (the message may have run)")]
+    #[error(
+        "the connection to {node} broke before the answer: {reason} (the message may have run)"
+    )]
     Interrupted {
         /// The node's base URL.
         node: String,

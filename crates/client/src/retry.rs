@@ -186,8 +186,8 @@ mod tests {
     fn backoff_doubles_up_to_its_cap_with_jitter() {
         let retry = Retry::default();
         for attempt in 1..30 {
-            let full = (retry.backoff_initial * 2u32.pow((attempt - 1).min(20)))
-                .min(retry.backoff_max);
+            let full =
+                (retry.backoff_initial * 2u32.pow((attempt - 1).min(20))).min(retry.backoff_max);
             let wait = retry.backoff(attempt);
             assert!(wait <= full && wait >= full / 2, "{attempt}: {wait:?}");
         }

@@ -82,7 +82,9 @@ async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Seen> {
                 .then(|| value.trim().to_string())
         })
     };
-    let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let length: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     while bytes.len() < head_end + length {
         let read = stream.read(&mut chunk).await.ok()?;
         if read == 0 {
@@ -143,7 +145,10 @@ async fn a_retried_tell_carries_one_idempotency_key() {
             .all(|request| request.idempotency_key.as_deref() == Some(&key)),
         "{seen:?}"
     );
-    assert!(seen.iter().all(|request| request.path == "/v1/entities/counter/c1/tell"));
+    assert!(
+        seen.iter()
+            .all(|request| request.path == "/v1/entities/counter/c1/tell")
+    );
 
     // The next tell is another message: another key.
     let (node, seen) = scripted(vec![Answer::Status(202, None)]).await;
@@ -156,7 +161,13 @@ async fn a_retried_tell_carries_one_idempotency_key() {
 
 #[tokio::test]
 async fn a_definite_refusal_is_answered_after_one_attempt() {
-    for code in ["rejected", "bad_message", "trap", "quota_exceeded", "deadlock"] {
+    for code in [
+        "rejected",
+        "bad_message",
+        "trap",
+        "quota_exceeded",
+        "deadlock",
+    ] {
         let status = match code {
             "rejected" => 422,
             "bad_message" => 400,
@@ -180,7 +191,11 @@ async fn an_ask_whose_answer_was_lost_is_not_sent_again() {
         .ask::<_, i64>("counter", "c1", &serde_json::json!({"Add": 1}))
         .await;
     assert!(matches!(asked, Err(Error::Interrupted { .. })), "{asked:?}");
-    assert_eq!(seen.lock().unwrap().len(), 1, "the add may have run: not sent again");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the add may have run: not sent again"
+    );
 }
 
 #[tokio::test]
@@ -198,7 +213,11 @@ async fn calls_fail_over_to_the_next_node() {
     // The node that answered is tried first from now on.
     let value: i64 = client.ask("counter", "c1", &"Get").await.expect("answered");
     assert_eq!(value, 1);
-    assert_eq!(busy_seen.lock().unwrap().len(), 1, "the busy node is not tried first");
+    assert_eq!(
+        busy_seen.lock().unwrap().len(),
+        1,
+        "the busy node is not tried first"
+    );
     assert_eq!(live_seen.lock().unwrap().len(), 2);
 }
 
