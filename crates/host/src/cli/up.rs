@@ -357,23 +357,6 @@ fn try_hints(deployed: &[&str]) -> Vec<String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hints_name_only_deployed_types() {
-        let both = try_hints(&["counter", "bank-account"]).join("\n");
-        assert!(both.contains("tessera ask counter/c1"), "{both}");
-        let bank = try_hints(&["bank-account"]).join("\n");
-        assert!(bank.contains("tessera ask bank-account/a"), "{bank}");
-        assert!(!bank.contains("counter"), "{bank}");
-        let none = try_hints(&[]).join("\n");
-        assert!(!none.contains("tessera ask"), "{none}");
-        assert!(none.contains("tessera deploy"), "{none}");
-    }
-}
-
 /// Creates the dev tenant if missing (returning its new token) and deploys every example
 /// whose bytes differ from its type's active version.
 async fn prepare(node: &Node, plugins: &[(String, Vec<u8>)]) -> Result<Option<String>, String> {
@@ -409,4 +392,21 @@ async fn prepare(node: &Node, plugins: &[(String, Vec<u8>)]) -> Result<Option<St
         outln!("deployed {entity_type} version {}", version.version);
     }
     Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_name_only_deployed_types() {
+        let both = try_hints(&["counter", "bank-account"]).join("\n");
+        assert!(both.contains("tessera ask counter/c1"), "{both}");
+        let bank = try_hints(&["bank-account"]).join("\n");
+        assert!(bank.contains("tessera ask bank-account/a"), "{bank}");
+        assert!(!bank.contains("counter"), "{bank}");
+        let none = try_hints(&[]).join("\n");
+        assert!(!none.contains("tessera ask"), "{none}");
+        assert!(none.contains("tessera deploy"), "{none}");
+    }
 }
