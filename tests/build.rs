@@ -17,7 +17,13 @@ fn main() {
         .expect("the tests crate lives in the workspace root")
         .to_path_buf();
     let plugins_dir = root.join("plugins");
-    for watched in ["plugins", "guest-sdk/src", "guest-sdk/Cargo.toml", "wit"] {
+    for watched in [
+        "plugins",
+        "guest-sdk/src",
+        "guest-sdk/Cargo.toml",
+        "guest-sdk/macros",
+        "wit",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

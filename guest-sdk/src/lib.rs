@@ -30,10 +30,19 @@
 //! export_entity!(Counter);
 //! ```
 //!
-//! Its crate is a `cdylib` that depends on `tessera-sdk` and on
-//! `serde = { version = "1", features = ["derive"] }` (the derives need the `serde` crate by
-//! name), built with `cargo build --release --target wasm32-wasip2`; the `.wasm` it produces is
-//! the component to deploy.
+//! Its crate is a `cdylib` that depends on `tessera-sdk` alone — the prelude's `Serialize` and
+//! `Deserialize` derives go through the serde this crate re-exports — built with
+//! `cargo build --release --target wasm32-wasip2` (or `tessera build <crate dir>`); the `.wasm`
+//! it produces is the component to deploy. Outside this repository:
+//!
+//! ```toml
+//! [lib]
+//! crate-type = ["cdylib"]
+//!
+//! [dependencies]
+//! tessera-sdk = { path = "../tessera/guest-sdk" }   # a checkout of the repository
+//! # or: tessera-sdk = { git = "<the repository's URL>" }
+//! ```
 //!
 //! Test it natively with [`testing::Harness`]:
 //!
@@ -96,6 +105,18 @@ pub use types::{Activation, Address, Level, TimerId};
 /// encodable(&5u8);
 /// ```
 pub use serde;
+/// serde's traits, and the derives for them that go through the serde this crate re-exports
+/// (`tessera-sdk-macros`), so an entity crate needs no `serde` dependency of its own:
+///
+/// ```
+/// use tessera_sdk::{Deserialize, Serialize};
+/// #[derive(Serialize, Deserialize)]
+/// enum Msg { Add(i64), #[serde(rename = "get")] Get }
+/// fn message<T: Serialize + for<'de> Deserialize<'de>>() {}
+/// message::<Msg>();
+/// ```
+pub use serde::de::Deserialize;
+pub use serde::ser::Serialize;
 /// serde_bytes, re-exported so a message or reply can carry MessagePack `bin` data.
 ///
 /// ```
@@ -104,6 +125,7 @@ pub use serde;
 /// assert_eq!(reply.len(), 4);
 /// ```
 pub use serde_bytes;
+pub use tessera_sdk_macros::{Deserialize, Serialize};
 /// The wit-bindgen runtime the generated bindings use.
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
@@ -116,7 +138,7 @@ pub use wit_bindgen as __wit_bindgen;
 /// ```
 pub mod prelude {
     pub use crate::{Activation, Address, Ctx, Entity, Error, Level, TimerId, export_entity};
-    pub use serde::{Deserialize, Serialize};
+    pub use crate::{Deserialize, Serialize};
     pub use serde_bytes::ByteBuf;
     pub use std::time::Duration;
 }

@@ -7,6 +7,7 @@
 mod admission;
 mod crash;
 mod dashboard;
+mod doc_examples;
 mod edge;
 mod entities;
 mod lifecycle;

@@ -16,6 +16,9 @@ use tessera_codec::{self as codec, CodecError};
 /// The media type of MessagePack bodies.
 pub const MSGPACK: &str = "application/msgpack";
 
+/// The form media type, which curl's `-d` sends by default: refused for messages, with a hint.
+const FORM: &str = "application/x-www-form-urlencoded";
+
 /// Capacity reserved up front for a body, whatever length it declares: a client cannot make
 /// the node allocate by announcing a large body it never sends.
 pub const BODY_RESERVE_BYTES_MAX: usize = 64 * 1024;
@@ -150,10 +153,16 @@ pub fn message_payload(headers: &HeaderMap, bytes: &Bytes) -> Result<Vec<u8>, Ap
     match media_type(headers, header::CONTENT_TYPE).as_deref() {
         None | Some("application/json") => {}
         Some(other) => {
+            // curl's `-d` sends a form type unless told otherwise: say how to fix it.
+            let hint = if other == FORM {
+                " (curl -d sends that: add -H 'content-type: application/json')"
+            } else {
+                ""
+            };
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
-                format!("message bodies are application/json or {MSGPACK}, not {other}"),
+                format!("message bodies are application/json or {MSGPACK}, not {other}{hint}"),
             ));
         }
     }

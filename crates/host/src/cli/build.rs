@@ -1,4 +1,5 @@
-//! `tessera build`: a plugin crate to a `wasm32-wasip2` component.
+//! `tessera build`: a plugin crate to a `wasm32-wasip2` component, written under the crate's
+//! own cargo target directory.
 
 use super::output::outln;
 use std::path::{Path, PathBuf};
@@ -11,9 +12,10 @@ pub const PLUGIN_TARGET: &str = "wasm32-wasip2";
 pub(crate) struct BuildArgs {
     /// The plugin crate's directory (holding its Cargo.toml).
     crate_dir: PathBuf,
-    /// Where to write the component.
-    #[arg(long, default_value = "target/plugins")]
-    out_dir: PathBuf,
+    /// Where to write the component [default: `plugins/` in the crate's cargo target
+    /// directory, wherever the command runs].
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
 }
 
 /// Why a plugin did not build.
@@ -35,7 +37,7 @@ pub enum BuildError {
 }
 
 pub(crate) fn run(args: BuildArgs) -> ExitCode {
-    match build_plugin(&args.crate_dir, &args.out_dir) {
+    match build_plugin(&args.crate_dir, args.out_dir.as_deref()) {
         Ok(path) => {
             outln!("{}", path.display());
             ExitCode::SUCCESS
@@ -48,13 +50,15 @@ pub(crate) fn run(args: BuildArgs) -> ExitCode {
 }
 
 /// Builds the plugin crate in `crate_dir` in release mode for `wasm32-wasip2` and copies the
-/// component to `out_dir/<crate name>.wasm`, returning that path.
+/// component to `<out_dir>/<crate name>.wasm` — by default `<target dir>/plugins/`, in the
+/// cargo target directory of the crate (its workspace's, or `CARGO_TARGET_DIR`), not of the
+/// directory the command runs in — returning that path.
 ///
 /// ```no_run
-/// let wasm = tessera_host::cli::build_plugin("plugins/counter".as_ref(), "target/plugins".as_ref()).unwrap();
-/// assert!(wasm.ends_with("counter.wasm"));
+/// let wasm = tessera_host::cli::build_plugin("plugins/counter".as_ref(), None).unwrap();
+/// assert!(wasm.ends_with("plugins/target/plugins/counter.wasm"));
 /// ```
-pub fn build_plugin(crate_dir: &Path, out_dir: &Path) -> Result<PathBuf, BuildError> {
+pub fn build_plugin(crate_dir: &Path, out_dir: Option<&Path>) -> Result<PathBuf, BuildError> {
     let manifest = crate_dir.join("Cargo.toml");
     if !manifest.exists() {
         return Err(BuildError::NotACrate(crate_dir.to_path_buf()));
@@ -80,7 +84,11 @@ pub fn build_plugin(crate_dir: &Path, out_dir: &Path) -> Result<PathBuf, BuildEr
         .join(PLUGIN_TARGET)
         .join("release")
         .join(format!("{}.wasm", metadata.name.replace('-', "_")));
-    std::fs::create_dir_all(out_dir)?;
+    let out_dir = match out_dir {
+        Some(out_dir) => out_dir.to_path_buf(),
+        None => metadata.target_directory.join("plugins"),
+    };
+    std::fs::create_dir_all(&out_dir)?;
     let destination = out_dir.join(format!("{}.wasm", metadata.name));
     std::fs::copy(&artifact, &destination)?;
     Ok(destination)

@@ -1,5 +1,7 @@
-//! The HTTP client behind the client commands: where the node is, which token to send, one
-//! request at a time with ureq, and the exit codes scripts rely on (see `docs/cli.md`).
+//! The HTTP client behind the client commands: where the node is, which token to send, and
+//! the exit codes scripts rely on (see `docs/cli.md`). The commands that message entities go
+//! through the application client, `tessera-client` ([`Client::entities`]); the rest send one
+//! request at a time with ureq.
 
 use super::credentials::{self, Credentials};
 use serde_json::Value as Json;
@@ -110,6 +112,24 @@ impl Client {
         })
     }
 
+    /// The application client (`tessera-client`) over this node and token, and a runtime to
+    /// run its calls on: for the commands that message entities. One attempt per command, as
+    /// with every other command: a script sees the node's answer, not a retry's.
+    pub(crate) fn entities(&self) -> Result<Entities, ClientError> {
+        let client = tessera_client::Client::builder()
+            .node(&self.url)
+            .token(&self.token)
+            .retry(tessera_client::Retry::never())
+            .request_timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|error| ClientError::Usage(error.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| ClientError::Usage(format!("cannot start a runtime: {error}")))?;
+        Ok(Entities { client, runtime })
+    }
+
     /// `GET path`.
     pub(crate) fn get(&self, path: &str) -> Result<Json, ClientError> {
         self.send(Method::GET, path, None, SendBody::none(), 0)
@@ -196,26 +216,39 @@ impl Client {
     }
 }
 
-/// Percent-encodes one path segment (entity ids may hold any character).
-pub(crate) fn segment(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            encoded.push(byte as char);
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
+/// The application client of the commands that message entities, with the runtime its calls
+/// run on.
+pub(crate) struct Entities {
+    client: tessera_client::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Entities {
+    /// Runs `call` with the client to its end; its error as the command's.
+    pub(crate) fn run<T>(
+        &self,
+        call: impl AsyncFnOnce(&tessera_client::Client) -> Result<T, tessera_client::Error>,
+    ) -> Result<T, ClientError> {
+        self.runtime
+            .block_on(call(&self.client))
+            .map_err(ClientError::from)
+    }
+}
+
+impl From<tessera_client::Error> for ClientError {
+    /// An answer of the node is a refusal (exit 1, its body printed as it came); anything
+    /// else — no connection, no answer, a reply that is not JSON — is exit 2.
+    fn from(error: tessera_client::Error) -> Self {
+        use tessera_client::Error;
+        match error {
+            Error::Api(refusal) => ClientError::Refused(refusal.status(), refusal.body().into()),
+            Error::Protocol { status, body, .. } => ClientError::Refused(status, body),
+            Error::Decode(error) => {
+                ClientError::Usage(format!("the server answered non-JSON: {error}"))
+            }
+            other => ClientError::Usage(other.to_string()),
         }
     }
-    encoded
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segments_are_percent_encoded() {
-        assert_eq!(segment("c-1"), "c-1");
-        assert_eq!(segment("a/b c"), "a%2Fb%20c");
-    }
-}
+pub(crate) use tessera_client::segment;

@@ -1,5 +1,6 @@
 //! The client commands: each is one HTTP request to a node (see `docs/cli.md`), printed
-//! readably or, with `--json`, as the server's JSON.
+//! readably or, with `--json`, as the server's JSON. Messages to entities (`tell`, `ask`,
+//! `passivate`, `state`) go through `tessera-client`, the rest through the CLI's own requests.
 
 use super::client::{Client, ClientArgs, ClientError, Role, segment};
 use super::output::outln;
@@ -7,6 +8,8 @@ use super::progress::ProgressReader;
 use serde_json::{Value as Json, json};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+use tessera_client::StateValue;
 use ureq::http::Method;
 
 /// `tessera deploy <wasm> --type T [--remember] [--passivate-idle-ms N]`.
@@ -123,14 +126,12 @@ fn print_json(json: &Json) {
     );
 }
 
-/// `type/id` → the API path of that entity.
-fn entity_path(entity: &str) -> Result<String, ClientError> {
+/// `type/id` → the entity's type and id (the id may hold further slashes).
+fn entity_of(entity: &str) -> Result<(&str, &str), ClientError> {
     match entity.split_once('/') {
-        Some((entity_type, id)) if !entity_type.is_empty() && !id.is_empty() => Ok(format!(
-            "/v1/entities/{}/{}",
-            segment(entity_type),
-            segment(id)
-        )),
+        Some((entity_type, id)) if !entity_type.is_empty() && !id.is_empty() => {
+            Ok((entity_type, id))
+        }
         _ => Err(ClientError::Usage(format!(
             "{entity:?} is not an entity: write type/id, e.g. counter/c1"
         ))),
@@ -256,12 +257,12 @@ pub(crate) fn rollback(args: RollbackArgs) -> ExitCode {
 
 pub(crate) fn tell(args: MessageArgs) -> ExitCode {
     finish((|| {
-        let path = format!("{}/tell", entity_path(&args.entity)?);
+        let (entity_type, id) = entity_of(&args.entity)?;
         let message = parse_message(&args.message)?;
-        let answer =
-            Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
+        let entities = Client::new(&args.client, Role::Tenant)?.entities()?;
+        entities.run(async |client| client.tell_at_most_once(entity_type, id, &message).await)?;
         if args.client.json {
-            print_json(&answer);
+            print_json(&json!({ "status": "accepted" }));
         } else {
             outln!("accepted");
         }
@@ -271,12 +272,16 @@ pub(crate) fn tell(args: MessageArgs) -> ExitCode {
 
 pub(crate) fn ask(args: MessageArgs) -> ExitCode {
     finish((|| {
-        let mut path = format!("{}/ask", entity_path(&args.entity)?);
-        if let Some(timeout) = args.timeout_ms {
-            path.push_str(&format!("?timeout_ms={timeout}"));
-        }
+        let (entity_type, id) = entity_of(&args.entity)?;
         let message = parse_message(&args.message)?;
-        let reply = Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &message)?;
+        let entities = Client::new(&args.client, Role::Tenant)?.entities()?;
+        let reply: Json = entities.run(async |client| match args.timeout_ms {
+            Some(timeout) => {
+                let timeout = Duration::from_millis(timeout);
+                client.ask_within(entity_type, id, &message, timeout).await
+            }
+            None => client.ask(entity_type, id, &message).await,
+        })?;
         if args.client.json {
             outln!("{reply}");
         } else {
@@ -288,11 +293,11 @@ pub(crate) fn ask(args: MessageArgs) -> ExitCode {
 
 pub(crate) fn passivate(args: EntityArgs) -> ExitCode {
     finish((|| {
-        let path = format!("{}/passivate", entity_path(&args.entity)?);
-        let answer =
-            Client::new(&args.client, Role::Tenant)?.json(Method::POST, &path, &json!(null))?;
+        let (entity_type, id) = entity_of(&args.entity)?;
+        let entities = Client::new(&args.client, Role::Tenant)?.entities()?;
+        entities.run(async |client| client.passivate(entity_type, id).await)?;
         if args.client.json {
-            print_json(&answer);
+            print_json(&json!({ "status": "passivating" }));
         } else {
             outln!("passivating {}", args.entity);
         }
@@ -302,23 +307,24 @@ pub(crate) fn passivate(args: EntityArgs) -> ExitCode {
 
 pub(crate) fn state(args: EntityArgs) -> ExitCode {
     finish((|| {
-        let path = format!("{}/state", entity_path(&args.entity)?);
-        let state = Client::new(&args.client, Role::Tenant)?.get(&path)?;
+        let (entity_type, id) = entity_of(&args.entity)?;
+        let entities = Client::new(&args.client, Role::Tenant)?.entities()?;
+        let state = entities.run(async |client| client.state(entity_type, id).await)?;
         if args.client.json {
-            print_json(&state);
+            let json = serde_json::to_value(&state)
+                .map_err(|error| ClientError::Usage(error.to_string()))?;
+            print_json(&json);
             return Ok(());
         }
-        let entries = state["entries"].as_array().cloned().unwrap_or_default();
-        if entries.is_empty() {
+        if state.entries.is_empty() {
             outln!("{} has no state", args.entity);
         }
-        for entry in entries {
-            let value = entry.get("value").or_else(|| entry.get("raw_base64"));
-            outln!(
-                "{} = {}",
-                entry["key"].as_str().unwrap_or("?"),
-                value.cloned().unwrap_or(Json::Null)
-            );
+        for entry in state.entries {
+            let value = match entry.value {
+                StateValue::Json(value) => value,
+                StateValue::RawBase64(base64) => Json::String(base64),
+            };
+            outln!("{} = {value}", entry.key);
         }
         Ok(())
     })())
@@ -394,15 +400,10 @@ mod tests {
 
     #[test]
     fn entities_are_type_slash_id() {
-        assert_eq!(
-            entity_path("counter/c1").unwrap(),
-            "/v1/entities/counter/c1"
-        );
-        assert_eq!(
-            entity_path("counter/a/b").unwrap(),
-            "/v1/entities/counter/a%2Fb"
-        );
-        assert!(entity_path("counter").is_err());
-        assert!(entity_path("/c1").is_err());
+        assert_eq!(entity_of("counter/c1").unwrap(), ("counter", "c1"));
+        assert_eq!(entity_of("counter/a/b").unwrap(), ("counter", "a/b"));
+        assert!(entity_of("counter").is_err());
+        assert!(entity_of("/c1").is_err());
+        assert!(entity_of("counter/").is_err());
     }
 }

@@ -30,7 +30,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Compile a plugin crate to a component in target/plugins/<name>.wasm.
+    /// Compile a plugin crate to a component in <its target dir>/plugins/<name>.wasm.
     Build(build::BuildArgs),
     /// Run an entity locally and print each reply as one JSON line.
     Invoke(invoke::InvokeArgs),

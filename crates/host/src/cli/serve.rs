@@ -158,17 +158,18 @@ pub(crate) fn node(args: NodeArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(error),
     };
-    match runtime.block_on(run_node(config, async |_, _| Ok(()))) {
+    match runtime.block_on(run_node(config, shutdown_signal(), async |_, _| Ok(()))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(error),
     }
 }
 
-/// Opens the node, binds its listener, runs `ready` with both, serves until SIGINT or
-/// SIGTERM, then stops accepting, leaves its cluster (a non-voting member) and shuts the node
-/// down.
+/// Opens the node, binds its listener, runs `ready` with both, serves until `stop` completes
+/// ([`shutdown_signal`], or more), then stops accepting, leaves its cluster (a non-voting
+/// member) and shuts the node down.
 pub(super) async fn run_node(
     config: NodeConfig,
+    stop: impl Future<Output = ()> + Send + 'static,
     ready: impl AsyncFnOnce(&Arc<Node>, SocketAddr) -> Result<(), String>,
 ) -> Result<(), String> {
     let node = Node::open(config.clone())
@@ -185,7 +186,7 @@ pub(super) async fn run_node(
         return Err(error);
     }
     tracing::info!(%address, data_dir = %config.data_dir.display(), "serving the HTTP API");
-    let served = crate::api::serve(node.clone(), listener, shutdown_signal()).await;
+    let served = crate::api::serve(node.clone(), listener, stop).await;
     tracing::info!("stopping the node");
     if let Err(error) = node.leave().await {
         tracing::warn!(%error, "the node could not leave its cluster gracefully");
@@ -195,7 +196,7 @@ pub(super) async fn run_node(
 }
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM.
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -6,7 +6,7 @@
 use super::build::build_plugin;
 use super::credentials::{CREDENTIALS_FILE, Credentials, DEV_DATA_DIR};
 use super::output::outln;
-use super::serve::{fail, run_node, tokio_runtime};
+use super::serve::{fail, run_node, shutdown_signal, tokio_runtime};
 use crate::node::{ClusterConfig, Node, NodeConfig};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -18,8 +18,32 @@ use tessera_metadata::TypeOptions;
 /// The tenant `tessera up` creates and deploys the examples to.
 pub const DEV_TENANT: &str = "default";
 
-/// The example plugins `tessera up` deploys: `(crate dir under plugins/, type name)`.
-const DEV_PLUGINS: [(&str, &str); 2] = [("counter", "counter"), ("bank-account", "bank-account")];
+/// An example plugin `tessera up` deploys.
+struct Example {
+    /// Its crate directory under the plugins directory.
+    crate_dir: &'static str,
+    /// The type it is deployed as.
+    entity_type: &'static str,
+    /// An entity to try and a message it takes, for the hint `up` prints.
+    try_entity: &'static str,
+    try_message: &'static str,
+}
+
+/// The example plugins `tessera up` deploys.
+const DEV_PLUGINS: [Example; 2] = [
+    Example {
+        crate_dir: "counter",
+        entity_type: "counter",
+        try_entity: "counter/c1",
+        try_message: r#"{"Add":1}"#,
+    },
+    Example {
+        crate_dir: "bank-account",
+        entity_type: "bank-account",
+        try_entity: "bank-account/a",
+        try_message: r#"{"Deposit":10}"#,
+    },
+];
 
 /// The id of the local cluster `tessera up --nodes N` runs.
 const DEV_CLUSTER_ID: &str = "dev";
@@ -27,7 +51,8 @@ const DEV_CLUSTER_ID: &str = "dev";
 /// How far above a node's HTTP port its cluster port is.
 const CLUSTER_PORT_OFFSET: u16 = 100;
 
-/// How long the other nodes get to stop after node 1 has, before they are killed.
+/// How long the other nodes get to stop once they were told to (with the signal `up` got),
+/// before they are killed: a node's graceful stop takes well under a second when idle.
 const CHILD_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// `tessera up`.
@@ -142,15 +167,23 @@ impl DevNode {
     }
 }
 
-/// Gives each child node [`CHILD_STOP_GRACE`] to stop (Ctrl-C reached them too), then kills
-/// the ones still running.
+/// Tells each child node to stop (SIGTERM: a Ctrl-C in the terminal reached them too, but a
+/// signal to this process alone did not), gives them [`CHILD_STOP_GRACE`] to leave cleanly, and
+/// kills the ones still running, saying so.
 fn stop_children(children: &mut Vec<Child>) {
+    for child in children.iter() {
+        terminate(child.id());
+    }
     let deadline = Instant::now() + CHILD_STOP_GRACE;
     for child in children.iter_mut() {
         loop {
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() >= deadline => {
+                    eprintln!(
+                        "node process {} did not stop within {CHILD_STOP_GRACE:?}: killed",
+                        child.id()
+                    );
                     let _ = child.kill();
                     let _ = child.wait();
                     break;
@@ -161,6 +194,22 @@ fn stop_children(children: &mut Vec<Child>) {
     }
     children.clear();
 }
+
+/// Sends SIGTERM to process `pid` (a child node: the graceful stop `tessera node` takes).
+#[cfg(unix)]
+fn terminate(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) with a child's pid and a valid signal number touches no memory.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
+
+/// Without Unix signals a child node cannot be asked to stop: it is killed after the grace.
+#[cfg(not(unix))]
+fn terminate(_pid: u32) {}
 
 pub(crate) fn up(args: UpArgs) -> ExitCode {
     if ![1, 3, 5].contains(&args.nodes) {
@@ -212,7 +261,18 @@ pub(crate) fn up(args: UpArgs) -> ExitCode {
             return fail(error);
         }
     };
-    let served = runtime.block_on(run_node(config, async |node, address| {
+    // The signal that stops this node stops the others at the same moment, so that they
+    // leave together rather than one by one (nor after a grace).
+    let pids: Vec<u32> = others.iter().map(Child::id).collect();
+    let stop = async move {
+        shutdown_signal().await;
+        for pid in pids {
+            terminate(pid);
+        }
+    };
+    let deployed: Vec<&str> = plugins.iter().map(|(name, _)| name.as_str()).collect();
+    let hints = try_hints(&deployed);
+    let served = runtime.block_on(run_node(config, stop, async |node, address| {
         let tenant_token = prepare(node, &plugins).await?;
         let host = match address.ip() {
             ip if ip.is_unspecified() => "127.0.0.1".to_string(),
@@ -243,11 +303,9 @@ pub(crate) fn up(args: UpArgs) -> ExitCode {
             credentials.url,
             credentials_path.display()
         );
-        outln!("Try:");
-        outln!("  tessera ask counter/c1 '{{\"Add\":1}}'");
-        outln!("  tessera state counter/c1");
-        outln!("  tessera entities counter");
-        outln!("  tessera status");
+        for hint in &hints {
+            outln!("{hint}");
+        }
         outln!("Ctrl-C stops the node.");
         Ok(())
     }));
@@ -268,15 +326,41 @@ fn build_examples(plugins_dir: &Path) -> Vec<(String, Vec<u8>)> {
         return Vec::new();
     }
     let mut built = Vec::new();
-    for (crate_name, entity_type) in DEV_PLUGINS {
-        let wasm = build_plugin(&plugins_dir.join(crate_name), Path::new("target/plugins"))
-            .and_then(|path| std::fs::read(path).map_err(Into::into));
+    for example in DEV_PLUGINS {
+        let crate_dir = plugins_dir.join(example.crate_dir);
+        let wasm =
+            build_plugin(&crate_dir, None).and_then(|path| std::fs::read(path).map_err(Into::into));
         match wasm {
-            Ok(bytes) => built.push((entity_type.to_string(), bytes)),
-            Err(error) => eprintln!("cannot build plugins/{crate_name}: {error}"),
+            Ok(bytes) => built.push((example.entity_type.to_string(), bytes)),
+            Err(error) => eprintln!("cannot build {}: {error}", crate_dir.display()),
         }
     }
     built
+}
+
+/// What `up` suggests trying, naming only types it deployed: a message to the first example
+/// among them and its state, or, with none, how to deploy one.
+fn try_hints(deployed: &[&str]) -> Vec<String> {
+    let example = DEV_PLUGINS
+        .iter()
+        .find(|example| deployed.contains(&example.entity_type));
+    match example {
+        Some(example) => vec![
+            "Try:".to_string(),
+            format!(
+                "  tessera ask {} '{}'",
+                example.try_entity, example.try_message
+            ),
+            format!("  tessera state {}", example.try_entity),
+            format!("  tessera entities {}", example.entity_type),
+            "  tessera status".to_string(),
+        ],
+        None => vec![
+            "No entity types deployed: build one with `tessera build <crate dir>` and deploy it \
+             with `tessera deploy <wasm> --type <name>`."
+                .to_string(),
+        ],
+    }
 }
 
 /// Creates the dev tenant if missing (returning its new token) and deploys every example
@@ -314,4 +398,21 @@ async fn prepare(node: &Node, plugins: &[(String, Vec<u8>)]) -> Result<Option<St
         outln!("deployed {entity_type} version {}", version.version);
     }
     Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_name_only_deployed_types() {
+        let both = try_hints(&["counter", "bank-account"]).join("\n");
+        assert!(both.contains("tessera ask counter/c1"), "{both}");
+        let bank = try_hints(&["bank-account"]).join("\n");
+        assert!(bank.contains("tessera ask bank-account/a"), "{bank}");
+        assert!(!bank.contains("counter"), "{bank}");
+        let none = try_hints(&[]).join("\n");
+        assert!(!none.contains("tessera ask"), "{none}");
+        assert!(none.contains("tessera deploy"), "{none}");
+    }
 }
