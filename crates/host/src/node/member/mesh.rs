@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
 use tessera_cluster::{
-    Direction, Inbound, SendError, Transport, TransportConfig, TransportStatsSnapshot,
+    Direction, Inbound, PeerAddress, SendError, Transport, TransportConfig, TransportStatsSnapshot,
     load_identity,
 };
 use tessera_consensus::group::{GROUP_INBOUND_MAX, GroupFrame, GroupInbound, GroupOutbox};
@@ -126,7 +126,7 @@ impl Mesh {
             counters: MeshCounters::default(),
         });
         for (peer, address) in &config.seeds {
-            mesh.add_peer(peer, *address);
+            mesh.add_peer(peer, address.clone());
         }
         Ok((mesh, inbound))
     }
@@ -136,7 +136,7 @@ impl Mesh {
         self.transport.local_addr()
     }
 
-    fn add_peer(&self, peer: &str, address: SocketAddr) {
+    fn add_peer(&self, peer: &str, address: PeerAddress) {
         if peer == self.node {
             return;
         }
@@ -146,7 +146,10 @@ impl Mesh {
             (false, true) => Direction::Dial,
             _ => Direction::ByNodeId,
         };
-        if let Err(error) = self.transport.add_peer_with(peer, address, direction) {
+        if let Err(error) = self
+            .transport
+            .add_peer_with(peer, address.clone(), direction)
+        {
             tracing::warn!(%peer, %address, %error, "peer not added");
         }
     }
@@ -164,7 +167,7 @@ impl Mesh {
             }
             return;
         }
-        match member.cluster_address.parse::<SocketAddr>() {
+        match member.cluster_address.parse::<PeerAddress>() {
             Ok(address) => self.add_peer(&member.node, address),
             Err(_) if member.cluster_address.is_empty() => {}
             Err(error) => {
