@@ -38,6 +38,7 @@ use tracing::Instrument;
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
         .route("/v1/health", get(cluster::health))
+        .route("/v1/ready", get(cluster::ready))
         .route("/metrics", get(cluster::metrics))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/tenants/{name}", get(tenants::show))

@@ -3,7 +3,7 @@
 //! where what peers send enters (`dispatch`), who may send what (`authority`) and what waits
 //! for the catalog to vouch for it (`held`), how plugin bytes move between nodes beside the
 //! plane (`blob_transfer`), how it joins and leaves (`joining`), the lease that lets it serve its
-//! shards (`lease`), where the shard coordinator runs (`seat`: on the metadata primary) and
+//! shards (`lease`), whether it is ready for traffic (`readiness`), where the shard coordinator runs (`seat`: on the metadata primary) and
 //! the operators' view of the cluster from here (`view`).
 
 mod authority;
@@ -14,5 +14,6 @@ pub(super) mod joining;
 pub(super) mod lease;
 pub(super) mod mesh;
 pub(super) mod peer_message;
+pub(super) mod readiness;
 pub(super) mod seat;
 pub(super) mod view;
