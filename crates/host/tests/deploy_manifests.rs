@@ -423,9 +423,9 @@ fn three_pods_from_the_statefulset_form_a_cluster_probe_and_stop_as_kubernetes_e
     wait_for_status(&pods[last], &pods[last].url(http_port, &ready_path), 200);
 
     // Two of three voters gone: the last is live, but not ready (no quorum to commit with).
-    for index in 1..replicas {
-        let stopped = pods[index].terminate(grace);
-        assert!(stopped.success(), "{stopped}:\n{}", pods[index].log());
+    for pod in &mut pods[1..] {
+        let stopped = pod.terminate(grace);
+        assert!(stopped.success(), "{stopped}:\n{}", pod.log());
     }
     wait_for_status(&pods[0], &pods[0].url(http_port, &ready_path), 503);
     assert_eq!(status_of(&pods[0].url(http_port, &live_path)), Some(200));
