@@ -9,7 +9,9 @@
 //! address). It follows the probes: every pod becomes ready; one terminated as the kubelet
 //! does exits 0 within `terminationGracePeriodSeconds` and, restarted on its volume (a rolling
 //! upgrade's step), is ready again; with two of three voters gone the last one stays live but
-//! not ready. The image's non-root user and its volume are `deploy_non_root.rs`'s.
+//! not ready. An operator's `tessera login` to one pod, from another directory, sees the three
+//! members up at their advertised addresses. The image's non-root user and its volume are
+//! `deploy_non_root.rs`'s.
 
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -321,6 +323,7 @@ fn three_pods_from_the_statefulset_form_a_cluster_probe_and_stop_as_kubernetes_e
     let container = &pod_spec["containers"][0];
     let grace = Duration::from_secs(pod_spec["terminationGracePeriodSeconds"].as_u64().unwrap());
     let http_port = container["ports"][0]["containerPort"].as_u64().unwrap() as u16;
+    let cluster_port = container["ports"][1]["containerPort"].as_u64().unwrap() as u16;
     let ready_path = probe_path(container, "readinessProbe");
     let live_path = probe_path(container, "livenessProbe");
     assert_eq!(probe_path(container, "startupProbe"), live_path);
@@ -409,6 +412,40 @@ fn three_pods_from_the_statefulset_form_a_cluster_probe_and_stop_as_kubernetes_e
             pod.data.join("tessera.redb").is_file(),
             "data on the volume"
         );
+    }
+
+    // An operator's CLI, logged in to one pod from elsewhere, sees every pod an up member at
+    // the address it advertises (its DNS name, here its pod's address).
+    let home = dir.path().join("operator");
+    std::fs::create_dir(&home).expect("a home");
+    let cli = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(args)
+            .current_dir(&home)
+            .env_clear()
+            .env("HOME", &home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tessera runs");
+        let mut input = child.stdin.take().expect("stdin");
+        std::io::Write::write_all(&mut input, stdin.as_bytes()).expect("stdin");
+        drop(input);
+        let output = child.wait_with_output().expect("tessera exits");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    cli(&["login", &pods[1].url(http_port, "")], ADMIN_TOKEN);
+    let status: Json =
+        serde_json::from_str(&cli(&["cluster", "status", "--json"], "")).expect("JSON");
+    let members = status["members"].as_array().expect("members");
+    assert_eq!(members.len(), replicas, "{status}");
+    for (index, member) in members.iter().enumerate() {
+        assert_eq!(member["node"], pod_names[index]);
+        assert_eq!(member["state"], "up");
+        let advertised = format!("{}:{}", address(index), cluster_port);
+        assert_eq!(member["cluster_address"], advertised);
     }
 
     // A rolling upgrade's step: the last pod terminated, the others (ready again after a
