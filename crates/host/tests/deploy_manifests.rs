@@ -1,6 +1,6 @@
 //! The deployment files against the real `tessera` binary. No container registry or Kubernetes
 //! is reachable here, so the test plays the kubelet: it reads `deploy/kubernetes/statefulset.yaml`
-//! and the `Dockerfile`, checks that they agree (user, data volume, ports, command) and that
+//! and `deploy/Dockerfile`, checks that they agree (user, data volume, ports, command) and that
 //! every variable they set is one `tessera node` takes, then starts one process per pod with
 //! exactly the container's command and environment (Kubernetes' `$(VAR)` expansion, the
 //! downward API and the Secret's token included), an empty environment otherwise, the
@@ -51,7 +51,8 @@ fn string(value: &Json) -> String {
 
 /// The Dockerfile's instructions of the final stage: keyword → arguments, in order.
 fn dockerfile_final_stage() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(format!("{ROOT}/Dockerfile")).expect("the Dockerfile");
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/deploy/Dockerfile")).expect("the Dockerfile");
     let joined = text.replace("\\\n", " ");
     let lines: Vec<(String, String)> = joined
         .lines()

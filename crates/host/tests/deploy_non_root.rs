@@ -1,9 +1,9 @@
-//! What the `Dockerfile` assumes of the binary, on the real `tessera`: it runs as the image's
-//! non-root user (uid 10001, the Dockerfile's `USER`) with its data directory on a volume —
+//! What `deploy/Dockerfile` assumes of the binary, on the real `tessera`: it runs as the image's
+//! non-root user (the Dockerfile's `USER`, 10001) with its data directory on a volume —
 //! in an empty directory owned by that user (a fresh volume with `fsGroup`) it creates its
 //! files and serves, and a data directory it cannot create is refused at once, naming the path
-//! and why. Run as root (CI), the test drops to uid 10001 for the node; run as another user it
-//! is that user. Linux only (it reads `/proc`).
+//! and why. Run as root (CI), the test drops to the image's user for the node; run as another
+//! user it is that user. Linux only (it reads `/proc`).
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -11,8 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The image's user and group (the Dockerfile's `USER 10001:10001`).
-const IMAGE_UID: u32 = 10001;
+/// The image's user and group: the Dockerfile's `USER uid:gid`.
+fn image_user() -> (u32, u32) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/Dockerfile");
+    let text = std::fs::read_to_string(path).expect("deploy/Dockerfile");
+    let user = text
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("USER "))
+        .expect("a USER instruction");
+    let (uid, gid) = user.trim().split_once(':').expect("USER uid:gid");
+    let id = |text: &str| text.parse::<u32>().expect("a numeric id");
+    (id(uid), id(gid))
+}
 
 const ADMIN_TOKEN: &str = "deploy-non-root-admin-token-0123456789";
 
@@ -20,7 +31,9 @@ const ADMIN_TOKEN: &str = "deploy-non-root-admin-token-0123456789";
 fn node_user() -> (u32, u32) {
     let proc = std::fs::metadata("/proc/self").expect("/proc/self");
     if proc.uid() == 0 {
-        (IMAGE_UID, IMAGE_UID)
+        let (uid, gid) = image_user();
+        assert_ne!(uid, 0, "the image's user is not root");
+        (uid, gid)
     } else {
         (proc.uid(), proc.gid())
     }
