@@ -27,14 +27,19 @@ fn image_user() -> (u32, u32) {
 
 const ADMIN_TOKEN: &str = "deploy-non-root-admin-token-0123456789";
 
+/// Whether this test runs as root (then the node runs as the image's user).
+fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self").expect("/proc/self").uid() == 0
+}
+
 /// The user the node runs as here: the image's when this process is root, else this one.
 fn node_user() -> (u32, u32) {
-    let proc = std::fs::metadata("/proc/self").expect("/proc/self");
-    if proc.uid() == 0 {
+    if running_as_root() {
         let (uid, gid) = image_user();
         assert_ne!(uid, 0, "the image's user is not root");
         (uid, gid)
     } else {
+        let proc = std::fs::metadata("/proc/self").expect("/proc/self");
         (proc.uid(), proc.gid())
     }
 }
@@ -51,7 +56,6 @@ fn runnable_binary(dir: &Path) -> PathBuf {
 
 /// `tessera node` as the node's user, with an empty environment but the admin token.
 fn node_command(binary: &Path, data_dir: &Path, http: &str) -> Command {
-    let (uid, gid) = node_user();
     let mut command = Command::new(binary);
     command
         .args(["node", "--http", http])
@@ -61,8 +65,11 @@ fn node_command(binary: &Path, data_dir: &Path, http: &str) -> Command {
         .env("TESSERA_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
-    std::os::unix::process::CommandExt::uid(&mut command, uid);
-    std::os::unix::process::CommandExt::gid(&mut command, gid);
+    if running_as_root() {
+        let (uid, gid) = node_user();
+        std::os::unix::process::CommandExt::uid(&mut command, uid);
+        std::os::unix::process::CommandExt::gid(&mut command, gid);
+    }
     command
 }
 
