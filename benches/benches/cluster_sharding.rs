@@ -49,7 +49,7 @@ fn cluster_config(
     let mut cluster =
         ClusterConfig::new("bench", listen, dir.join("certs"), vec!["n1".to_string()]);
     if let Some(seed) = seed {
-        cluster.seeds = BTreeMap::from([("n1".to_string(), seed)]);
+        cluster.seeds = BTreeMap::from([("n1".to_string(), seed.into())]);
     }
     config.cluster = Some(cluster);
     config

@@ -92,7 +92,13 @@ where
             // address is where it dialed from, never dialed (its committed cluster address
             // replaces it).
             let address = remote.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            insert_peer(&shared, &mut peers, &node_id, address, Role::Acceptor);
+            insert_peer(
+                &shared,
+                &mut peers,
+                &node_id,
+                address.into(),
+                Role::Acceptor,
+            );
         }
         peers.get(&node_id).map(|entry| {
             entry

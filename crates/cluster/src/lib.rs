@@ -3,7 +3,7 @@
 //! the cluster CA and node certificates and `cert_files` keeps them in a directory; [`tls`]
 //! turns them into rustls configs; [`frame`] and [`handshake`] are the wire format;
 //! [`Transport`] sends, requests and receives (`peer`, `accept` and `connection` are its
-//! tasks, `shared` what they share, `quarantine` the removed peers it refuses);
+//! tasks, `shared` what they share, [`PeerAddress`] where a peer is dialed, `quarantine` the removed peers it refuses);
 //! [`TransportStats`](TransportStatsSnapshot) counts every drop and refusal; [`detector`] is
 //! the phi accrual failure detector that reads peers' progress reports. The protocol and its
 //! bounds are described in `docs/cluster.md`.
@@ -22,6 +22,7 @@ pub mod frame;
 pub mod handshake;
 mod node_name;
 mod peer;
+mod peer_address;
 mod quarantine;
 mod request;
 mod send_queue;
@@ -46,6 +47,7 @@ pub use config::{
 };
 pub use error::{RequestError, SendError, TransportError};
 pub use node_name::{NODE_DNS_ZONE, NodeIdError, node_dns_name, validate_node_id};
+pub use peer_address::{PEER_HOST_BYTES_MAX, PeerAddress, PeerAddressError};
 pub use quarantine::{QUARANTINED_PEERS_MAX, REMOVED_PEER_LINGER};
 pub use request::{Inbound, Incoming, Responder};
 pub use shared::PEERS_MAX;

@@ -6,7 +6,6 @@
 //! is back. [`insert_peer`] adds a peer's entry to the table and starts its task.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +22,7 @@ use tokio_util::codec::Framed;
 use super::connection::{AfterServing, serve};
 use super::frame::{self, Connection};
 use super::handshake::{self, HandshakeError};
+use super::peer_address::PeerAddress;
 use super::send_queue::{FrameReceiver, send_queue};
 use super::shared::{AbortOnDrop, PeerEntry, PeerLink, Role, Shared, lock};
 use super::stats::{RefusalReason, add, bump};
@@ -43,7 +43,7 @@ pub(crate) fn insert_peer<M>(
     shared: &Arc<Shared<M>>,
     peers: &mut HashMap<NodeId, PeerEntry>,
     node_id: &str,
-    address: SocketAddr,
+    address: PeerAddress,
     role: Role,
 ) where
     M: Serialize + DeserializeOwned + Send + 'static,
@@ -221,11 +221,12 @@ pub(crate) fn is_tls_error(error: &std::io::Error) -> bool {
 /// TCP connect, TLS as a client expecting the peer's certificate, and the hello exchange,
 /// all within the handshake timeout.
 async fn dial_once<M>(shared: &Shared<M>, link: &PeerLink) -> Result<Connection, DialError> {
-    let address = *lock(&link.address);
+    // Read at every dial, and a name resolved again each time: the peer may have moved.
+    let address = lock(&link.address).clone();
     let server_name = server_name_of(&link.node_id).ok_or(DialError::BadPeerName)?;
     let connector = TlsConnector::from(shared.identity.client_config());
     let attempt = async {
-        let tcp = TcpStream::connect(address)
+        let tcp = TcpStream::connect(address.as_str())
             .await
             .map_err(DialError::Connect)?;
         // Frames are batched and flushed on purpose; Nagle would only add latency.

@@ -4,7 +4,6 @@
 //! (`transport`) all sit above this file; it imports none of them.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -14,6 +13,7 @@ use tokio::task::JoinHandle;
 use super::config::TransportConfig;
 use super::frame::Connection;
 use super::handshake::Hello;
+use super::peer_address::PeerAddress;
 use super::quarantine::Quarantine;
 use super::request::{Incoming, PendingRequests};
 use super::send_queue::FrameSender;
@@ -70,7 +70,7 @@ pub(crate) enum Role {
 pub(crate) struct PeerLink {
     pub node_id: NodeId,
     pub role: Role,
-    pub address: Mutex<SocketAddr>,
+    pub address: Mutex<PeerAddress>,
     pub queue: FrameSender,
     /// Set once the peer has been down longer than `peer_down_drop_after`.
     pub unreachable: AtomicBool,

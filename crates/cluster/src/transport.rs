@@ -25,6 +25,7 @@ use super::frame::{self, Envelope};
 use super::handshake::Hello;
 use super::node_name::validate_node_id;
 use super::peer::insert_peer;
+use super::peer_address::PeerAddress;
 use super::quarantine::REMOVED_PEER_LINGER;
 use super::request::{Inbound, PendingRequests, enqueue};
 use super::shared::{AbortOnDrop, PEERS_MAX, Role, Shared, lock};
@@ -37,7 +38,7 @@ use tessera_contract::NodeId;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tessera_cluster::{Transport, TransportConfig, create_dev_cluster, load_identity};
+/// use tessera_cluster::{PeerAddress, Transport, TransportConfig, create_dev_cluster, load_identity};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let certs = tempfile::tempdir()?;
@@ -45,7 +46,8 @@ use tessera_contract::NodeId;
 /// let config = TransportConfig::new("dev", "127.0.0.1:7100".parse()?);
 /// let (transport, mut inbound) =
 ///     Transport::<String>::start(config, load_identity(certs.path(), "node-1")?).await?;
-/// transport.add_peer("node-2", "127.0.0.1:7200".parse()?)?;
+/// // A socket address, or a DNS name resolved again at every dial.
+/// transport.add_peer("node-2", "node-2.tessera.internal:7100".parse::<PeerAddress>()?)?;
 /// transport.send("node-2", &"hello".to_owned())?;
 /// let answer = transport.request("node-2", &"ping".to_owned(), Duration::from_secs(1)).await?;
 /// while let Some(incoming) = inbound.recv().await {
@@ -127,11 +129,16 @@ where
         &self.shared.hello.node_id
     }
 
-    /// Adds `node_id` at `address`, or, if known, moves it there (from its next dial on; a
+    /// Adds `node_id` at `address` (a socket address, or a [`PeerAddress`] whose DNS name is
+    /// resolved again at every dial), or, if known, moves it there (from its next dial on; a
     /// live connection is kept). When this node's id is the smaller of the two it dials the
     /// peer, retrying with backoff; otherwise it waits for the peer to dial. Either way
     /// `send` queues at once.
-    pub fn add_peer(&self, node_id: &str, address: SocketAddr) -> Result<(), TransportError> {
+    pub fn add_peer(
+        &self,
+        node_id: &str,
+        address: impl Into<PeerAddress>,
+    ) -> Result<(), TransportError> {
         self.add_peer_with(node_id, address, Direction::ByNodeId)
     }
 
@@ -142,9 +149,10 @@ where
     pub fn add_peer_with(
         &self,
         node_id: &str,
-        address: SocketAddr,
+        address: impl Into<PeerAddress>,
         direction: Direction,
     ) -> Result<(), TransportError> {
+        let address = address.into();
         validate_node_id(node_id)?;
         if node_id == self.node_id() {
             return Err(TransportError::SelfPeer(node_id.to_owned()));

@@ -1,6 +1,6 @@
 //! Peers working together: messages both ways over one connection, requests and their
 //! timeouts, three nodes all-pairs, a send queue full in frames or in bytes, a peer down too
-//! long, and restarts.
+//! long, restarts, and a peer known by its DNS name.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -317,4 +317,23 @@ async fn closing_ends_inbound_and_fails_sends() {
         first.send("node-2", &"x".to_owned()),
         Err(SendError::Closed)
     ));
+}
+
+#[tokio::test]
+async fn a_peer_named_by_dns_is_dialed_at_what_the_name_resolves_to() {
+    let certs = Certs::new(&["node-1", "node-2"]);
+    let (first, _first_inbound) = start(&certs, "node-1", config(CLUSTER)).await;
+    let (second, mut second_inbound) = start(&certs, "node-2", config(CLUSTER)).await;
+    // node-1 dials (the smaller id); it knows node-2 only by name.
+    let named: crate::PeerAddress = format!("localhost:{}", second.local_addr().port())
+        .parse()
+        .unwrap();
+    first.add_peer("node-2", named).unwrap();
+    second.add_peer("node-1", first.local_addr()).unwrap();
+    first.send("node-2", &"by name".to_owned()).unwrap();
+    let incoming = receive(&mut second_inbound).await;
+    assert_eq!(
+        (incoming.from.as_str(), incoming.message.as_str()),
+        ("node-1", "by name")
+    );
 }

@@ -43,6 +43,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/ui/dashboard.css", get(dashboard::style))
         .route("/v1/overview", get(dashboard::overview))
         .route("/v1/health", get(cluster::health))
+        .route("/v1/ready", get(cluster::ready))
         .route("/metrics", get(cluster::metrics))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/tenants/{name}", get(tenants::show))

@@ -3,7 +3,7 @@
 //! through the application client, `tessera-client` ([`Client::entities`]); the rest send one
 //! request at a time with ureq.
 
-use super::credentials::{self, Credentials};
+use super::profiles;
 use serde_json::Value as Json;
 use std::io::Read;
 use std::process::ExitCode;
@@ -26,9 +26,13 @@ pub(crate) struct ClientArgs {
     /// The node's URL [default: the credentials file's, else http://127.0.0.1:7070].
     #[arg(long, env = "TESSERA_URL", global = true)]
     url: Option<String>,
-    /// The bearer token [default: from ./.tessera/credentials].
+    /// The bearer token [default: from the profile, ./.tessera/credentials or the default
+    /// profile].
     #[arg(long, env = "TESSERA_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
+    /// The profile of the user's config to use (`tessera login`).
+    #[arg(long, env = "TESSERA_PROFILE", global = true)]
+    profile: Option<String>,
     /// Print the server's JSON instead of readable text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -81,11 +85,10 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// Resolves the URL and token from flags, environment and the credentials file.
+    /// Resolves the URL and token from flags, environment, a profile and the credentials file.
     pub(crate) fn new(args: &ClientArgs, role: Role) -> Result<Client, ClientError> {
-        let credentials = Credentials::load(&credentials::default_path())
-            .map_err(ClientError::Usage)?
-            .unwrap_or_default();
+        let credentials =
+            profiles::stored_credentials(args.profile.as_deref()).map_err(ClientError::Usage)?;
         let url = args
             .url
             .clone()
@@ -97,7 +100,9 @@ impl Client {
         };
         let token = args.token.clone().or(stored).ok_or_else(|| {
             ClientError::Usage(
-                "no token: pass --token, set TESSERA_TOKEN, or run `tessera up` here".into(),
+                "no token: pass --token, set TESSERA_TOKEN, run `tessera login URL`, or run \
+                 `tessera up` here"
+                    .into(),
             )
         })?;
         let agent = ureq::Agent::config_builder()

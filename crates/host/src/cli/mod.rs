@@ -1,6 +1,7 @@
 //! The `tessera` command line: author tools (`build`, `invoke`), the commands that run a node
 //! (`node`, `up`) and the client commands that talk to one over HTTP (`deploy`, `ask`, ...;
-//! see `docs/cli.md` for their exit codes).
+//! see `docs/cli.md` for their exit codes), which find their node and token through `login`'s
+//! profiles or `up`'s credentials file.
 
 mod build;
 mod client;
@@ -8,7 +9,9 @@ mod cluster;
 mod commands;
 mod credentials;
 mod invoke;
+mod login;
 mod output;
+mod profiles;
 mod progress;
 mod serve;
 mod up;
@@ -19,6 +22,7 @@ use std::process::ExitCode;
 pub use build::{BuildError, build_plugin};
 pub use credentials::Credentials;
 pub use invoke::{InvokeOptions, invoke};
+pub use profiles::{CliConfig, DEFAULT_PROFILE, config_path, validate_profile};
 
 /// Tessera: sharded entities as sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -39,6 +43,9 @@ enum Command {
     /// Run a development node (or with --nodes 3 a local cluster) in ./.tessera with the example
     /// plugins deployed.
     Up(up::UpArgs),
+    /// Check a node's URL and a token, and keep both in a profile of the user's config so
+    /// client commands work from any directory.
+    Login(login::LoginArgs),
     /// Upload a component as a new version of an entity type.
     Deploy(commands::DeployArgs),
     /// List the tenant's entity types.
@@ -89,6 +96,7 @@ where
         Command::Invoke(args) => invoke::run(args),
         Command::Node(args) => serve::node(args),
         Command::Up(args) => up::up(args),
+        Command::Login(args) => login::login(args),
         Command::Deploy(args) => commands::deploy(args),
         Command::Types(args) => commands::types(args),
         Command::Rollback(args) => commands::rollback(args),

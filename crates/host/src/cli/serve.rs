@@ -6,21 +6,24 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use tessera_cluster::PeerAddress;
 
-/// `tessera node`.
+/// `tessera node`. Every flag may instead come from the environment variable named in its
+/// help (`TESSERA_NODE_ID`, ...), as a container or a Kubernetes StatefulSet sets them; a flag
+/// wins over its variable.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NodeArgs {
-    /// The data directory [default: the config's, else ./.tessera].
-    #[arg(long)]
+    /// The data directory, created if missing [default: the config's, else ./.tessera].
+    #[arg(long, env = "TESSERA_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Where the HTTP API listens [default: the config's, else 127.0.0.1:7070].
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_HTTP")]
     http: Option<SocketAddr>,
     /// A TOML configuration file (see NodeConfig).
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_CONFIG")]
     config: Option<PathBuf>,
     /// This node's id [default: the config's, else node-1].
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_NODE_ID")]
     node_id: Option<String>,
     #[command(flatten)]
     cluster: ClusterArgs,
@@ -31,38 +34,41 @@ pub(crate) struct NodeArgs {
 #[derive(Debug, Default, clap::Args)]
 pub(crate) struct ClusterArgs {
     /// Where this node listens for the other nodes of its cluster.
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_CLUSTER_LISTEN")]
     cluster_listen: Option<SocketAddr>,
-    /// The address other nodes dial to reach this one [default: --cluster-listen].
-    #[arg(long)]
-    cluster_advertise: Option<SocketAddr>,
+    /// The address other nodes dial to reach this one, host:port with an IP address or a DNS
+    /// name [default: --cluster-listen].
+    #[arg(long, env = "TESSERA_CLUSTER_ADVERTISE")]
+    cluster_advertise: Option<PeerAddress>,
     /// The cluster's id; nodes of another cluster are refused [default: tessera].
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_CLUSTER_ID")]
     cluster_id: Option<String>,
     /// The nodes that replicate the catalog (1, 3 or 5), comma-separated, the same on every
     /// node.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "TESSERA_VOTERS", value_delimiter = ',')]
     voters: Vec<String>,
-    /// A node to reach first, as id=host:port (repeat it; every other voter needs one).
-    #[arg(long = "seed", value_parser = parse_seed)]
-    seeds: Vec<(String, SocketAddr)>,
+    /// A node to reach first, as id=host:port, the host an IP address or a DNS name resolved at
+    /// each dial (repeat it, or comma-separate them in the variable; every other voter needs
+    /// one; this node's own is skipped, so every node may be given the same list).
+    #[arg(long = "seed", env = "TESSERA_SEEDS", value_delimiter = ',', value_parser = parse_seed)]
+    seeds: Vec<(String, PeerAddress)>,
     /// The directory with the cluster CA and this node's certificate (`tessera certs create`)
     /// [default: <data dir>/certs].
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_CERTS_DIR")]
     certs_dir: Option<PathBuf>,
-    /// A role this node advertises (repeat it); shards of a role-constrained sharding config
-    /// go only to nodes advertising that role.
-    #[arg(long = "role")]
+    /// A role this node advertises (repeat it, or comma-separate them in the variable); shards
+    /// of a role-constrained sharding config go only to nodes advertising that role.
+    #[arg(long = "role", env = "TESSERA_ROLES", value_delimiter = ',')]
     roles: Vec<String>,
 }
 
-fn parse_seed(seed: &str) -> Result<(String, SocketAddr), String> {
+fn parse_seed(seed: &str) -> Result<(String, PeerAddress), String> {
     let (node, address) = seed
         .split_once('=')
         .ok_or_else(|| format!("a seed is id=host:port, not {seed:?}"))?;
     let address = address
         .parse()
-        .map_err(|error| format!("seed {node}: {address:?} is not host:port ({error})"))?;
+        .map_err(|error| format!("seed {node}: {error}"))?;
     Ok((node.to_string(), address))
 }
 

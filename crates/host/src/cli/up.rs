@@ -114,7 +114,7 @@ impl DevNode {
         let mut config = ClusterConfig::new(DEV_CLUSTER_ID, self.cluster, certs, voters);
         config.seeds = cluster
             .iter()
-            .map(|node| (node.id.clone(), node.cluster))
+            .map(|node| (node.id.clone(), node.cluster.into()))
             .collect();
         config
     }

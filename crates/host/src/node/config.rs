@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use tessera_cluster::PeerAddress;
 use tessera_entity::EntityConfig;
 use tessera_metadata::Quotas;
 use tessera_runtime::RuntimeConfig;
@@ -173,9 +174,10 @@ pub struct ClusterConfig {
     pub id: String,
     /// Where this node listens for its peers.
     pub listen: SocketAddr,
-    /// The address peers dial to reach this node [default: `listen`].
+    /// The address peers dial to reach this node, `host:port` with an IP address or a DNS
+    /// name resolved at each dial (a StatefulSet pod's stable name) [default: `listen`].
     #[serde(default)]
-    pub advertise: Option<SocketAddr>,
+    pub advertise: Option<PeerAddress>,
     /// Holds the cluster CA certificate and this node's certificate and key
     /// (`tessera certs create`).
     pub certs_dir: PathBuf,
@@ -184,9 +186,10 @@ pub struct ClusterConfig {
     pub voters: Vec<String>,
     /// Cluster addresses of nodes to reach first, by node id: every other voter for a voter,
     /// at least one voter for a non-voting member. Other members (and voters) are learned
-    /// from the catalog.
+    /// from the catalog. Each is `host:port`, the host an IP address or a DNS name resolved
+    /// at each dial.
     #[serde(default)]
-    pub seeds: std::collections::BTreeMap<String, SocketAddr>,
+    pub seeds: std::collections::BTreeMap<String, PeerAddress>,
     /// Real time per metadata-plane protocol tick.
     #[serde(default = "default_tick_ms")]
     pub tick_ms: u64,
@@ -244,8 +247,10 @@ impl ClusterConfig {
     }
 
     /// The address peers dial to reach this node.
-    pub fn advertised(&self) -> SocketAddr {
-        self.advertise.unwrap_or(self.listen)
+    pub fn advertised(&self) -> PeerAddress {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| PeerAddress::from(self.listen))
     }
 
     /// Checks the section for the node named `node_id`.

@@ -35,6 +35,7 @@ pub use listing::{
 };
 pub use member::joining::MemberAction;
 pub use member::peer_message::PeerMessage;
+pub use member::readiness::{READY_CONTACT_AGE_MS_MAX, Readiness};
 pub use member::view::{ClusterStatus, MemberView};
 pub use messages::{ENTITY_ENTRIES_MAX, TypeStatus};
 pub use metrics::METRICS_CONTENT_TYPE;

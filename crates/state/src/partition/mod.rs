@@ -18,9 +18,9 @@
 //!
 //! The machine keeps the partition's entities in memory today (the simulator drives it through
 //! the real replica, `tessera-sim`'s `partition` workload); keeping them in redb through the
-//! same `StateMachine::apply` of [`PartitionMachine`] is the step that wires the plane into the node. A member of
-//! a partition's group runs it as a [`PartitionReplica`], which tells the member's observer
-//! what each committed write changed.
+//! same `StateMachine::apply` of [`PartitionMachine`] is the step that wires the plane into
+//! the node. A member of a partition's group runs it as a [`PartitionReplica`], which tells
+//! the member's observer what each committed write changed.
 
 #[cfg(test)]
 mod group_tests;

@@ -1,4 +1,4 @@
-//! Health (no token), Prometheus metrics and the cluster view (admin token).
+//! Health and readiness (no token), Prometheus metrics and the cluster view (admin token).
 
 use super::{ApiError, ReadQuery, path, read_consistency};
 use crate::api::auth::Admin;
@@ -7,7 +7,7 @@ use crate::node::{ClusterStatus, METRICS_CONTENT_TYPE, Node};
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -16,6 +16,19 @@ use tessera_metadata::MemberRecord;
 /// `GET /v1/health` → `{"status": "ok"}` while the node serves.
 pub async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// `GET /v1/ready` (no token) → `200` with `{"ready": true, "state": "up", ...}` when this
+/// node's member is up and in contact with a working metadata plane, else `503` with
+/// `"ready": false` and the `reason`: a readiness probe.
+pub async fn ready(State(node): State<Arc<Node>>) -> Result<impl IntoResponse, ApiError> {
+    let readiness = node.readiness()?;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Ok((status, Json(readiness)))
 }
 
 /// `GET /metrics` → the Prometheus text format (admin token).

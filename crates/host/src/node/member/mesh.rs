@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
 use tessera_cluster::{
-    Direction, Inbound, SendError, Transport, TransportConfig, TransportStatsSnapshot,
+    Direction, Inbound, PeerAddress, SendError, Transport, TransportConfig, TransportStatsSnapshot,
     load_identity,
 };
 use tessera_consensus::group::{
@@ -128,7 +128,7 @@ impl Mesh {
             groups: GroupRouter::default(),
         });
         for (peer, address) in &config.seeds {
-            mesh.add_peer(peer, *address);
+            mesh.add_peer(peer, address.clone());
         }
         Ok((mesh, inbound))
     }
@@ -138,7 +138,7 @@ impl Mesh {
         self.transport.local_addr()
     }
 
-    fn add_peer(&self, peer: &str, address: SocketAddr) {
+    fn add_peer(&self, peer: &str, address: PeerAddress) {
         if peer == self.node {
             return;
         }
@@ -148,7 +148,10 @@ impl Mesh {
             (false, true) => Direction::Dial,
             _ => Direction::ByNodeId,
         };
-        if let Err(error) = self.transport.add_peer_with(peer, address, direction) {
+        if let Err(error) = self
+            .transport
+            .add_peer_with(peer, address.clone(), direction)
+        {
             tracing::warn!(%peer, %address, %error, "peer not added");
         }
     }
@@ -166,7 +169,7 @@ impl Mesh {
             }
             return;
         }
-        match member.cluster_address.parse::<SocketAddr>() {
+        match member.cluster_address.parse::<PeerAddress>() {
             Ok(address) => self.add_peer(&member.node, address),
             Err(_) if member.cluster_address.is_empty() => {}
             Err(error) => {

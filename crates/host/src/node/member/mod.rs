@@ -3,9 +3,10 @@
 //! where what peers send enters (`dispatch`), who may send what (`authority`) and what waits
 //! for the catalog to vouch for it (`held`), how plugin bytes move between nodes beside the
 //! plane (`blob_transfer`), how it joins and leaves (`joining`), the lease that lets it serve its
-//! shards (`lease`), where the shard coordinator runs (`seat`: on the metadata primary) and
-//! the operators' view of the cluster from here (`view`), and what nodes ask each other about
-//! their own part of it (`queries`: pages of entity ids, overviews).
+//! shards (`lease`), whether it is ready for traffic (`readiness`), where the shard coordinator
+//! runs (`seat`: on the metadata primary), the operators' view of the cluster from here (`view`),
+//! and what nodes ask each other about their own part of it (`queries`: pages of entity ids,
+//! overviews).
 
 mod authority;
 pub(super) mod blob_transfer;
@@ -16,5 +17,6 @@ pub(super) mod lease;
 pub(super) mod mesh;
 pub(super) mod peer_message;
 pub(super) mod queries;
+pub(super) mod readiness;
 pub(super) mod seat;
 pub(super) mod view;
