@@ -5,8 +5,7 @@
 
 use super::member_state::MemberState;
 use super::members::MemberRecord;
-use super::partitions::PartitionReplicas;
-use super::records::{Quotas, Tenant, TypeOptions, TypeRecord};
+use super::records::{PartitionReplicas, Quotas, Tenant, TypeOptions, TypeRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use tessera_contract::{Allocation, NodeId, ShardKey};

@@ -8,10 +8,10 @@
 
 use super::command::{Applied, PartitionPlacement};
 use super::error::{MetadataError, storage};
+use super::records::PartitionReplicas;
 use super::shards::{next_generations, require_seated};
 use super::store::{MEMBERS, MetadataStore, PARTITIONS};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_consensus::group::GroupId;
 use tessera_contract::NodeId;
@@ -41,15 +41,6 @@ pub fn group_partition(group: GroupId) -> Option<u32> {
     u32::try_from(partition)
         .ok()
         .filter(|partition| *partition < PARTITIONS_MAX)
-}
-
-/// A partition's committed replica set.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionReplicas {
-    /// Its replicas, the preferred primary first.
-    pub replicas: Vec<NodeId>,
-    /// The placement's generation.
-    pub generation: u64,
 }
 
 /// Places partitions (fenced; see [`Command::PlacePartitions`](super::Command::PlacePartitions)).

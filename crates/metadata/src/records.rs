@@ -1,7 +1,9 @@
-//! The records the catalog keeps: tenants and their quotas, entity types and their versions.
+//! The records the catalog keeps: tenants and their quotas, entity types and their versions,
+//! partitions and their replicas.
 
 use super::error::MetadataError;
 use serde::{Deserialize, Serialize};
+use tessera_contract::NodeId;
 
 use super::limits::NAME_BYTES_MAX;
 
@@ -242,4 +244,13 @@ impl TypeRecord {
             .iter()
             .find(|record| record.version == version)
     }
+}
+
+/// A partition's committed replica set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionReplicas {
+    /// Its replicas, the preferred primary first.
+    pub replicas: Vec<NodeId>,
+    /// The placement's generation.
+    pub generation: u64,
 }

@@ -6,6 +6,7 @@
 //! workload's own check ([`linearizability`] for [`key_value`]) decide whether the run was correct.
 //! A failing seed replays exactly with `cargo run --release --bin vsr-sim -- --seed S`.
 
+pub mod canary;
 pub mod checker;
 pub mod client;
 pub mod history;
@@ -16,7 +17,8 @@ pub mod runner;
 pub mod scenario;
 pub mod workload;
 
+pub use canary::Canary;
 pub use key_value::KeyValueWorkload;
 pub use runner::{run_seed, run_seeds, run_workload_seed, run_workload_seeds};
-pub use scenario::{Canary, Outcome, SimulationOptions, Summary};
+pub use scenario::{Outcome, SimulationOptions, Summary};
 pub use workload::{AtReplica, CommittedOrder, Workload, WorkloadCounts};

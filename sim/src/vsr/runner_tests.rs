@@ -3,7 +3,7 @@
 //! replay.
 
 use super::*;
-use crate::vsr::scenario::Canary;
+use crate::vsr::canary::Canary;
 
 /// Seeds run by `cargo test`: enough to cover every cluster size and fault mix, small enough
 /// for a debug build.

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use super::canary::Canary;
 use super::history::History;
-use super::scenario::Canary;
 use crate::rng::SimRng;
 use tessera_consensus::message::{ClientId, OpNumber, Request};
 use tessera_consensus::state_machine::StateMachine;

@@ -11,9 +11,10 @@
 //! not answer fails the request (`unavailable`, retryable): a page never silently leaves out
 //! a node's entities.
 
-use super::member::queries::{PeerAnswer, PeerQuery};
+pub use super::member::query_data::{ListAnswer, ListRequest};
+use super::member::query_data::{PeerAnswer, PeerQuery};
 use super::{Node, NodeError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,30 +47,6 @@ pub struct EntityPage {
     /// The cursor for the next page (the last id here) while the page is full; `None` once
     /// there is no more.
     pub next_after: Option<String>,
-}
-
-/// What one node is asked for: one page of the ids it answers for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListRequest {
-    /// The tenant (from the token of the request the asking node took).
-    pub tenant: String,
-    /// The entity type.
-    pub entity_type: String,
-    /// Ids strictly after this one.
-    pub after: Option<String>,
-    /// At most this many ids (at most [`ENTITY_LIST_LIMIT_MAX`]).
-    pub limit: u32,
-    /// Whether to count every id the node answers for too.
-    pub count: bool,
-}
-
-/// One node's page.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListAnswer {
-    /// Its first `limit` ids after the cursor, ascending.
-    pub ids: Vec<String>,
-    /// Every id it answers for, when asked.
-    pub total: Option<u64>,
 }
 
 /// A node's side of listing: reads its own pages, for the API and for its peers.

@@ -8,9 +8,10 @@
 //! that does not answer is listed in `unanswered` with the reason, and the page shows what the
 //! others said.
 
-use super::member::queries::{PeerAnswer, PeerQuery};
-use super::{ClusterStatus, Node, NodeError, TypeStatus};
-use serde::{Deserialize, Serialize};
+pub use super::member::query_data::NodeOverview;
+use super::member::query_data::{PeerAnswer, PeerQuery};
+use super::{ClusterStatus, Node, NodeError};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tessera_metadata::MemberState;
@@ -18,30 +19,6 @@ use tessera_metadata::MemberState;
 /// How long the answering node waits for each other member's overview: short, so a page
 /// polled every few seconds never hangs on a member that went away.
 pub const OVERVIEW_PEER_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// One node's counters (since it started) and entities, for the dashboard.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeOverview {
-    /// The node.
-    pub node: String,
-    /// Messages handled (`tessera_messages`).
-    pub messages: u64,
-    /// Messages that failed (`tessera_message_errors`).
-    pub message_errors: u64,
-    /// Message write sets committed (`tessera_commit_write_sets`).
-    pub commits: u64,
-    /// Committed tells not yet acknowledged (`tessera_outbox_depth`).
-    pub outbox_depth: u64,
-    /// Durable reminders waiting to fire (`tessera_reminders_pending`).
-    pub reminders_pending: u64,
-    /// Calls that waited for their tenant's rate or gate: tells, asks and guest calls
-    /// throttled (`tessera_*_throttled`).
-    pub throttled: u64,
-    /// Messages and uploads refused by a tenant quota (`tessera_quota_rejections`).
-    pub quota_rejections: u64,
-    /// Per tenant, its types with this node's live and remembered entities.
-    pub tenants: BTreeMap<String, Vec<TypeStatus>>,
-}
 
 /// One type of a tenant, summed over the nodes that answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

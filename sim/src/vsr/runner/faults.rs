@@ -4,7 +4,7 @@
 //! fault phase.
 
 use super::{Simulation, add_counters};
-use crate::vsr::scenario::Canary;
+use crate::vsr::canary::Canary;
 use crate::vsr::workload::Workload;
 use tessera_consensus::journal::InMemoryJournal;
 use tessera_consensus::message::ReplicaIndex;

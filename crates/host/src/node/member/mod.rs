@@ -17,6 +17,7 @@ pub(super) mod lease;
 pub(super) mod mesh;
 pub(super) mod peer_message;
 pub(super) mod queries;
+pub(super) mod query_data;
 pub(super) mod readiness;
 pub(super) mod seat;
 pub(super) mod view;

@@ -1,7 +1,7 @@
 //! What nodes say to each other: [`PeerMessage`], the one message type of a node's cluster
 //! transport (the mesh). Who may send each kind is `authority.rs`'s to judge.
 
-use super::queries::{PeerAnswer, PeerQuery};
+use super::query_data::{PeerAnswer, PeerQuery};
 use serde::{Deserialize, Serialize};
 use tessera_consensus::group::GroupFrame;
 use tessera_sharding::{CoordinatorCommand, LinkMessage};

@@ -1,7 +1,7 @@
 //! Questions one node asks another about the other's own part of the cluster, answered from
 //! that node's database and counters: a page of the entity ids it answers for (`listing.rs`)
 //! and its overview for the dashboard (`overview.rs`). A [`PeerQuery`] travels as a request
-//! over the mesh and is answered with a [`PeerAnswer`].
+//! over the mesh and is answered with a [`PeerAnswer`] (both in `query_data.rs`).
 //!
 //! The dispatcher hands an accepted query to a bounded queue ([`QUERIES_QUEUED_MAX`]) that
 //! the node drains once it is built ([`answer_queries`]), at most [`QUERIES_ANSWERING_MAX`] at
@@ -9,10 +9,8 @@
 //! its request (`unavailable`) instead of waiting for its timeout.
 
 use super::peer_message::PeerMessage;
-use crate::node::listing::{ListAnswer, ListRequest};
-use crate::node::overview::NodeOverview;
+use super::query_data::{PeerAnswer, PeerQuery};
 use crate::node::{Node, NodeError};
-use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tessera_cluster::Responder;
@@ -25,29 +23,6 @@ pub(crate) const QUERIES_QUEUED_MAX: usize = 32;
 /// Queries a node answers at once (each a database read or a counter snapshot); the others
 /// wait in the queue.
 pub(crate) const QUERIES_ANSWERING_MAX: usize = 4;
-
-/// A question for a peer about its own part of the cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PeerQuery {
-    /// One page of the entity ids the receiver answers for.
-    ListEntities(ListRequest),
-    /// The receiver's counters and entities, for the dashboard.
-    Overview,
-}
-
-/// The answer to a [`PeerQuery`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PeerAnswer {
-    /// The receiver's page.
-    EntitiesListed(ListAnswer),
-    /// The receiver's overview.
-    Overview(NodeOverview),
-    /// The receiver could not answer.
-    Refused {
-        /// Why.
-        why: String,
-    },
-}
 
 /// A query with the responder its answer goes back by.
 pub(crate) type Asked = (PeerQuery, Responder<PeerMessage>);

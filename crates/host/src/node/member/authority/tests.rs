@@ -576,7 +576,7 @@ fn blob_holds_come_from_voters_and_committed_members_reads_from_any_node_and_ans
 
 #[test]
 fn queries_come_from_committed_members_and_answers_only_as_replies() {
-    use crate::node::member::queries::{PeerAnswer, PeerQuery};
+    use crate::node::member::query_data::{PeerAnswer, PeerQuery};
     let query = || PeerMessage::Query(PeerQuery::Overview);
     assert_eq!(verdict("n4", query()), Verdict::Accept);
     assert_eq!(verdict("rogue", query()), Verdict::Refuse, "never held");
