@@ -165,6 +165,26 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
             roles.join(",")
         );
     }
+    let partitions = status["partitions"].as_array().cloned().unwrap_or_default();
+    if !partitions.is_empty() {
+        outln!(
+            "{:<10} {:<11} REPLICAS (preferred primary first)",
+            "PARTITION",
+            "GENERATION"
+        );
+        for partition in partitions {
+            let replicas: Vec<String> = partition["replicas"]
+                .as_array()
+                .map(|replicas| replicas.iter().map(text).collect())
+                .unwrap_or_default();
+            outln!(
+                "{:<10} {:<11} {}",
+                partition["partition"],
+                partition["generation"],
+                replicas.join(", ")
+            );
+        }
+    }
     Ok(())
 }
 

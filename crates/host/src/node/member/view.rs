@@ -49,6 +49,21 @@ pub struct ClusterStatus {
     /// backup, heard from its primary). `None` while it knows none (a view change), and for a
     /// single node (which orders its own commands, so its word is always current).
     pub contact_age_ms: Option<u64>,
+    /// The partition plane's placement as committed (`docs/partitions.md`): empty while
+    /// `sharding.partitions.count` is 0. The plane's groups do not run yet, so a partition has
+    /// a preferred primary, not a view or a commit number.
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One partition's committed placement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PartitionView {
+    /// The partition.
+    pub partition: u32,
+    /// Its replicas, the preferred primary first.
+    pub replicas: Vec<String>,
+    /// The placement's generation.
+    pub generation: u64,
 }
 
 impl Node {
@@ -102,7 +117,19 @@ impl Node {
         } else {
             (plane.voters, plane.primary)
         };
+        let partitions = self
+            .plane
+            .store()
+            .partitions()?
+            .into_iter()
+            .map(|(partition, placed)| PartitionView {
+                partition,
+                replicas: placed.replicas,
+                generation: placed.generation,
+            })
+            .collect();
         Ok(ClusterStatus {
+            partitions,
             node: self.config.node_id.clone(),
             members,
             voters,
