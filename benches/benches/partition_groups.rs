@@ -25,10 +25,13 @@ const IDLE_WINDOW: Duration = Duration::from_secs(5);
 /// How long the groups may take to elect their primaries.
 const ELECTION_WAIT_MAX: Duration = Duration::from_secs(60);
 
+/// Where a voter's frames from other voters go.
+type Inbox = mpsc::Sender<(String, GroupFrame)>;
+
 /// Every voter's inbox, by `(node, group)`.
 #[derive(Default)]
 struct Network {
-    inboxes: Mutex<BTreeMap<(String, GroupId), mpsc::Sender<(String, GroupFrame)>>>,
+    inboxes: Mutex<BTreeMap<(String, GroupId), Inbox>>,
 }
 
 struct Outbox {
