@@ -3,11 +3,17 @@
 use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn health_needs_no_token_and_metrics_need_the_admin() {
+async fn health_and_readiness_need_no_token_and_metrics_need_the_admin() {
     let server = Server::start().await;
     let health = server.http.get("/v1/health", None).await;
     assert_eq!(health.status, 200);
     assert_eq!(health.json(), json!({"status": "ok"}));
+    // A single node is ready as soon as it serves: its member is up, and it orders its own
+    // catalog (no plane to be in contact with).
+    let ready = server.http.get("/v1/ready", None).await;
+    assert_eq!(ready.status, 200, "{:?}", ready.json());
+    assert_eq!(ready.json()["ready"], json!(true));
+    assert_eq!(ready.json()["state"], json!("up"));
     server
         .http
         .get("/metrics", None)
