@@ -4,23 +4,13 @@
 
 use super::*;
 use crate::vsr::history::Operation;
-use crate::vsr::{Canary, Outcome, SimulationOptions, Summary, run_workload_seeds};
+use crate::vsr::{Canary, SimulationOptions, Summary, failures, run_workload_seeds};
 
 /// Catalog seeds run by `cargo test` (a debug build applies every command through redb).
 const CATALOG_SEEDS: u64 = 8;
 
 /// Seeds the canary runs with the catalog machine; it must fail at least one.
 const CANARY_SEEDS: u64 = 30;
-
-fn failures(outcomes: &[Outcome]) -> Vec<String> {
-    outcomes
-        .iter()
-        .filter_map(|outcome| {
-            let reason = outcome.result.as_ref().err()?;
-            Some(format!("seed {}: {reason}", outcome.seed))
-        })
-        .collect()
-}
 
 #[test]
 fn a_few_catalog_seeds_pass_and_commit_membership_commands_and_refusals() {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::vsr::history::Operation;
-use crate::vsr::{Outcome, SimulationOptions, run_workload_seeds};
+use crate::vsr::{SimulationOptions, failures, run_workload_seeds};
 
 /// Partition seeds run by `cargo test`.
 const PARTITION_SEEDS: u64 = 40;
@@ -12,16 +12,6 @@ const PARTITION_SEEDS: u64 = 40;
 /// Seeds each canary runs; it must fail at least one (a backup applying an uncommitted write
 /// shows only when a view change then drops that write: about one seed in twenty).
 const CANARY_SEEDS: u64 = 100;
-
-fn failures(outcomes: &[Outcome]) -> Vec<String> {
-    outcomes
-        .iter()
-        .filter_map(|outcome| {
-            let reason = outcome.result.as_ref().err()?;
-            Some(format!("seed {}: {reason}", outcome.seed))
-        })
-        .collect()
-}
 
 #[test]
 fn partition_seeds_pass_with_racing_messages_refused_as_conflicts() {

@@ -20,5 +20,5 @@ pub mod workload;
 pub use canary::Canary;
 pub use key_value::KeyValueWorkload;
 pub use runner::{run_seed, run_seeds, run_workload_seed, run_workload_seeds};
-pub use scenario::{Outcome, SimulationOptions, Summary};
+pub use scenario::{Outcome, SimulationOptions, Summary, failures};
 pub use workload::{AtReplica, CommittedOrder, Workload, WorkloadCounts};

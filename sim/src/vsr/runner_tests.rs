@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::vsr::canary::Canary;
+use crate::vsr::scenario::failures;
 
 /// Seeds run by `cargo test`: enough to cover every cluster size and fault mix, small enough
 /// for a debug build.
@@ -11,19 +12,6 @@ const FIXED_SEEDS: u64 = 200;
 
 /// Seeds each canary runs in `cargo test`; it must fail at least one.
 const CANARY_SEEDS: u64 = 60;
-
-fn failures(outcomes: &[Outcome]) -> Vec<String> {
-    outcomes
-        .iter()
-        .filter_map(|outcome| {
-            outcome
-                .result
-                .as_ref()
-                .err()
-                .map(|reason| format!("seed {}: {reason}", outcome.seed))
-        })
-        .collect()
-}
 
 #[test]
 fn a_fixed_set_of_seeds_passes_every_check_and_transfers_state() {

@@ -61,6 +61,17 @@ pub struct Outcome {
     pub result: Result<Summary, String>,
 }
 
+/// Every failing seed among `outcomes`, as `seed N: why`.
+pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter_map(|outcome| {
+            let reason = outcome.result.as_ref().err()?;
+            Some(format!("seed {}: {reason}", outcome.seed))
+        })
+        .collect()
+}
+
 /// One replica taken down for long during the fault phase, so the others checkpoint past it
 /// and it must come back by state transfer.
 #[derive(Clone, Copy, Debug)]

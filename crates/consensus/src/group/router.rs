@@ -98,7 +98,8 @@ pub struct GroupRouter {
 #[derive(Default)]
 struct Routes {
     running: HashMap<GroupId, mpsc::Sender<(String, GroupFrame)>>,
-    parked: BTreeMap<GroupId, VecDeque<(String, GroupFrame)>>,
+    /// Parked frames by group: sender, frame, and what parking it costs (`frame_bytes`).
+    parked: BTreeMap<GroupId, VecDeque<(String, GroupFrame, usize)>>,
     parked_bytes: usize,
     stats: RouterStats,
 }
@@ -128,8 +129,8 @@ impl GroupRouter {
     pub fn materialise(&self, group: GroupId, queue: mpsc::Sender<(String, GroupFrame)>) {
         let mut routes = self.lock();
         let parked = routes.parked.remove(&group).unwrap_or_default();
-        for (from, frame) in parked {
-            routes.parked_bytes -= frame_bytes(&frame);
+        for (from, frame, bytes) in parked {
+            routes.parked_bytes -= bytes;
             match queue.try_send((from, frame)) {
                 Ok(()) => routes.stats.parked_delivered += 1,
                 Err(_) => routes.stats.parked_dropped += 1,
@@ -145,7 +146,7 @@ impl GroupRouter {
         routes.running.remove(&group);
         if let Some(parked) = routes.parked.remove(&group) {
             routes.stats.parked_discarded += parked.len() as u64;
-            let bytes: usize = parked.iter().map(|(_, frame)| frame_bytes(frame)).sum();
+            let bytes: usize = parked.iter().map(|(_, _, bytes)| bytes).sum();
             routes.parked_bytes -= bytes;
         }
     }
@@ -188,7 +189,7 @@ impl Routes {
         self.parked
             .entry(frame.group)
             .or_default()
-            .push_back((from, frame));
+            .push_back((from, frame, bytes));
     }
 }
 

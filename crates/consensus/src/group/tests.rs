@@ -479,10 +479,9 @@ async fn a_node_with_several_sessions_has_as_many_operations_in_flight() {
             .expect("network")
             .insert("n2".into());
         let group = cluster.group(ONE, "n2");
-        let submitted: Vec<_> = (0..4u64)
-            .map(|key| group.submit(put(key, key + 10)))
+        let pending: Vec<_> = (0..4u64)
+            .map(|key| tokio::spawn(group.submit(put(key, key + 10))))
             .collect();
-        let pending = tokio::spawn(futures_all(submitted));
         let deadline = Instant::now() + Duration::from_millis(500);
         while in_flight(&cluster.network, "n2", "n1") < 4 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -493,38 +492,15 @@ async fn a_node_with_several_sessions_has_as_many_operations_in_flight() {
             "{sessions} sessions"
         );
         cluster.network.cut.lock().expect("network").clear();
-        let results = tokio::time::timeout(DEADLINE, pending)
-            .await
-            .expect("every operation commits once the link is back")
-            .expect("the submitting task");
-        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        for submitted in pending {
+            let result = tokio::time::timeout(DEADLINE, submitted)
+                .await
+                .expect("every operation commits once the link is back")
+                .expect("the submitting task");
+            assert!(result.is_ok(), "{result:?}");
+        }
         for key in 0..4u64 {
             cluster.wait_everywhere(ONE, (key, key + 10)).await;
         }
     }
-}
-
-/// Awaits every submission, in order.
-async fn futures_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut outputs = Vec::with_capacity(futures.len());
-    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    // Polled together: each submission is queued at once, whatever order they end in.
-    let mut done: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|context| {
-        for (future, slot) in pinned.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none()
-                && let std::task::Poll::Ready(output) = future.as_mut().poll(context)
-            {
-                *slot = Some(output);
-            }
-        }
-        if done.iter().all(Option::is_some) {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    outputs.extend(done.into_iter().flatten());
-    outputs
 }
