@@ -41,6 +41,8 @@ pub struct Cluster {
     extra: (String, String),
     /// Whole tables appended to every node's config file ([`Cluster::with_tables`]).
     extra_tables: String,
+    /// Environment variables every node is started with ([`Cluster::with_env`]).
+    env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -66,7 +68,14 @@ impl Cluster {
             child_test,
             extra: (String::new(), String::new()),
             extra_tables: String::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same cluster with `name=value` in every node's environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Cluster {
+        self.env.push((name.to_string(), value.to_string()));
+        self
     }
 
     /// Adds `sharding` and `cluster` (TOML lines) to every node's config file.
@@ -138,7 +147,7 @@ impl Cluster {
         }
         let log = std::fs::File::create(dir.join(format!("{}.log", member.id))).expect("log");
         let harness = ["--exact", self.child_test, "--ignored", "--nocapture"];
-        let child = spawn_node(&harness, &args, ADMIN, "info", log);
+        let child = spawn_node(&harness, &args, ADMIN, "info", log, &self.env);
         *self.child(index) = Some(child);
     }
 

@@ -65,10 +65,12 @@ pub fn spawn_node(
     admin_token: &str,
     log_level: &str,
     log: std::fs::File,
+    env: &[(String, String)],
 ) -> Child {
     let mut all = vec!["tessera".to_string()];
     all.extend(args.iter().cloned());
     Command::new(std::env::current_exe().expect("this binary"))
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .args(harness_args)
         .env(CHILD_ARGS_ENV, serde_json::to_string(&all).expect("args"))
         .env("TESSERA_ADMIN_TOKEN", admin_token)

@@ -1,9 +1,10 @@
 //! One message on its way to an entity: the MessagePack payload, what the host knows about it
-//! ([`MessageMeta`]: who sent it durably, which asks wait on it, its deadline) and, for an ask,
+//! ([`MessageMeta`]: who sent it durably, which asks wait on it, its deadline, its trace) and, for an ask,
 //! the port its reply goes to.
 
 use super::address::EntityAddress;
 use super::error::MessageError;
+use super::trace::MessageTrace;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -51,6 +52,10 @@ pub struct MessageMeta {
     /// Local to this node (a forwarded ask carries its remaining timeout instead).
     #[serde(skip)]
     pub deadline: Option<Instant>,
+    /// The trace the message belongs to (boxed, and absent from the wire when `None`: most
+    /// messages are not traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<MessageTrace>>,
 }
 
 impl MessageMeta {

@@ -145,6 +145,8 @@ pub(crate) struct Core {
     pub(crate) closing: Arc<std::sync::atomic::AtomicBool>,
     /// The per-message warnings, counted per kind.
     pub(crate) warnings: super::warnings::EntityWarnings,
+    /// The trace context of tells and reminders waiting for delivery.
+    pub(crate) trace_links: super::trace::links::TraceLinks,
 }
 
 impl Core {
@@ -170,6 +172,7 @@ impl Core {
             gates: super::fairness::Gates::default(),
             closing: Arc::default(),
             warnings: super::warnings::entity_warnings(),
+            trace_links: Default::default(),
         }
     }
 

@@ -92,7 +92,7 @@ impl Entities {
     ) -> Result<(), Refused> {
         self.send(to, shard, CellMessage::Deliver(envelope), Runner::CellTask)
             .map(|_| ())
-            .map_err(refused)
+            .map_err(|not_sent| refused(*not_sent))
     }
 
     /// [`deliver`](Self::deliver), or, when the entity is live, idle and has nothing waiting,
@@ -106,7 +106,7 @@ impl Entities {
         envelope: Envelope,
     ) -> Result<Option<ClaimedRun<'static>>, Refused> {
         self.send(to, shard, CellMessage::Deliver(envelope), Runner::Sender)
-            .map_err(refused)
+            .map_err(|not_sent| refused(*not_sent))
     }
 
     /// Sends a message and waits for the reply, at most `timeout` (no sharding in between).
@@ -143,7 +143,7 @@ impl Entities {
     pub fn start(&self, to: EntityAddress, shard: ShardId) -> Result<(), MessageError> {
         self.send(to, shard, CellMessage::Activate, Runner::CellTask)
             .map(|_| ())
-            .map_err(|(error, _)| error)
+            .map_err(|not_sent| not_sent.0)
     }
 
     /// Passivates `entity` after the messages already in its mailbox. A no-op if it is not
@@ -258,7 +258,7 @@ impl Entities {
         shard: ShardId,
         message: CellMessage,
         runner: Runner,
-    ) -> Result<Option<ClaimedRun<'static>>, (MessageError, CellMessage)> {
+    ) -> Result<Option<ClaimedRun<'static>>, NotSent> {
         // A cell's last use, for least-recently-used eviction: the use clock, kept under the
         // cells lock every sender takes anyway.
         let tick = self.core.next_use();
@@ -274,7 +274,7 @@ impl Entities {
             if error.kind != ErrorKind::EntityTypeNotRegistered {
                 self.core.counters(&to.type_key()).failed(error.kind);
             }
-            return Err((error, message));
+            return Err(Box::new((error, message)));
         }
         let handle = cells
             .live
@@ -290,8 +290,8 @@ impl Entities {
         &self,
         to: &EntityAddress,
         refusal: mpsc::error::TrySendError<CellMessage>,
-    ) -> (MessageError, CellMessage) {
-        match refusal {
+    ) -> NotSent {
+        Box::new(match refusal {
             mpsc::error::TrySendError::Full(message) => {
                 self.core
                     .stats
@@ -306,7 +306,7 @@ impl Entities {
                 MessageError::unavailable(format!("{to} is stopping")),
                 message,
             ),
-        }
+        })
     }
 
     /// Starts the cell of `to` (under the cells lock): admits it, spawns its task, records it.
@@ -467,6 +467,10 @@ fn post(
 }
 
 /// The refusal of a `Deliver`, with its envelope.
+/// A message a cell did not take, given back with the reason (boxed: the error path is rare,
+/// and the message is large).
+type NotSent = Box<(MessageError, CellMessage)>;
+
 fn refused((error, message): (MessageError, CellMessage)) -> Refused {
     match message {
         CellMessage::Deliver(envelope) => Box::new((error, envelope)),

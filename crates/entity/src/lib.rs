@@ -18,6 +18,8 @@
 //! fires reminders when due; a receiver drops what it already committed. See
 //! `docs/messaging.md`.
 //!
+//! Each message gets a span when the node exports traces ([`trace`]).
+//!
 //! Uses `tessera-contract`, `tessera-state`, `tessera-runtime` and `tessera-logs` (per-message
 //! warnings counted per kind). Sharding and the node use it.
 
@@ -31,6 +33,7 @@ mod directory;
 mod fairness;
 mod live_cell;
 mod reminders;
+pub mod trace;
 mod types;
 mod warnings;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tessera_contract::{
     ENTITY_ID_BYTES_MAX, ENTITY_TYPE_BYTES_MAX, EntityAddress, ErrorKind, MessageError,
-    MessageMeta, Router,
+    MessageMeta, MessageTrace, Router,
 };
 use tessera_state::{EntityState, StateChange, WriteSet};
 use wasmtime::component::ResourceTable;
@@ -396,6 +396,10 @@ impl host::Host for HostState {
                 .chain(std::iter::once(&self.address))
                 .cloned()
                 .collect(),
+            trace: self
+                .message
+                .trace
+                .map(|parent| Box::new(MessageTrace::new(Some(parent)))),
             ..MessageMeta::default()
         };
         let clock = self.ask_clock.clone();

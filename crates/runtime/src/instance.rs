@@ -7,7 +7,7 @@ use super::plugin::Plugin;
 use super::slots::SlotGuard;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_contract::{EntityAddress, ErrorKind, MessageError};
+use tessera_contract::{EntityAddress, ErrorKind, MessageError, TraceContext};
 use tessera_state::WriteSet;
 use wasmtime::Store;
 
@@ -152,6 +152,18 @@ impl EntityInstance {
         if !same {
             message.gate = gate.cloned();
         }
+    }
+
+    /// Names the trace context the asks of the message [`begin_message`](Self::begin_message)
+    /// began carry (its span's). A message begins with none.
+    pub fn trace_message(&mut self, context: TraceContext) {
+        self.store.data_mut().message.trace = Some(context);
+    }
+
+    /// How long the guest's asks have waited, over the instance's life (a message's share is
+    /// the difference across its call).
+    pub fn asks_waited(&self) -> Duration {
+        self.ask_clock.waited()
     }
 
     /// Runs the guest's `handle` on `payload`, for the message

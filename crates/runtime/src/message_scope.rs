@@ -4,7 +4,7 @@
 //! scope in place (the scope is a few hundred bytes, and there is one call per message).
 
 use std::time::Duration;
-use tessera_contract::EntityAddress;
+use tessera_contract::{EntityAddress, TraceContext};
 use tessera_state::WriteSet;
 
 /// A message to self, requested with `schedule`; stored as a durable reminder with the
@@ -80,6 +80,8 @@ pub(crate) struct MessageScope {
     pub(crate) ticks_used: u64,
     /// Change of the entity's total state bytes made by this message.
     pub(crate) state_bytes_delta: i64,
+    /// The trace context the message's asks carry (its span's, or the one it came with).
+    pub(crate) trace: Option<TraceContext>,
 }
 
 impl MessageScope {
@@ -96,6 +98,7 @@ impl MessageScope {
             deadlocked,
             ticks_used,
             state_bytes_delta,
+            trace,
         } = self;
         *scope_in_message = in_message;
         *writes = None;
@@ -108,6 +111,7 @@ impl MessageScope {
         *deadlocked = false;
         *ticks_used = 0;
         *state_bytes_delta = 0;
+        *trace = None;
     }
 
     /// Ends a message: what its outcome needs is taken out, and the scope no longer allows

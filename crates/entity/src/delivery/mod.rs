@@ -15,11 +15,12 @@ pub use config::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
 
 use super::core::Core;
 use super::warnings::EntityWarning;
+use crate::trace::links::LinkKey;
 use config::is_retryable;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tessera_contract::{MessageMeta, Origin};
+use tessera_contract::{MessageMeta, MessageTrace, Origin};
 use tessera_state::{OutboxEntry, WriteSet};
 
 /// Starts delivering `sender`'s outbox, or notes that it has more if it is being delivered.
@@ -175,10 +176,14 @@ async fn deliver_one(
             core = again;
         }
         let config = &core.config.delivery;
-        let meta = MessageMeta::from_origin(Origin::Entity {
+        let link = LinkKey::Tell(sender.clone(), entry.seq);
+        let mut meta = MessageMeta::from_origin(Origin::Entity {
             sender: sender.clone(),
             seq: entry.seq,
         });
+        if let Some(parent) = core.trace_links.get(&link) {
+            meta.trace = Some(Box::new(MessageTrace::new(Some(parent))));
+        }
         let timeout = Duration::from_millis(config.ack_timeout_ms);
         let reply = core
             .router
@@ -186,7 +191,10 @@ async fn deliver_one(
             .await;
         let give_up_after = Duration::from_millis(config.give_up_after_ms);
         match reply {
-            Ok(_) => return true,
+            Ok(_) => {
+                core.trace_links.forget(&link);
+                return true;
+            }
             Err(error) if is_retryable(error.kind) && started.elapsed() < give_up_after => {
                 let (min, max) = (config.retry_min_ms, config.retry_max_ms);
                 let next = wait.map_or(Duration::from_millis(min), |wait| {
@@ -204,6 +212,7 @@ async fn deliver_one(
                 if core.warnings.first_in_window(&warning) {
                     tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
                 }
+                core.trace_links.forget(&link);
                 return true;
             }
         }

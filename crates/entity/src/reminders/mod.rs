@@ -19,11 +19,12 @@ pub(crate) mod clock;
 use super::core::Core;
 use super::delivery::config::is_retryable;
 use super::warnings::EntityWarning;
+use crate::trace::links::LinkKey;
 use clock::{Busy, now_ms};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tessera_contract::{EntityAddress, MessageMeta, Origin};
+use tessera_contract::{EntityAddress, MessageMeta, MessageTrace, Origin};
 use tessera_state::WriteSet;
 
 /// Reminders being fired at once.
@@ -154,7 +155,11 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
             return;
         }
     };
-    let meta = MessageMeta::from_origin(Origin::Reminder { timer });
+    let link = LinkKey::Reminder(entity.clone(), timer);
+    let mut meta = MessageMeta::from_origin(Origin::Reminder { timer });
+    if let Some(parent) = core.trace_links.get(&link) {
+        meta.trace = Some(Box::new(MessageTrace::new(Some(parent))));
+    }
     let timeout = Duration::from_millis(core.config.delivery.ack_timeout_ms);
     let router = core.router.clone();
     drop(core);
@@ -164,6 +169,7 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
     let Some(core) = weak.upgrade() else { return };
     match reply {
         Ok(_) => {
+            core.trace_links.forget(&link);
             core.stats.reminders_fired.fetch_add(1, Ordering::Relaxed);
             core.reminders.busy().remove(&key);
         }
@@ -186,6 +192,7 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
             if let Err(error) = core.state.commit(writes).await {
                 tracing::warn!(%entity, timer, %error, "deleting a given-up reminder failed");
             }
+            core.trace_links.forget(&link);
             core.reminders.busy().remove(&key);
         }
     }

@@ -7,7 +7,7 @@
 //! route's limit ([`body`]), handing both to the handler. [`error`] is the single error shape
 //! and the status table. [`serve`] runs the router on a listener until a shutdown signal, in
 //! the accept loop of [`server`], which bounds connections (who gets one: `admission`) and the
-//! time a client may take (`activity`).
+//! time a client may take (`activity`). A message's request starts its trace (`trace`).
 
 mod activity;
 mod admission;
@@ -17,6 +17,7 @@ pub mod error;
 mod failure_log;
 pub mod routes;
 pub mod server;
+mod trace;
 
 pub use error::ApiError;
 

@@ -14,6 +14,7 @@ mod output;
 mod profiles;
 mod progress;
 mod serve;
+mod telemetry;
 mod up;
 
 use clap::{Parser, Subcommand};

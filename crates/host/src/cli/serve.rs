@@ -160,11 +160,20 @@ pub(crate) fn node(args: NodeArgs) -> ExitCode {
     if config.admin_token.is_none() {
         return fail("no admin token: set admin_token in the config file or TESSERA_ADMIN_TOKEN");
     }
+    let telemetry = match super::telemetry::start(&config.node_id) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return fail(error),
+    };
     let runtime = match tokio_runtime() {
         Ok(runtime) => runtime,
         Err(error) => return fail(error),
     };
-    match runtime.block_on(run_node(config, shutdown_signal(), async |_, _| Ok(()))) {
+    let ran = runtime.block_on(run_node(config, shutdown_signal(), async |_, _| Ok(())));
+    drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(error),
     }

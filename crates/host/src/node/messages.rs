@@ -5,7 +5,9 @@
 use super::sending::routes::{ByRegion, Tried};
 use super::{Node, NodeError};
 use std::time::Duration;
-use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, Origin, TypeKey};
+use tessera_contract::{
+    EntityAddress, ErrorKind, MessageError, MessageMeta, MessageTrace, Origin, TypeKey,
+};
 use tessera_sharding::FORWARD_PAYLOAD_BYTES_MAX;
 
 /// The most keys one state inspection returns, so inspecting a huge entity cannot exhaust host
@@ -114,10 +116,12 @@ impl Node {
         payload: Vec<u8>,
         key: String,
         timeout: Duration,
+        trace: Option<MessageTrace>,
     ) -> Result<(), NodeError> {
         self.check_forwardable(to, &payload)?;
         self.admit(to)?;
-        let meta = MessageMeta::from_origin(Origin::Client { key });
+        let mut meta = MessageMeta::from_origin(Origin::Client { key });
+        meta.trace = trace.map(Box::new);
         self.region
             .ask_with(to.clone(), payload, meta, Some(timeout))
             .await?;
@@ -139,6 +143,45 @@ impl Node {
                 self.send_by_region(to, payload, by_region, ask).await
             }
         }
+    }
+
+    /// [`tell`](Self::tell) for a message that continues a trace (`trace`: the span of the
+    /// request that sends it). It goes through the region, which carries it to wherever the
+    /// entity runs.
+    pub async fn tell_in_trace(
+        &self,
+        to: &EntityAddress,
+        payload: Vec<u8>,
+        trace: MessageTrace,
+    ) -> Result<(), NodeError> {
+        self.check_forwardable(to, &payload)?;
+        self.admit(to)?;
+        let meta = MessageMeta {
+            trace: Some(Box::new(trace)),
+            ..MessageMeta::default()
+        };
+        Ok(self.region.tell_with(to.clone(), payload, meta).await?)
+    }
+
+    /// [`ask`](Self::ask) for a message that continues a trace, as
+    /// [`tell_in_trace`](Self::tell_in_trace).
+    pub async fn ask_in_trace(
+        &self,
+        to: &EntityAddress,
+        payload: Vec<u8>,
+        timeout: Duration,
+        trace: MessageTrace,
+    ) -> Result<Vec<u8>, NodeError> {
+        self.check_forwardable(to, &payload)?;
+        self.admit(to)?;
+        let meta = MessageMeta {
+            trace: Some(Box::new(trace)),
+            ..MessageMeta::default()
+        };
+        Ok(self
+            .region
+            .ask_with(to.clone(), payload, meta, Some(timeout))
+            .await?)
     }
 
     /// Passivates an entity after its queued messages.

@@ -131,6 +131,11 @@ mod tests {
                     })),
                     chain: vec![counter.entity("c-0")],
                     deadline: None,
+                    trace: Some(Box::new(tessera_contract::MessageTrace::new(
+                        tessera_contract::TraceContext::from_traceparent(
+                            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                        ),
+                    ))),
                 },
                 reply_to: Some(ReplyTo {
                     node: "node-0".into(),

@@ -157,8 +157,23 @@ impl RegionHandle {
     ///
     /// See [`Region::start`](super::Region::start) for a complete setup.
     pub async fn tell(&self, address: EntityAddress, payload: Vec<u8>) -> Result<(), MessageError> {
+        // Not through `tell_with`: a future inside a future would grow the one every tell
+        // makes (`a_tell_future_stays_small`).
+        let Some(item) = self.tell_here(address, payload, MessageMeta::default())? else {
+            return Ok(());
+        };
+        self.submit(item).await
+    }
+
+    /// [`tell`](Self::tell) with the message's metadata (a client's trace context).
+    pub async fn tell_with(
+        &self,
+        address: EntityAddress,
+        payload: Vec<u8>,
+        meta: MessageMeta,
+    ) -> Result<(), MessageError> {
         // Bound first, not matched on: a match's scrutinee would live across the await.
-        let Some(item) = self.tell_here(address, payload)? else {
+        let Some(item) = self.tell_here(address, payload, meta)? else {
             return Ok(());
         };
         self.submit(item).await
@@ -170,11 +185,12 @@ impl RegionHandle {
         &self,
         address: EntityAddress,
         payload: Vec<u8>,
+        meta: MessageMeta,
     ) -> Result<Option<Buffered>, MessageError> {
         let (ty, shard) = self.resolve(&address)?;
         let body = BufferedBody::Message {
             payload,
-            meta: MessageMeta::default(),
+            meta,
             reply: ReplyRoute::None,
         };
         let item = Buffered {

@@ -30,6 +30,7 @@ fn wire_messages_round_trip_through_messagepack() {
                         })),
                         chain: vec![counter().entity("c-2")],
                         deadline: None,
+                        trace: None,
                     },
                     reply_to: Some(ReplyTo {
                         node: "node-0".into(),

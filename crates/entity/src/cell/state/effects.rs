@@ -5,8 +5,10 @@
 use super::CellState;
 use crate::core::TellDelivery;
 use crate::reminders::clock::now_ms;
+use crate::trace::MessageSpan;
+use crate::trace::links::LinkKey;
 use std::sync::atomic::Ordering;
-use tessera_contract::{ErrorKind, MessageError};
+use tessera_contract::{ErrorKind, MessageError, MessageMeta, MessageTrace, TraceContext};
 use tessera_runtime::Effects;
 use tessera_state::{OutboxEntry, Receipt, Reminder, WriteSet};
 
@@ -108,10 +110,15 @@ impl CellState {
     }
 
     /// After the commit: advances the entity's counters, wakes the delivery of its outbox and
-    /// the reminder clock, and notes a passivation request.
-    pub(super) fn carry_out(&mut self, effects: &Effects) {
+    /// the reminder clock, keeps the trace context of its tells and reminders (`span`'s) for
+    /// their delivery, and notes a passivation request.
+    pub(super) fn carry_out(&mut self, effects: &Effects, span: Option<&MessageSpan>) {
+        let trace = span.and_then(MessageSpan::context);
+        if let Some(context) = trace {
+            self.keep_trace_links(effects, context);
+        }
         if self.core.config.tells == TellDelivery::AtMostOnce {
-            self.send_at_most_once(effects);
+            self.send_at_most_once(effects, trace);
         } else {
             self.wake_delivery(effects.tells.len() as u64);
         }
@@ -126,16 +133,36 @@ impl CellState {
         }
     }
 
+    /// Keeps `context` for the delivery of the message's tells (by the outbox sequence numbers
+    /// they were committed under) and the firing of its reminders. Out of line: only traced
+    /// messages have it.
+    #[inline(never)]
+    fn keep_trace_links(&self, effects: &Effects, context: TraceContext) {
+        let links = &self.core.trace_links;
+        if self.core.config.tells == TellDelivery::EffectivelyOnce {
+            for offset in 0..effects.tells.len() as u64 {
+                let key = LinkKey::Tell(self.address.clone(), self.next_seq + offset);
+                links.keep(key, context);
+            }
+        }
+        for scheduled in &effects.schedules {
+            let key = LinkKey::Reminder(self.address.clone(), scheduled.timer);
+            links.keep(key, context);
+        }
+    }
+
     /// Sends the tells from memory, not waiting and not retrying.
-    fn send_at_most_once(&self, effects: &Effects) {
+    fn send_at_most_once(&self, effects: &Effects, trace: Option<TraceContext>) {
         let timeout = std::time::Duration::from_millis(self.core.config.delivery.ack_timeout_ms);
         for (to, payload) in &effects.tells {
-            let reply = self.core.router.ask(
-                to.clone(),
-                payload.clone(),
-                tessera_contract::MessageMeta::default(),
-                timeout,
-            );
+            let meta = MessageMeta {
+                trace: trace.map(|parent| Box::new(MessageTrace::new(Some(parent)))),
+                ..MessageMeta::default()
+            };
+            let reply = self
+                .core
+                .router
+                .ask(to.clone(), payload.clone(), meta, timeout);
             let (from, to) = (self.address.clone(), to.clone());
             tokio::spawn(async move {
                 if let Err(error) = reply.await {

@@ -11,6 +11,7 @@
 
 use super::{CellState, gate_limits, shutting_down};
 use crate::fairness::Entered;
+use crate::trace::MessageSpan;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tessera_contract::envelope::answer;
@@ -37,14 +38,21 @@ pub(in crate::cell) struct Message {
     payload: Vec<u8>,
     chain: Vec<EntityAddress>,
     receipt: Option<Box<Receipt>>,
-    reply: Option<ReplyPort>,
+    reply: Answer,
+}
+
+/// Where a message's outcome goes: its asker's port (`None` for a tell), and its trace, which
+/// ends with it.
+pub(in crate::cell) struct Answer {
+    port: Option<ReplyPort>,
+    span: Option<Box<MessageSpan>>,
 }
 
 /// A message's guest call, begun: the call's future and where its reply goes.
 pub(in crate::cell) struct BegunCall {
     call: BoxFuture<'static, GuestCall>,
     receipt: Option<Box<Receipt>>,
-    reply: Option<ReplyPort>,
+    reply: Answer,
 }
 
 /// A message's guest call, begun and inside its tenant's gate.
@@ -60,7 +68,7 @@ pub(in crate::cell) struct Committing {
     reply: Vec<u8>,
     effects: Option<Box<Effects>>,
     writes: Box<WriteSet>,
-    port: Option<ReplyPort>,
+    port: Answer,
 }
 
 impl CellState {
@@ -184,7 +192,10 @@ impl CellState {
             payload,
             chain: meta.chain,
             receipt: meta.origin,
-            reply,
+            reply: Answer {
+                port: reply,
+                span: MessageSpan::start(&self.address, meta.trace),
+            },
         })
     }
 
@@ -273,7 +284,7 @@ impl CellState {
             payload,
             chain,
             receipt,
-            reply,
+            mut reply,
         } = message;
         if self.core.is_closing() {
             self.finish(reply, Err(shutting_down()));
@@ -284,6 +295,12 @@ impl CellState {
             .take()
             .expect("invariant: a message begins its call on a ready instance");
         instance.begin_message(chain, self.entered_pass().map(|(_, hook)| hook));
+        if let Some(span) = &mut reply.span {
+            span.call_begins(self.running_version, instance.asks_waited());
+            if let Some(context) = span.context() {
+                instance.trace_message(context);
+            }
+        }
         let call = Box::pin(async move {
             let outcome = instance.handle_begun(&payload).await;
             (instance, outcome)
@@ -318,8 +335,15 @@ impl CellState {
         &mut self,
         ran: Result<(GuestCall, Weight), MessageError>,
         receipt: Option<Box<Receipt>>,
-        port: Option<ReplyPort>,
+        mut port: Answer,
     ) -> Option<PausedMessage> {
+        if let Some(span) = &mut port.span {
+            let asks_waited = ran
+                .as_ref()
+                .ok()
+                .map(|((instance, _), _)| instance.asks_waited());
+            span.call_ends(asks_waited.unwrap_or_default());
+        }
         match self.settle(ran, receipt) {
             Err(error) => {
                 self.finish(port, Err(error));
@@ -346,7 +370,7 @@ impl CellState {
                     return None;
                 }
                 if let Some(effects) = &effects {
-                    self.carry_out(effects);
+                    self.carry_out(effects, port.span.as_deref());
                 }
                 self.finish(port, Ok(reply));
                 None
@@ -361,7 +385,7 @@ impl CellState {
             reply,
             effects,
             writes,
-            port,
+            mut port,
         } = committing;
         // This node may have lost its lease or the shard while the message waited or ran (a
         // stalled process, a move): then nothing it wrote is kept, and the instance, which saw
@@ -373,7 +397,11 @@ impl CellState {
         }
         let started = std::time::Instant::now();
         let committed = self.core.state.commit(*writes).await;
-        self.counters.committed(started.elapsed());
+        let took = started.elapsed();
+        self.counters.committed(took);
+        if let Some(span) = &mut port.span {
+            span.committed(took);
+        }
         if let Err(error) = committed {
             // The instance saw writes that did not land: start afresh from durable state.
             let error = MessageError::new(ErrorKind::Internal, error.to_string());
@@ -391,7 +419,7 @@ impl CellState {
             return;
         }
         if let Some(effects) = &effects {
-            self.carry_out(effects);
+            self.carry_out(effects, port.span.as_deref());
         }
         self.finish(port, Ok(reply));
     }
@@ -407,12 +435,16 @@ impl CellState {
         None
     }
 
-    /// Answers a message that ran (or failed on the way), counting a failure.
-    fn finish(&self, port: Option<ReplyPort>, outcome: Reply) {
+    /// Answers a message that ran (or failed on the way), counting a failure, and ends its
+    /// span.
+    fn finish(&self, reply: Answer, outcome: Reply) {
         if let Err(error) = &outcome {
             self.counters.failed(error.kind);
         }
-        answer(port, outcome);
+        if let Some(span) = reply.span {
+            (*span).end(outcome.as_ref().map(|_| ()));
+        }
+        answer(reply.port, outcome);
     }
 
     /// Takes a finished guest call back: the instance returns to the cell (unless it went

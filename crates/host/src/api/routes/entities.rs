@@ -4,6 +4,7 @@
 use super::{ApiError, path, query};
 use crate::api::auth::TenantAuth;
 use crate::api::body::{RequestBody, message_payload, reply_response};
+use crate::api::trace::RequestTrace;
 use crate::node::Node;
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -62,19 +63,30 @@ pub async fn tell(
     RequestBody(bytes): RequestBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let to = address(&tenant, entity)?;
-    let key = idempotency_key(&headers)?;
-    let payload = message_payload(&headers, &bytes)?;
-    match key {
-        Some(key) => {
-            let timeout = Duration::from_millis(node.config().api.ask_timeout_ms_default);
-            node.tell_once(&to, payload, key, timeout).await?;
-            Ok((StatusCode::ACCEPTED, Json(json!({ "status": "committed" }))))
-        }
-        None => {
-            node.tell(&to, payload).await?;
-            Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
+    let trace = RequestTrace::start("tell", &headers, &to);
+    let told = async {
+        let key = idempotency_key(&headers)?;
+        let payload = message_payload(&headers, &bytes)?;
+        match (key, trace.message_trace()) {
+            (Some(key), message_trace) => {
+                let timeout = Duration::from_millis(node.config().api.ask_timeout_ms_default);
+                node.tell_once(&to, payload, key, timeout, message_trace)
+                    .await?;
+                Ok((StatusCode::ACCEPTED, Json(json!({ "status": "committed" }))))
+            }
+            (None, Some(message_trace)) => {
+                node.tell_in_trace(&to, payload, message_trace).await?;
+                Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
+            }
+            (None, None) => {
+                node.tell(&to, payload).await?;
+                Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))))
+            }
         }
     }
+    .await;
+    trace.end(&told);
+    told
 }
 
 /// The request's `Idempotency-Key`, if any: printable ASCII, 1 to
@@ -126,10 +138,18 @@ pub async fn ask(
         ));
     }
     let payload = message_payload(&headers, &bytes)?;
-    let reply = node
-        .ask(&to, payload, Duration::from_millis(timeout_ms))
-        .await?;
-    reply_response(&headers, reply)
+    let timeout = Duration::from_millis(timeout_ms);
+    let trace = RequestTrace::start("ask", &headers, &to);
+    let reply = match trace.message_trace() {
+        Some(message_trace) => {
+            node.ask_in_trace(&to, payload, timeout, message_trace)
+                .await
+        }
+        None => node.ask(&to, payload, timeout).await,
+    }
+    .map_err(ApiError::from);
+    trace.end(&reply);
+    reply_response(&headers, reply?)
 }
 
 /// `POST /v1/entities/{type}/{id}/passivate` → 202; the entity stops after its queued messages.
