@@ -20,21 +20,45 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tessera_contract::{EntityAddress, MessageError, MessageTrace, TraceContext};
 
 /// The tracer spans go to, once installed.
 static TRACER: OnceLock<BoxedTracer> = OnceLock::new();
 
-/// Installs the tracer this node's spans go to (the first call wins); false if one was
-/// installed already.
+/// Whether spans go to the installed tracer now ([`set_recording`]).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// Installs the tracer this node's spans go to, and starts recording (the first call wins);
+/// false if one was installed already.
 pub fn install(tracer: BoxedTracer) -> bool {
-    TRACER.set(tracer).is_ok()
+    let installed = TRACER.set(tracer).is_ok();
+    if installed {
+        RECORDING.store(true, Ordering::Relaxed);
+    }
+    installed
+}
+
+/// Stops (or starts again) recording spans with the installed tracer: messages then pass the
+/// context they came with on, as on a node without one. For measuring what tracing costs
+/// (`benches/benches/tracing.rs`) in one process.
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
+}
+
+/// The tracer, while spans are recorded.
+fn tracer() -> Option<&'static BoxedTracer> {
+    if RECORDING.load(Ordering::Relaxed) {
+        TRACER.get()
+    } else {
+        None
+    }
 }
 
 /// Whether spans are recorded on this node.
 pub fn is_on() -> bool {
-    TRACER.get().is_some()
+    tracer().is_some()
 }
 
 /// The span of a request at the node's edge (an HTTP ask or tell), the parent of the span
@@ -57,7 +81,7 @@ impl EdgeSpan {
         parent: Option<TraceContext>,
         attributes: Vec<KeyValue>,
     ) -> Option<EdgeSpan> {
-        let tracer = TRACER.get()?;
+        let tracer = tracer()?;
         let builder = tracer
             .span_builder(name)
             .with_kind(SpanKind::Server)
@@ -107,7 +131,7 @@ impl MessageSpan {
             None if is_on() => (None, Instant::now()),
             None => return None,
         };
-        let Some(tracer) = TRACER.get() else {
+        let Some(tracer) = tracer() else {
             return Some(Box::new(MessageSpan {
                 span: None,
                 context: parent,
