@@ -1,8 +1,9 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`), against a single node and
 //! against a cluster of three `tessera node` processes: without a token the page shows only
 //! its login form; logged in (the admin token handed over once in the URL's fragment) it shows
-//! the members, the types and their entities that the API reports, and a screenshot of it is
-//! written. Without a browser the tests say so and pass: `.ci/run` installs one.
+//! the members, the types and their entities and the partition map that the API reports, and a
+//! screenshot of it is written. Without a browser the tests say so and pass: `.ci/run` installs
+//! one.
 //!
 //! The cluster's nodes are this test binary re-run as children (`tessera_tests::processes`).
 
@@ -16,6 +17,8 @@ const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// Counters created before the page is loaded.
 const COUNTERS: usize = 12;
 const WINDOW: (u32, u32) = (1280, 1500);
+/// Partitions of the three-node cluster's partition plane, whose placement the page maps.
+const PARTITIONS: usize = 6;
 /// Set to where the screenshot of the three-node dashboard should go (by default, beside the
 /// test build); `docs/dashboard.png` is one.
 const SCREENSHOT_ENV: &str = "TESSERA_DASHBOARD_SCREENSHOT";
@@ -123,6 +126,39 @@ fn assert_dashboard_matches_the_api(chromium: &Path, base: &str) {
         type_cell(&dom, "acme", "counter", "num live"),
         Some(COUNTERS.to_string())
     );
+    let partitions = cluster["partitions"].as_array().expect("partitions");
+    assert_eq!(
+        body_attribute(&dom, "data-partitions"),
+        Some(partitions.len().to_string())
+    );
+    for placement in partitions {
+        let partition = &placement["partition"];
+        let replicas: Vec<String> = placement["replicas"]
+            .as_array()
+            .expect("replicas")
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let node = node.as_str().expect("a node id");
+                if index == 0 {
+                    format!("{node} ★")
+                } else {
+                    node.to_string()
+                }
+            })
+            .collect();
+        let row = format!("<tr data-partition=\"{partition}\">");
+        let shown = dom
+            .split_once(&row)
+            .and_then(|(_, rest)| rest.split_once("<td class=\"replicas\">"))
+            .and_then(|(_, rest)| rest.split_once("</td>"))
+            .map(|(replicas, _)| replicas.to_string());
+        assert_eq!(
+            shown,
+            Some(replicas.join(", ")),
+            "partition {partition}: {dom}"
+        );
+    }
     assert!(
         !dom.contains(ADMIN),
         "the token is not written into the page"
@@ -195,8 +231,18 @@ fn the_dashboard_of_three_nodes_in_chromium() {
     let Some(chromium) = chromium_or_skip("the_dashboard_of_three_nodes_in_chromium") else {
         return;
     };
-    let cluster = Cluster::new(&NODES, NODES.len(), "dashboard_child_node");
+    let cluster = Cluster::new(&NODES, NODES.len(), "dashboard_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
     cluster.start_until_up(NODES.len());
+    eventually("every partition placed on three members", &cluster, || {
+        let status = cluster_status(&cluster, 1)?;
+        let partitions = status["partitions"].as_array()?;
+        let placed = partitions.len() == PARTITIONS
+            && partitions.iter().all(|placement| {
+                placement["replicas"].as_array().map(Vec::len) == Some(NODES.len())
+            });
+        placed.then_some(())
+    });
     let tenant_token = populate(&cluster.url(0));
     // Through another node than the one written through: its overview gathers all three.
     let base = cluster.url(1);

@@ -206,6 +206,17 @@ function render(overview, shards) {
 
   renderShardMap(overview.num_shards, shards, members, nodeIndex);
 
+  const partitions = cluster.partitions || [];
+  fill($("partitions"), partitions.map((placement) => {
+    const row = document.createElement("tr");
+    row.dataset.partition = String(placement.partition);
+    cell(row, placement.partition, "num");
+    cell(row, placement.replicas.map((node, i) => i === 0 ? node + " ★" : node).join(", "), "replicas");
+    cell(row, placement.generation, "num");
+    return row;
+  }), "the partition plane is off (sharding.partitions.count = 0)", 3);
+  document.body.dataset.partitions = String(partitions.length);
+
   fill($("types"), overview.types.map((type) => {
     const row = document.createElement("tr");
     row.dataset.tenant = type.tenant;
