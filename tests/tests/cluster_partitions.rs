@@ -2,7 +2,9 @@
 //! `sharding.partitions.count` set: the coordinator, on the metadata primary, commits a
 //! placement through the replicated catalog, every node shows the same one in `/v1/cluster`
 //! (every partition on three distinct members, each member the preferred primary of as many
-//! partitions as the others).
+//! partitions as the others). Each node runs a voter of every partition placed on it: every
+//! group elects a primary its replicas agree on, and a group whose primary's node is killed
+//! elects another among the rest; restarted, the node's replicas rejoin.
 //!
 //! Each node is this test binary re-run as a child (`tessera_tests::processes`).
 
@@ -15,7 +17,7 @@ const PARTITIONS: usize = 6;
 
 /// Not a test of its own: a child process's node, run by the command line until killed.
 #[test]
-#[ignore = "run by every_node_shows_the_coordinators_placement as its child processes"]
+#[ignore = "run by the tests of this file as their child processes"]
 fn partitions_child_node() {
     run_child_if_asked();
 }
@@ -71,4 +73,85 @@ fn every_node_shows_the_coordinators_placement() {
         });
         assert_eq!(seen, first);
     }
+}
+
+/// What node `index` says of the partition groups it runs: `partition -> (primary, view)`,
+/// once it runs `PARTITIONS` of them, each with a primary it has heard from within a second.
+fn groups_here(cluster: &Cluster, index: usize) -> Option<BTreeMap<u64, (String, u64)>> {
+    let url = format!("{}/v1/cluster/partitions", cluster.url(index));
+    let answer = get(&url, ADMIN)?.json();
+    let groups: BTreeMap<u64, (String, u64)> = answer["partitions"]
+        .as_array()?
+        .iter()
+        .filter_map(|here| {
+            let status = &here["status"];
+            let in_contact = status["contact_age_ms"].as_u64()? < 1_000;
+            let primary = status["primary"].as_str()?.to_string();
+            in_contact.then_some((
+                here["partition"].as_u64()?,
+                (primary, status["view"].as_u64()?),
+            ))
+        })
+        .collect();
+    (groups.len() == PARTITIONS).then_some(groups)
+}
+
+/// Waits until the nodes of `indexes` run every partition's group under the same primary and
+/// view, none of them `dead`; that agreement.
+fn agreed(
+    cluster: &Cluster,
+    indexes: &[usize],
+    dead: Option<&str>,
+) -> BTreeMap<u64, (String, u64)> {
+    eventually(
+        "the replicas agree on every partition's primary",
+        cluster,
+        || {
+            let seen: Vec<_> = indexes
+                .iter()
+                .map(|index| groups_here(cluster, *index))
+                .collect::<Option<_>>()?;
+            let alive = seen[0]
+                .values()
+                .all(|(primary, _)| Some(primary.as_str()) != dead);
+            (alive && seen.windows(2).all(|pair| pair[0] == pair[1])).then(|| seen[0].clone())
+        },
+    )
+}
+
+#[test]
+fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
+    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    eventually("every partition placed on three members", &cluster, || {
+        placement(&cluster, 0)
+    });
+    let before = agreed(&cluster, &[0, 1, 2], None);
+    // The node that is primary of the most partitions dies with kill -9.
+    let mut led: BTreeMap<&str, usize> = BTreeMap::new();
+    for (primary, _) in before.values() {
+        *led.entry(primary.as_str()).or_default() += 1;
+    }
+    let (victim, _) = led
+        .iter()
+        .max_by_key(|(_, count)| **count)
+        .expect("some primary");
+    let victim = cluster.index_of(victim);
+    cluster.kill(victim);
+    let survivors: Vec<usize> = (0..NODES.len()).filter(|index| *index != victim).collect();
+    let after = agreed(&cluster, &survivors, Some(NODES[victim]));
+    for (partition, (primary, view)) in &after {
+        assert_ne!(primary, NODES[victim], "partition {partition}: {after:?}");
+        let (was, old_view) = &before[partition];
+        if was == NODES[victim] {
+            assert!(
+                view > old_view,
+                "partition {partition} changed view: {after:?}"
+            );
+        }
+    }
+    // Back on its journals, the dead node's replicas rejoin their groups.
+    cluster.start(victim);
+    agreed(&cluster, &[0, 1, 2], None);
 }

@@ -68,6 +68,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/cluster/members/{node}/up", post(cluster::up))
         .route("/v1/cluster/members/{node}/remove", post(cluster::remove))
         .route("/v1/cluster/shards", get(cluster::shards))
+        .route("/v1/cluster/partitions", get(cluster::partitions_here))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(node.clone(), edge))

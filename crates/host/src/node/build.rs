@@ -9,6 +9,7 @@ use super::listing::EntityListing;
 use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
 use super::member::mesh::Mesh;
+use super::member::partitions::PartitionGroups;
 use super::member::queries;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
@@ -136,7 +137,7 @@ impl Node {
             switchboard: switchboard.clone(),
             plane: Arc::new(LocalPlane::new(metadata.clone(), catalog.clone())),
         };
-        let (plane, seat, mesh) = match (mesh, &config.cluster) {
+        let (plane, seat, member) = match (mesh, &config.cluster) {
             (Some((mesh, inbound)), Some(cluster)) => {
                 let received = joining::Received {
                     inbound,
@@ -153,13 +154,20 @@ impl Node {
                 )?;
                 catalog.show_members()?;
                 let (plane, status) = started;
+                let partitions = PartitionGroups::start(
+                    &config,
+                    cluster,
+                    mesh.clone(),
+                    Arc::downgrade(&plane),
+                    status.clone(),
+                )?;
                 let parts = SeatParts {
                     plane: plane.clone(),
                     ..seat_parts
                 };
                 let seat = CoordinatorSeat::following(parts, status, mesh.clone());
                 tokio::spawn(mesh.clone().show_reachability(Arc::downgrade(&membership)));
-                (plane, seat, Some(mesh))
+                (plane, seat, Some((mesh, partitions)))
             }
             _ => {
                 catalog.show_members()?;
@@ -167,6 +175,7 @@ impl Node {
                 (plane, CoordinatorSeat::always(seat_parts)?, None)
             }
         };
+        let (mesh, partitions) = member.unzip();
         catalog.load().await?;
         joining::join_as_member(&config, plane.as_ref(), lease.as_deref(), &catalog).await?;
         if let Some(lease) = lease {
@@ -193,6 +202,7 @@ impl Node {
             region,
             _seat: seat,
             mesh,
+            partitions,
             membership,
             remember,
             listing,

@@ -34,6 +34,7 @@ pub use listing::{
     ENTITY_LIST_LIMIT_DEFAULT, ENTITY_LIST_LIMIT_MAX, EntityPage, ListAnswer, ListRequest,
 };
 pub use member::joining::MemberAction;
+pub use member::partitions::PartitionHere;
 pub use member::peer_message::PeerMessage;
 pub use member::readiness::{READY_CONTACT_AGE_MS_MAX, Readiness};
 pub use member::view::{ClusterStatus, MemberView};
@@ -71,6 +72,8 @@ pub struct Node {
     _seat: member::seat::CoordinatorSeat,
     /// The connections to the other nodes of the cluster, if this node is in one.
     mesh: Option<Arc<member::mesh::Mesh>>,
+    /// The partition plane's groups this node runs, if it is in a cluster.
+    partitions: Option<Arc<member::partitions::PartitionGroups>>,
     /// The membership view the coordinator follows; the catalog updates it through a weak
     /// handle, so dropping the node ends the coordinator.
     membership: Arc<Membership>,
@@ -114,5 +117,14 @@ impl Node {
     /// The node's wasm runtime.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// The partition groups this node runs, each as its replica here sees it (empty outside a
+    /// cluster, and while the partition plane is off).
+    pub fn partitions_here(&self) -> Vec<PartitionHere> {
+        self.partitions
+            .as_ref()
+            .map(|partitions| partitions.here())
+            .unwrap_or_default()
     }
 }

@@ -1,7 +1,8 @@
 //! The coordinator's placement round for the partition plane: each rebalance round reads the
 //! committed partition table, computes the next placement over the eligible members
 //! ([`crate::placement`]) and commits the partitions that change, fenced like shard decisions
-//! (its epoch, the generation it read for each partition).
+//! (its epoch, the generation it read for each partition). The first placement waits until as
+//! many members are eligible as the replication factor asks.
 
 use super::Coordinator;
 use crate::placement::{self, Placement, PlacementInput};
@@ -31,6 +32,16 @@ impl Coordinator {
             .map(|(partition, placed)| (*partition, placed.replicas.clone()))
             .collect();
         let eligible: BTreeSet<NodeId> = eligible.iter().cloned().collect();
+        // A first placement is whole or nothing: a partition's group keeps the replicas it
+        // starts with until moves are built, so it must not start on fewer than its factor.
+        if current.is_empty() && eligible.len() < config.replication_factor {
+            tracing::debug!(
+                eligible = eligible.len(),
+                replication_factor = config.replication_factor,
+                "the partitions wait for as many eligible members as their replication factor"
+            );
+            return;
+        }
         let next = placement::place(&PlacementInput {
             partition_count: config.count,
             replication_factor: config.replication_factor,

@@ -110,6 +110,13 @@ pub async fn members(State(node): State<Arc<Node>>, _: Admin) -> Result<Json<Val
     Ok(Json(json!({ "members": status.members })))
 }
 
+/// `GET /v1/cluster/partitions` → the partition groups this node runs: each partition's
+/// replicas, placement generation, the placement if it would move them, and the group's
+/// view, commit, primary and contact age as this replica sees them.
+pub async fn partitions_here(State(node): State<Arc<Node>>, _: Admin) -> Json<Value> {
+    Json(json!({ "node": node.config().node_id, "partitions": node.partitions_here() }))
+}
+
 /// `GET /v1/cluster/shards` → the shard allocation table.
 pub async fn shards(State(node): State<Arc<Node>>, _: Admin) -> Result<Json<Value>, ApiError> {
     let shards: Vec<Value> = node

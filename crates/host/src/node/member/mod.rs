@@ -4,7 +4,7 @@
 //! for the catalog to vouch for it (`held`), how plugin bytes move between nodes beside the
 //! plane (`blob_transfer`), how it joins and leaves (`joining`), the lease that lets it serve its
 //! shards (`lease`), whether it is ready for traffic (`readiness`), where the shard coordinator
-//! runs (`seat`: on the metadata primary), the operators' view of the cluster from here (`view`),
+//! runs (`seat`: on the metadata primary), the partition plane's groups it runs (`partitions`), the operators' view of the cluster from here (`view`),
 //! and what nodes ask each other about their own part of it (`queries`: pages of entity ids,
 //! overviews).
 
@@ -15,6 +15,7 @@ mod held;
 pub(super) mod joining;
 pub(super) mod lease;
 pub(super) mod mesh;
+pub(super) mod partitions;
 pub(super) mod peer_message;
 pub(super) mod queries;
 pub(super) mod query_data;
