@@ -122,7 +122,21 @@ impl MessageSpan {
     /// The trace of a message for `entity` that came with `trace`: a span when a tracer is
     /// installed, else the parent's context passed on; `None` when there is nothing to do
     /// (no tracer, no context).
+    #[inline]
     pub(crate) fn start(
+        entity: &EntityAddress,
+        trace: Option<Box<MessageTrace>>,
+    ) -> Option<Box<MessageSpan>> {
+        // The common case, inline: no context came, and nothing is recorded here.
+        if trace.is_none() && !RECORDING.load(Ordering::Relaxed) {
+            return None;
+        }
+        MessageSpan::start_traced(entity, trace)
+    }
+
+    /// [`start`](Self::start) past its common case. Out of line: most messages never get here.
+    #[inline(never)]
+    fn start_traced(
         entity: &EntityAddress,
         trace: Option<Box<MessageTrace>>,
     ) -> Option<Box<MessageSpan>> {
