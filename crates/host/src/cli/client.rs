@@ -135,6 +135,47 @@ impl Client {
         Ok(Entities { client, runtime })
     }
 
+    /// The same token, against the node at `url`.
+    pub(crate) fn at(&self, url: &str) -> Client {
+        Client {
+            agent: self.agent.clone(),
+            url: url.trim_end_matches('/').to_string(),
+            token: self.token.clone(),
+        }
+    }
+
+    /// The node's URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `GET path`, its body as a reader (binary answers and streams; the reader bounds what it
+    /// holds, not how much passes).
+    pub(crate) fn get_reader(&self, path: &str) -> Result<ureq::BodyReader<'static>, ClientError> {
+        let url = format!("{}{path}", self.url);
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .body(())
+            .map_err(|error| ClientError::Usage(format!("bad request to {url}: {error}")))?;
+        let response = self
+            .agent
+            .run(request)
+            .map_err(|error| ClientError::Usage(format!("cannot reach {}: {error}", self.url)))?;
+        let status = response.status().as_u16();
+        let body = response.into_body();
+        if status >= 400 {
+            let text = body
+                .into_with_config()
+                .limit(RESPONSE_BYTES_MAX)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(ClientError::Refused(status, text));
+        }
+        Ok(body.into_with_config().reader())
+    }
+
     /// `GET path`.
     pub(crate) fn get(&self, path: &str) -> Result<Json, ClientError> {
         self.send(Method::GET, path, None, SendBody::none(), 0)
