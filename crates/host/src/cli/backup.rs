@@ -66,10 +66,9 @@ pub(crate) fn backup(args: BackupArgs) -> ExitCode {
     match run_backup(&args) {
         Ok(summary) => {
             println!(
-                "backed up {} shards, {} entities in {} records to {}",
+                "backed up {} shards, {} entities to {}",
                 summary.shards,
                 summary.entities,
-                summary.records + 1,
                 args.out.display()
             );
             ExitCode::SUCCESS
