@@ -38,7 +38,9 @@ fn cli(args: &[&str]) -> ExitCode {
 }
 
 fn value(reply: &Reply) -> Option<u64> {
-    (reply.status == 200).then(|| reply.json().as_u64()).flatten()
+    (reply.status == 200)
+        .then(|| reply.json().as_u64())
+        .flatten()
 }
 
 fn ask(cluster: &Cluster, index: usize, token: &str, path: &str, body: &Json) -> Reply {
@@ -122,15 +124,46 @@ fn a_backup_under_load_restores_every_acknowledged_value_into_a_fresh_cluster() 
     }
     assert_eq!(backed_up, ExitCode::SUCCESS, "the backup succeeded");
     assert!(
-        during.iter().any(|(id, value)| before.get(id) != Some(value)),
+        during
+            .iter()
+            .any(|(id, value)| before.get(id) != Some(value)),
         "the load went on while the backup ran"
     );
     let (tenant, written) = records(&file);
     assert_eq!(tenant, None, "a whole cluster's backup");
     assert!(
-        written.iter().any(|record| matches!(record, Record::Tenant(t) if t.name == "acme")),
+        written
+            .iter()
+            .any(|record| matches!(record, Record::Tenant(t) if t.name == "acme")),
         "the tenant is in the backup"
     );
+
+    // A damaged file, or one of a newer format, is refused before anything is restored.
+    let bytes = std::fs::read(&file).expect("the backup");
+    let truncated = dir.path().join("truncated.tsrbak");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 1]).expect("a copy");
+    let mut newer = bytes.clone();
+    newer[8..12].copy_from_slice(&(tessera_host::backup::FORMAT_VERSION + 1).to_be_bytes());
+    let future = dir.path().join("future.tsrbak");
+    std::fs::write(&future, &newer).expect("a copy");
+    for damaged in [&truncated, &future] {
+        let refused = cli(&[
+            "restore",
+            &damaged.display().to_string(),
+            "--url",
+            &target.url(0),
+            "--token",
+            ADMIN,
+        ]);
+        assert_eq!(
+            refused,
+            ExitCode::from(2),
+            "{} is refused",
+            damaged.display()
+        );
+    }
+    let tenants = get(&format!("{}/v1/tenants", target.url(0)), ADMIN).expect("answered");
+    assert_eq!(tenants.json()["tenants"], json!([]), "nothing was restored");
 
     let restored = cli(&[
         "restore",
@@ -182,7 +215,13 @@ fn a_tenant_exports_and_imports_only_its_own_entities() {
     for counter in 0..5u64 {
         let reply = ask_counter(&cluster, 0, &acme, &format!("c-{counter}"), counter + 1);
         assert_eq!(value(&reply), Some(counter + 1), "{}", reply.body);
-        let reply = ask(&cluster, 0, &globex, &format!("gcount/g-{counter}"), &json!({"Add": 50}));
+        let reply = ask(
+            &cluster,
+            0,
+            &globex,
+            &format!("gcount/g-{counter}"),
+            &json!({"Add": 50}),
+        );
         assert_eq!(value(&reply), Some(50), "{}", reply.body);
     }
 
@@ -191,18 +230,32 @@ fn a_tenant_exports_and_imports_only_its_own_entities() {
     let file = dir.path().join("acme.tsrbak");
     let file_arg = file.display().to_string();
     let url = cluster.url(0);
-    let exported = cli(&["backup", "--tenant", "--out", &file_arg, "--url", &url, "--token", &acme]);
+    let exported = cli(&[
+        "backup", "--tenant", "--out", &file_arg, "--url", &url, "--token", &acme,
+    ]);
     assert_eq!(exported, ExitCode::SUCCESS);
     let (tenant, written) = records(&file);
     assert_eq!(tenant.as_deref(), Some("acme"));
     let mut ids = Vec::new();
     for record in &written {
         match record {
-            Record::Version { tenant, entity_type, .. } | Record::Active { tenant, entity_type, .. } => {
+            Record::Version {
+                tenant,
+                entity_type,
+                ..
+            }
+            | Record::Active {
+                tenant,
+                entity_type,
+                ..
+            } => {
                 assert_eq!((tenant.as_str(), entity_type.as_str()), ("acme", "counter"));
             }
             Record::Shard(shard) => {
-                assert_eq!((shard.tenant.as_str(), shard.entity_type.as_str()), ("acme", "counter"));
+                assert_eq!(
+                    (shard.tenant.as_str(), shard.entity_type.as_str()),
+                    ("acme", "counter")
+                );
                 ids.extend(shard.part.entities.iter().map(|entity| entity.id.clone()));
             }
             other => panic!("a tenant export holds {other:?}"),
@@ -226,13 +279,26 @@ fn a_tenant_exports_and_imports_only_its_own_entities() {
     assert_eq!(created.status, 403, "{}", created.body);
 
     // globex imports acme's export: into globex, and acme's counters move on on their own.
-    let imported = cli(&["restore", "--tenant", &file_arg, "--url", &url, "--token", &globex]);
+    let imported = cli(&[
+        "restore", "--tenant", &file_arg, "--url", &url, "--token", &globex,
+    ]);
     assert_eq!(imported, ExitCode::SUCCESS);
     let reply = ask_counter(&cluster, 0, &acme, "c-0", 100);
     assert_eq!(value(&reply), Some(101), "{}", reply.body);
     for counter in 0..5u64 {
-        let reply = ask(&cluster, 0, &globex, &format!("counter/c-{counter}"), &json!({"Add": 0}));
-        assert_eq!(value(&reply), Some(counter + 1), "globex's copy: {}", reply.body);
+        let reply = ask(
+            &cluster,
+            0,
+            &globex,
+            &format!("counter/c-{counter}"),
+            &json!({"Add": 0}),
+        );
+        assert_eq!(
+            value(&reply),
+            Some(counter + 1),
+            "globex's copy: {}",
+            reply.body
+        );
     }
 
     // A shard record naming acme, sent with globex's token, is installed into globex.
@@ -255,17 +321,32 @@ fn a_tenant_exports_and_imports_only_its_own_entities() {
     .expect("answered");
     assert_eq!(sent.status, 200, "{}", sent.body);
     let reply = ask_counter(&cluster, 0, &acme, "c-0", 0);
-    assert_eq!(value(&reply), Some(101), "acme's c-0 is untouched: {}", reply.body);
+    assert_eq!(
+        value(&reply),
+        Some(101),
+        "acme's c-0 is untouched: {}",
+        reply.body
+    );
 
     // A second import into globex, and a cluster restore into this cluster, change nothing.
-    let again = cli(&["restore", "--tenant", &file_arg, "--url", &url, "--token", &globex]);
+    let again = cli(&[
+        "restore", "--tenant", &file_arg, "--url", &url, "--token", &globex,
+    ]);
     assert_eq!(again, ExitCode::from(2), "globex has the type already");
     let whole = dir.path().join("whole.tsrbak");
     let whole_arg = whole.display().to_string();
-    let backed_up = cli(&["backup", "--out", &whole_arg, "--url", &url, "--token", ADMIN]);
+    let backed_up = cli(&[
+        "backup", "--out", &whole_arg, "--url", &url, "--token", ADMIN,
+    ]);
     assert_eq!(backed_up, ExitCode::SUCCESS);
     let refused = cli(&["restore", &whole_arg, "--url", &url, "--token", ADMIN]);
     assert_eq!(refused, ExitCode::from(2), "the cluster is not empty");
-    let tenants = get(&format!("{url}/v1/tenants"), ADMIN).expect("answered").json();
-    assert_eq!(tenants["tenants"].as_array().map(Vec::len), Some(2), "{tenants}");
+    let tenants = get(&format!("{url}/v1/tenants"), ADMIN)
+        .expect("answered")
+        .json();
+    assert_eq!(
+        tenants["tenants"].as_array().map(Vec::len),
+        Some(2),
+        "{tenants}"
+    );
 }

@@ -49,21 +49,36 @@ impl MetadataStore {
             .map_err(storage)?
             .map_or(0, |count| count.value());
         let mut tenants = Vec::new();
-        for row in transaction.open_table(TENANTS).map_err(storage)?.iter().map_err(storage)? {
+        for row in transaction
+            .open_table(TENANTS)
+            .map_err(storage)?
+            .iter()
+            .map_err(storage)?
+        {
             let (name, bytes) = row.map_err(storage)?;
             if wanted(name.value()) {
                 tenants.push(decode(bytes.value())?);
             }
         }
         let mut types = Vec::new();
-        for row in transaction.open_table(TYPES).map_err(storage)?.iter().map_err(storage)? {
+        for row in transaction
+            .open_table(TYPES)
+            .map_err(storage)?
+            .iter()
+            .map_err(storage)?
+        {
             let (key, bytes) = row.map_err(storage)?;
             if wanted(key.value().0) {
                 types.push(decode(bytes.value())?);
             }
         }
         let mut shards = Vec::new();
-        for row in transaction.open_table(SHARDS).map_err(storage)?.iter().map_err(storage)? {
+        for row in transaction
+            .open_table(SHARDS)
+            .map_err(storage)?
+            .iter()
+            .map_err(storage)?
+        {
             let (key, value) = row.map_err(storage)?;
             let (tenant, entity_type, shard) = key.value();
             if wanted(tenant) {

@@ -134,7 +134,9 @@ pub enum BackupError {
         supported: u32,
     },
     /// The file ends before its last record.
-    #[error("the backup is truncated: it ends after {records} whole records, without its end record")]
+    #[error(
+        "the backup is truncated: it ends after {records} whole records, without its end record"
+    )]
     Truncated {
         /// Whole records read.
         records: u64,

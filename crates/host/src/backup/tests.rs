@@ -126,7 +126,10 @@ fn a_flipped_byte_is_caught_by_its_record_checksum() {
 #[test]
 fn an_oversized_record_length_is_refused_without_reading_it() {
     let mut bytes = backup(&[]);
-    let body_at = bytes.len() - encode_frame(&Record::End(Summary::default())).expect("frame").len();
+    let body_at = bytes.len()
+        - encode_frame(&Record::End(Summary::default()))
+            .expect("frame")
+            .len();
     bytes.truncate(body_at);
     bytes.extend_from_slice(&(RECORD_BYTES_MAX as u32 + 1).to_be_bytes());
     bytes.extend_from_slice(&[0; 4]);

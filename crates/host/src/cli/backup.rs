@@ -159,7 +159,8 @@ fn run_backup(args: &BackupArgs) -> Result<Summary, ClientError> {
             planned.shard,
         );
         match exported.get(&key) {
-            Some((node, generation)) if *node == planned.node && *generation == planned.generation => {}
+            Some((node, generation))
+                if *node == planned.node && *generation == planned.generation => {}
             _ => return Err(moved(&planned.entity_type, planned.shard, &planned.node)),
         }
     }
@@ -173,7 +174,8 @@ fn run_backup(args: &BackupArgs) -> Result<Summary, ClientError> {
     let file = file
         .into_inner()
         .map_err(|error| file_error(&partial, error.into_error()))?;
-    file.sync_all().map_err(|error| file_error(&partial, error))?;
+    file.sync_all()
+        .map_err(|error| file_error(&partial, error))?;
     std::fs::rename(&partial, &args.out).map_err(|error| file_error(&args.out, error))?;
     Ok(summary)
 }
@@ -220,7 +222,8 @@ fn write_catalog(
 fn moved(entity_type: &str, shard: u32, node: &str) -> ClientError {
     ClientError::Usage(format!(
         "shard {shard} of {entity_type} (owned by {node} when the backup began) moved during \
-         the backup, so no single snapshot of it was taken; run the backup again"
+         the backup or was not served by its owner, so no single snapshot of it was taken; run \
+         the backup again"
     ))
 }
 
@@ -261,7 +264,9 @@ fn run_restore(args: &RestoreArgs) -> Result<Summary, ClientError> {
             Record::Active { .. } => post(&client, "/v1/restore/active", body).map(drop)?,
             Record::Shard(shard) => {
                 let key = (shard.entity_type.clone(), shard.shard);
-                let target = owners.remove(&key).unwrap_or_else(|| client.at(client.url()));
+                let target = owners
+                    .remove(&key)
+                    .unwrap_or_else(|| client.at(client.url()));
                 let owner = restore_part(target, body)?;
                 owners.insert(key, owner);
                 if shard.part.index == 0 {
@@ -311,7 +316,11 @@ fn check_target(
         )));
     }
     if header.tenant.is_none() && !plan.tenants.is_empty() {
-        let names: Vec<&str> = plan.tenants.iter().map(|tenant| tenant.name.as_str()).collect();
+        let names: Vec<&str> = plan
+            .tenants
+            .iter()
+            .map(|tenant| tenant.name.as_str())
+            .collect();
         return Err(ClientError::Usage(format!(
             "the cluster is not empty (it has tenants {}): a backup is restored into an empty \
              cluster only; nothing was changed",

@@ -15,7 +15,7 @@ use crate::backup::{
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ShardKey, TypeKey};
-use tessera_metadata::{Command, MemberState, Tenant, VersionRecord, blob_name};
+use tessera_metadata::{Command, MemberState, Tenant, TypeRecord, VersionRecord, blob_name};
 use tessera_sharding::{FnvExtractor, ShardExtractor};
 use tessera_state::{ShardScope, ShardStates};
 use tokio::sync::mpsc;
@@ -52,15 +52,24 @@ impl Node {
                 api_address: member.api_address,
             })
             .collect();
-        if !nodes.iter().any(|member| member.node == self.config.node_id) {
+        if !nodes
+            .iter()
+            .any(|member| member.node == self.config.node_id)
+        {
             nodes.push(PlannedNode {
                 node: self.config.node_id.clone(),
                 api_address: String::new(),
             });
         }
+        // A deleted type keeps its allocations (and rows) but is not backed up.
         let shards = cut
             .shards
             .into_iter()
+            .filter(|(key, _)| {
+                let (tenant, name) = (&key.type_key.tenant, &key.type_key.entity_type);
+                let kept = |record: &TypeRecord| record.tenant == *tenant && record.name == *name;
+                cut.types.iter().any(kept)
+            })
             .map(|(key, allocation)| PlannedShard {
                 tenant: key.type_key.tenant,
                 entity_type: key.type_key.entity_type,
@@ -74,7 +83,11 @@ impl Node {
             commit: cut.commit,
             num_shards: self.config.sharding.num_shards,
             tenant: tenant.map(str::to_string),
-            tenants: if tenant.is_some() { Vec::new() } else { cut.tenants },
+            tenants: if tenant.is_some() {
+                Vec::new()
+            } else {
+                cut.tenants
+            },
             types: cut.types,
             shards,
             nodes,
@@ -90,7 +103,9 @@ impl Node {
             .flat_map(|record| &record.versions)
             .any(|version| version.sha256 == sha256);
         if !used {
-            return Err(NodeError::NotFound(format!("no version uses plugin {sha256}")));
+            return Err(NodeError::NotFound(format!(
+                "no version uses plugin {sha256}"
+            )));
         }
         self.catalog.sources.blobs.get(sha256)?.ok_or_else(|| {
             NodeError::NotFound(format!(
@@ -139,7 +154,10 @@ impl Node {
                 };
                 summary.entities += record.entities();
                 summary.records += 1;
-                if frames.blocking_send(Ok(frame(&Record::Shard(record))?)).is_err() {
+                if frames
+                    .blocking_send(Ok(frame(&Record::Shard(record))?))
+                    .is_err()
+                {
                     return Ok(()); // the client went away
                 }
             }

@@ -84,7 +84,10 @@ pub async fn tenant(
 ) -> Result<(StatusCode, Json<Tenant>), ApiError> {
     let tenant: Tenant = serde_json::from_slice(&bytes)
         .map_err(|error| ApiError::bad_request("bad_body", error.to_string()))?;
-    Ok((StatusCode::CREATED, Json(node.restore_tenant(tenant).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(node.restore_tenant(tenant).await?),
+    ))
 }
 
 /// `POST /v1/restore/versions` with a version record → `201` and the deployed version.
@@ -125,7 +128,10 @@ pub async fn active(
         version,
     } = record(&bytes)?
     else {
-        return Err(ApiError::bad_request("bad_body", "not an active-version record"));
+        return Err(ApiError::bad_request(
+            "bad_body",
+            "not an active-version record",
+        ));
     };
     let tenant = tenant_for(&principal, tenant);
     Ok(Json(
