@@ -196,9 +196,15 @@ fn write_catalog(
             let mut plugin = Vec::new();
             client
                 .get_reader(&format!("/v1/backup/plugins/{}", version.sha256))?
-                .take(RECORD_BYTES_MAX as u64)
+                .take(RECORD_BYTES_MAX as u64 + 1)
                 .read_to_end(&mut plugin)
                 .map_err(|error| ClientError::Usage(format!("reading a plugin: {error}")))?;
+            if plugin.len() > RECORD_BYTES_MAX {
+                return Err(ClientError::Usage(format!(
+                    "plugin {} is over {RECORD_BYTES_MAX} bytes, more than a backup record holds",
+                    version.sha256
+                )));
+            }
             writer
                 .write(&Record::Version {
                     tenant: record.tenant.clone(),
