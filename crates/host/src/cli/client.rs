@@ -17,6 +17,10 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7070";
 /// The longest a client command waits for one request (uploads included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The longest a stream ([`Client::get_reader`]) may go without a byte: a stream as a whole
+/// may take as long as its data needs (a backup of a large node), but a stalled one fails.
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The largest response the client reads.
 const RESPONSE_BYTES_MAX: u64 = 64 << 20;
 
@@ -150,7 +154,8 @@ impl Client {
     }
 
     /// `GET path`, its body as a reader (binary answers and streams; the reader bounds what it
-    /// holds, not how much passes).
+    /// holds, not how much passes), with no limit on the whole request's time but at most
+    /// [`STREAM_READ_TIMEOUT`] between two reads.
     pub(crate) fn get_reader(&self, path: &str) -> Result<ureq::BodyReader<'static>, ClientError> {
         let url = format!("{}{path}", self.url);
         let request = Request::builder()
@@ -159,6 +164,12 @@ impl Client {
             .header("authorization", format!("Bearer {}", self.token))
             .body(())
             .map_err(|error| ClientError::Usage(format!("bad request to {url}: {error}")))?;
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(None)
+            .timeout_per_read(Some(STREAM_READ_TIMEOUT))
+            .build();
         let response = self
             .agent
             .run(request)
