@@ -15,6 +15,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tessera_host::backup::{Reader, Record};
 use tessera_tests::cluster::*;
 use tessera_tests::processes::run_child_if_asked;
@@ -23,6 +24,11 @@ const SOURCE: [&str; 3] = ["a1", "a2", "a3"];
 const TARGET: [&str; 1] = ["b1"];
 const WRITERS: usize = 4;
 const COUNTERS_PER_WRITER: usize = 5;
+/// One value per message, as large as a message may write (4 MiB) with its key and the key
+/// count: more than a shard part holds with its framing, so each value travels in chunks.
+const VALUE_BYTES: u64 = (4 << 20) - 256;
+/// 12 values: 48 MiB in one entity, twelve times what a part holds.
+const KEYS: u64 = 12;
 /// Long enough that the reminder is still pending when the backup is taken and restored.
 const REMINDER_DELAY_MS: u64 = 30_000;
 
@@ -348,5 +354,74 @@ fn a_tenant_exports_and_imports_only_its_own_entities() {
         tenants["tenants"].as_array().map(Vec::len),
         Some(2),
         "{tenants}"
+    );
+}
+
+#[test]
+fn an_entity_larger_than_a_part_is_backed_up_and_restored_whole() {
+    let source = Cluster::new(&["s1"], 1, "backup_child_node");
+    let target = Cluster::new(&["r1"], 1, "backup_child_node");
+    source.start_until_up(1);
+    target.start_until_up(1);
+    let token = eventually("a tenant", &source, || create_tenant(&source, 0, "acme"));
+    // Room for the entity's state, and CPU time to read it back in one message; the quotas
+    // travel with the tenant.
+    let quotas = json!({"entity_state_bytes_max": 256 << 20, "message_deadline_ms": 20_000});
+    let url = format!("{}/v1/tenants/acme/quotas", source.url(0));
+    let bytes = serde_json::to_vec(&quotas).expect("json");
+    let reply = request("PUT", &url, ADMIN, Some(("application/json", bytes))).expect("quotas");
+    assert_eq!(reply.status, 200, "quotas: {}", reply.body);
+    let plugin = std::fs::read(tessera_tests::BALLAST).expect("the ballast plugin");
+    let url = format!("{}/v1/types/ballast/versions", source.url(0));
+    let reply = request("POST", &url, &token, Some(("application/wasm", plugin))).expect("deploy");
+    assert_eq!(reply.status, 201, "deploy: {}", reply.body);
+    wait_bound(&source, 0, &token, "ballast", 1);
+    for key in 0..KEYS {
+        let fill = json!({"Fill": {"key": key, "bytes": VALUE_BYTES}});
+        let reply = ask(&source, 0, &token, "ballast/big", &fill);
+        assert_eq!(reply.status, 200, "fill {key}: {}", reply.body);
+    }
+    let held = json!({"keys": KEYS, "bytes": KEYS * VALUE_BYTES, "wrong": []});
+
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("big.tsrbak");
+    let file_arg = file.display().to_string();
+    let started = Instant::now();
+    let backed_up = cli(&[
+        "backup",
+        "--out",
+        &file_arg,
+        "--url",
+        &source.url(0),
+        "--token",
+        ADMIN,
+    ]);
+    let backup_took = started.elapsed();
+    assert_eq!(backed_up, ExitCode::SUCCESS);
+    let (_, written) = records(&file);
+    let parts = written
+        .iter()
+        .filter(|record| matches!(record, Record::Shard(shard) if !shard.part.entities.is_empty()))
+        .count() as u64;
+    assert!(parts > KEYS, "the entity spans parts: {parts}");
+
+    let started = Instant::now();
+    let restored = cli(&[
+        "restore",
+        &file_arg,
+        "--url",
+        &target.url(0),
+        "--token",
+        ADMIN,
+    ]);
+    let restore_took = started.elapsed();
+    assert_eq!(restored, ExitCode::SUCCESS);
+    let reply = ask(&target, 0, &token, "ballast/big", &json!("Check"));
+    assert_eq!(reply.json(), held, "every byte restored: {}", reply.body);
+    let file_bytes = std::fs::metadata(&file).expect("the backup").len();
+    eprintln!(
+        "{} bytes of one entity in {parts} parts ({file_bytes} bytes of backup): backup took \
+         {backup_took:?}, restore {restore_took:?}",
+        KEYS * VALUE_BYTES
     );
 }
