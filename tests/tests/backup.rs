@@ -5,8 +5,10 @@
 //! and a reminder scheduled before the backup fires after the restore. A tenant's export holds
 //! only its own entities and plugins; a tenant token cannot read another tenant's plugin,
 //! create tenants, or write another tenant's entities; a restore into a cluster that is not
-//! empty (or a tenant that has the types) is refused and changes nothing. Each node is this
-//! test binary re-run as a child (`tessera_tests::processes`).
+//! empty (or a tenant that has the types) is refused and changes nothing. An entity larger than
+//! a shard part comes back whole; and a sender restored from before a tell still reaches a
+//! receiver restored from after it (the skew of two shards read at different moments). Each
+//! node is this test binary re-run as a child (`tessera_tests::processes`).
 
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tessera_host::backup::{Reader, Record};
+use tessera_host::backup::{Reader, Record, Summary, Writer};
 use tessera_tests::cluster::*;
 use tessera_tests::processes::run_child_if_asked;
 
@@ -424,4 +426,108 @@ fn an_entity_larger_than_a_part_is_backed_up_and_restored_whole() {
          {backup_took:?}, restore {restore_took:?}",
         KEYS * VALUE_BYTES
     );
+}
+
+/// Polls counter `id` on `cluster` until it holds `expected`.
+fn counter_reaches(cluster: &Cluster, token: &str, id: &str, expected: u64) {
+    eventually(&format!("{id} reaches {expected}"), cluster, || {
+        (value(&ask_counter(cluster, 0, token, id, 0)) == Some(expected)).then_some(())
+    });
+}
+
+#[test]
+fn a_sender_restored_from_before_its_tell_still_reaches_a_receiver_restored_from_after() {
+    let source = Cluster::new(&["u1"], 1, "backup_child_node");
+    let target = Cluster::new(&["v1"], 1, "backup_child_node");
+    source.start_until_up(1);
+    target.start_until_up(1);
+    let token = eventually("a tenant", &source, || create_tenant(&source, 0, "acme"));
+    deploy_counter(&source, 0, &token, "counter", "");
+    let relay = std::fs::read(tessera_tests::RELAY).expect("the relay plugin");
+    let url = format!("{}/v1/types/relay/versions", source.url(0));
+    let reply = request("POST", &url, &token, Some(("application/wasm", relay))).expect("deploy");
+    assert_eq!(reply.status, 201, "deploy: {}", reply.body);
+    wait_bound(&source, 0, &token, "counter", 1);
+    wait_bound(&source, 0, &token, "relay", 1);
+    let tell = |cluster: &Cluster, amount: u64| {
+        let add = json!({"TellAdd": {"entity_type": "counter", "id": "c1", "amount": amount}});
+        let reply = ask(cluster, 0, &token, "relay/r1", &add);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    };
+
+    // Two backups around a tell: the sender's shard from the first, the receiver's from the
+    // second — the skew of two shards read at different moments of one backup.
+    let dir = tempfile::tempdir().expect("a directory");
+    let take = |name: &str| {
+        let file = dir.path().join(name);
+        let code = cli(&[
+            "backup",
+            "--out",
+            &file.display().to_string(),
+            "--url",
+            &source.url(0),
+            "--token",
+            ADMIN,
+        ]);
+        assert_eq!(code, ExitCode::SUCCESS);
+        records(&file).1
+    };
+    tell(&source, 1);
+    counter_reaches(&source, &token, "c1", 1);
+    let before = take("before.tsrbak");
+    tell(&source, 10);
+    counter_reaches(&source, &token, "c1", 11);
+    let after = take("after.tsrbak");
+    let skewed = dir.path().join("skewed.tsrbak");
+    let mut reader =
+        Reader::open(std::fs::File::open(dir.path().join("before.tsrbak")).expect("backup"))
+            .expect("a backup");
+    while reader.next_record().expect("a record").is_some() {}
+    let mut writer = Writer::new(
+        std::fs::File::create(&skewed).expect("a file"),
+        reader.header(),
+    )
+    .expect("a header");
+    let of_type = |records: &[Record], entity_type: &str| -> Vec<Record> {
+        records
+            .iter()
+            .filter(|record| match record {
+                Record::Shard(shard) => shard.entity_type == entity_type,
+                _ => false,
+            })
+            .cloned()
+            .collect()
+    };
+    let catalog = before
+        .iter()
+        .filter(|record| !matches!(record, Record::Shard(_)))
+        .cloned();
+    let shards = of_type(&before, "relay")
+        .into_iter()
+        .chain(of_type(&after, "counter"));
+    for record in catalog.chain(shards) {
+        writer.write(&record).expect("a record");
+    }
+    writer.finish(Summary::default()).expect("the end");
+
+    let restored = cli(&[
+        "restore",
+        &skewed.display().to_string(),
+        "--url",
+        &target.url(0),
+        "--token",
+        ADMIN,
+    ]);
+    assert_eq!(restored, ExitCode::SUCCESS);
+    counter_reaches(&target, &token, "c1", 11);
+    let sent = ask(&target, 0, &token, "relay/r1", &json!("Sent"));
+    assert_eq!(
+        sent.json(),
+        json!(1),
+        "the sender remembers one tell: {}",
+        sent.body
+    );
+    // Its next tell is numbered past the receiver's receipt of the tell it does not remember.
+    tell(&target, 100);
+    counter_reaches(&target, &token, "c1", 111);
 }

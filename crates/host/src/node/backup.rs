@@ -17,7 +17,7 @@ use std::time::Duration;
 use tessera_contract::{EntityAddress, ShardKey, TypeKey};
 use tessera_metadata::{Command, MemberState, Tenant, TypeRecord, VersionRecord, blob_name};
 use tessera_sharding::{FnvExtractor, ShardExtractor};
-use tessera_state::{ShardScope, ShardStates};
+use tessera_state::{ShardPart, ShardScope, ShardStates};
 use tokio::sync::mpsc;
 
 /// Frames of a shard stream queued between the thread reading the snapshot and the response:
@@ -27,6 +27,14 @@ pub const BACKUP_FRAMES_QUEUED_MAX: usize = 4;
 /// How long a restored part waits for its shard to be allocated and served here (the first
 /// part of a shard allocates it, as a first message would).
 const RESTORE_ALLOCATION_WAIT: Duration = Duration::from_secs(15);
+
+/// How far a restored entity's next outbox sequence number leaps past the one it was backed
+/// up with. Shards are read one after another, so a receiver's snapshot may hold the receipt of
+/// a tell its sender committed after the sender's own snapshot; receivers drop every tell at
+/// or below the highest sequence they hold from a sender, so without the leap the restored
+/// sender's next tells to it would be dropped as duplicates. No sender commits 2^32 tells
+/// while a backup runs; a sequence has room for 2^32 restores.
+pub const RESTORE_SEQUENCE_LEAP: u64 = 1 << 32;
 
 /// The pause between two looks at a shard being allocated.
 const RESTORE_ALLOCATION_POLL: Duration = Duration::from_millis(20);
@@ -267,7 +275,9 @@ impl Node {
                 api_address,
             });
         }
-        ShardStates::install(&*self.state, scope, allocation.generation, record.part)
+        let mut part = record.part;
+        leap_sequences(&mut part);
+        ShardStates::install(&*self.state, scope, allocation.generation, part)
             .await
             .map_err(tessera_state::StoreError::from)?;
         Ok(ShardRestored {
@@ -322,6 +332,17 @@ impl Node {
     }
 }
 
+/// Moves each entity's next outbox sequence number [`RESTORE_SEQUENCE_LEAP`] on, past any
+/// receipt another shard's snapshot may hold for it; tells still in its outbox keep theirs and
+/// go first, in order.
+fn leap_sequences(part: &mut ShardPart) {
+    for entity in &mut part.entities {
+        if let Some((next_seq, ..)) = &mut entity.sequences {
+            *next_seq = next_seq.saturating_add(RESTORE_SEQUENCE_LEAP);
+        }
+    }
+}
+
 /// The tenant a principal is limited to (`None`: the admin, every tenant).
 fn tenant_of(principal: &Principal) -> Option<&str> {
     match principal {
@@ -332,4 +353,32 @@ fn tenant_of(principal: &Principal) -> Option<&str> {
 
 fn frame(record: &Record) -> Result<Vec<u8>, NodeError> {
     encode_frame(record).map_err(|error| NodeError::BadRequest(error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_state::shard_transfer::EntityRecord;
+
+    #[test]
+    fn a_restored_sender_numbers_its_next_tells_past_any_receipt_of_the_backup() {
+        let sender = |id: &str, sequences| EntityRecord {
+            id: id.into(),
+            sequences,
+            ..EntityRecord::default()
+        };
+        let mut part = ShardPart {
+            index: 0,
+            last: true,
+            entities: vec![sender("a", Some((7, 3, 1, 2))), sender("b", None)],
+            remembered: Vec::new(),
+        };
+        leap_sequences(&mut part);
+        assert_eq!(
+            part.entities[0].sequences,
+            Some((7 + RESTORE_SEQUENCE_LEAP, 3, 1, 2)),
+            "only the next outbox sequence moves"
+        );
+        assert_eq!(part.entities[1].sequences, None);
+    }
 }

@@ -26,7 +26,7 @@ mod overview;
 mod sending;
 mod tenants;
 
-pub use backup::{BACKUP_FRAMES_QUEUED_MAX, BackupFrame};
+pub use backup::{BACKUP_FRAMES_QUEUED_MAX, BackupFrame, RESTORE_SEQUENCE_LEAP};
 pub use config::{
     API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
 };
