@@ -17,5 +17,6 @@
 
 pub mod allocator;
 pub mod api;
+pub mod backup;
 pub mod cli;
 pub mod node;

@@ -22,6 +22,7 @@ mod blobs;
 mod catalog_machine;
 mod command;
 mod committed;
+mod cut;
 mod error;
 mod limits;
 mod member_state;
@@ -37,6 +38,7 @@ pub use blobs::{BLOB_CHUNK_BYTES, BLOB_CHUNKS_MAX, BlobAssembly, BlobError, Blob
 pub use catalog_machine::{CatalogMachine, CatalogResult, UNOBSERVED_APPLIED_MAX};
 pub use command::{Applied, Command, PartitionPlacement, ShardAssignment, ShardMove};
 pub use committed::CommittedRead;
+pub use cut::CatalogCut;
 pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use member_state::MemberState;

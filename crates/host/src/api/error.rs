@@ -133,6 +133,7 @@ impl From<NodeError> for ApiError {
             NodeError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             NodeError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             NodeError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            NodeError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             NodeError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             NodeError::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             NodeError::Coordinator(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

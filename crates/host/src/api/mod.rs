@@ -29,7 +29,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use routes::{cluster, dashboard, entities, tenants, types};
+use routes::{backup, cluster, dashboard, entities, tenants, types};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +69,13 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/cluster/members/{node}/remove", post(cluster::remove))
         .route("/v1/cluster/shards", get(cluster::shards))
         .route("/v1/cluster/partitions", get(cluster::partitions_here))
+        .route("/v1/backup", get(backup::plan))
+        .route("/v1/backup/plugins/{sha256}", get(backup::plugin))
+        .route("/v1/backup/shards", get(backup::shards))
+        .route("/v1/restore/tenants", post(backup::tenant))
+        .route("/v1/restore/versions", post(backup::version))
+        .route("/v1/restore/active", post(backup::active))
+        .route("/v1/restore/shards", post(backup::shard))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(node.clone(), edge))
@@ -141,7 +148,9 @@ async fn edge(State(node): State<Arc<Node>>, mut request: Request, next: Next) -
             return closing(error.clone());
         }
         let limits = &node.config().api;
-        let limit = if request.uri().path().ends_with("/versions") {
+        let path = request.uri().path();
+        // A restored version carries a plugin, a restored shard part up to 4 MiB of rows.
+        let limit = if path.ends_with("/versions") || path == "/v1/restore/shards" {
             limits.plugin_body_bytes_max
         } else {
             limits.request_body_bytes_max

@@ -17,6 +17,10 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7070";
 /// The longest a client command waits for one request (uploads included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The longest a stream ([`Client::get_reader`]) may go without a byte: a stream as a whole
+/// may take as long as its data needs (a backup of a large node), but a stalled one fails.
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The largest response the client reads.
 const RESPONSE_BYTES_MAX: u64 = 64 << 20;
 
@@ -133,6 +137,54 @@ impl Client {
             .build()
             .map_err(|error| ClientError::Usage(format!("cannot start a runtime: {error}")))?;
         Ok(Entities { client, runtime })
+    }
+
+    /// The same token, against the node at `url`.
+    pub(crate) fn at(&self, url: &str) -> Client {
+        Client {
+            agent: self.agent.clone(),
+            url: url.trim_end_matches('/').to_string(),
+            token: self.token.clone(),
+        }
+    }
+
+    /// The node's URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `GET path`, its body as a reader (binary answers and streams; the reader bounds what it
+    /// holds, not how much passes), with no limit on the whole request's time but at most
+    /// [`STREAM_READ_TIMEOUT`] between two reads.
+    pub(crate) fn get_reader(&self, path: &str) -> Result<ureq::BodyReader<'static>, ClientError> {
+        let url = format!("{}{path}", self.url);
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.token))
+            .body(())
+            .map_err(|error| ClientError::Usage(format!("bad request to {url}: {error}")))?;
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(None)
+            .timeout_per_read(Some(STREAM_READ_TIMEOUT))
+            .build();
+        let response = self
+            .agent
+            .run(request)
+            .map_err(|error| ClientError::Usage(format!("cannot reach {}: {error}", self.url)))?;
+        let status = response.status().as_u16();
+        let body = response.into_body();
+        if status >= 400 {
+            let text = body
+                .into_with_config()
+                .limit(RESPONSE_BYTES_MAX)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(ClientError::Refused(status, text));
+        }
+        Ok(body.into_with_config().reader())
     }
 
     /// `GET path`.

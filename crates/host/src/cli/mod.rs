@@ -3,6 +3,7 @@
 //! see `docs/cli.md` for their exit codes), which find their node and token through `login`'s
 //! profiles or `up`'s credentials file.
 
+mod backup;
 mod build;
 mod client;
 mod cluster;
@@ -71,6 +72,10 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Create the cluster CA and node certificates for mutual TLS between nodes.
     Certs(cluster::CertsArgs),
+    /// Write a consistent backup of a running cluster (or, with --tenant, of one tenant).
+    Backup(backup::BackupArgs),
+    /// Restore a backup into an empty cluster (or, with --tenant, import a tenant export).
+    Restore(backup::RestoreArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -110,6 +115,8 @@ where
         Command::Tenant(args) => commands::tenant(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Certs(args) => cluster::certs(args),
+        Command::Backup(args) => backup::backup(args),
+        Command::Restore(args) => backup::restore(args),
     }
 }
 

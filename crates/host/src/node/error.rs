@@ -23,6 +23,10 @@ pub enum NodeError {
     /// The request is malformed.
     #[error("{0}")]
     BadRequest(String),
+    /// The request conflicts with what the node holds (a restore into a type that has
+    /// versions already).
+    #[error("{0}")]
+    Conflict(String),
     /// A body or upload is over its limit.
     #[error("{0}")]
     TooLarge(String),

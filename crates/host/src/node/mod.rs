@@ -1,6 +1,6 @@
 //! A node: every layer built in one pass over one data directory (`build`, with its settings in
 //! `config`), and the operations the API and CLI offer — tenants and tokens (`tenants`),
-//! deploys, rollbacks and deletes (`deploy`), what the dashboard shows (`overview`), messages to entities and inspection
+//! deploys, rollbacks and deletes (`deploy`), backups and restores (`backup`), what the dashboard shows (`overview`), messages to entities and inspection
 //! (`messages`), listing a type's entities across the cluster (`listing`), metrics (`metrics`, `metric_families`, and the HTTP edge's counters in `edge`).
 //! Catalog changes go through the metadata plane; its one observer (`catalog`) updates what
 //! the layers below run, so live entities switch version at their next message boundary.
@@ -10,6 +10,7 @@
 //! and this node as a member of a cluster (`member`: the mesh, joining and leaving, the
 //! shard lease, the coordinator's seat, the cluster view).
 
+mod backup;
 mod build;
 mod catalog;
 mod config;
@@ -25,6 +26,7 @@ mod overview;
 mod sending;
 mod tenants;
 
+pub use backup::{BACKUP_FRAMES_QUEUED_MAX, BackupFrame, RESTORE_SEQUENCE_LEAP};
 pub use config::{
     API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
 };

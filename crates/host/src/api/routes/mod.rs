@@ -2,6 +2,7 @@
 //! [`super::auth`], reads its body under a limit with [`super::body`] and answers errors as
 //! [`ApiError`].
 
+pub mod backup;
 pub mod cluster;
 pub mod dashboard;
 pub mod entities;
