@@ -264,6 +264,12 @@ impl Node {
                 load(&entities.duplicates_dropped),
             ),
             (
+                "tessera_activation_failures",
+                "Activations refused because the guest's activate (a migration) failed or trapped; \
+                 the entity kept its old state.",
+                load(&entities.activation_failures),
+            ),
+            (
                 "tessera_dead_letters",
                 "Tells and reminders given up (answered with an error, or retried too long).",
                 load(&entities.dead_letters),
