@@ -341,26 +341,26 @@ impl Runtime {
             Pre::V1(pre) => pre.instantiate_async(&mut store).await.map(Bindings::V1),
         };
         let bindings = instantiated.map_err(|error| {
-                if store.data().limiter.memory_limit_hit {
-                    MessageError::new(
-                        ErrorKind::MemoryLimit,
-                        format!("the instance needs more than {memory_bytes_max} bytes of memory"),
-                    )
-                } else if error
-                    .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-                    .is_some()
-                {
-                    MessageError::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "every one of the {} instance slots is taken; retry later",
-                            self.config.instances_max
-                        ),
-                    )
-                } else {
-                    MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
-                }
-            })?;
+            if store.data().limiter.memory_limit_hit {
+                MessageError::new(
+                    ErrorKind::MemoryLimit,
+                    format!("the instance needs more than {memory_bytes_max} bytes of memory"),
+                )
+            } else if error
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
+                MessageError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "every one of the {} instance slots is taken; retry later",
+                        self.config.instances_max
+                    ),
+                )
+            } else {
+                MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
+            }
+        })?;
         Ok(EntityInstance::new(
             store,
             bindings,

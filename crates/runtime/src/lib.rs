@@ -35,7 +35,7 @@ mod slots;
 
 pub use bindings::Activation;
 #[doc(hidden)]
-pub use bindings::{Entity as EntityBindings, EntityPre};
+pub use bindings::{Entity as EntityBindings, EntityPre, Sender as EntitySender};
 pub use config::{GUEST_THREADS_MAX, RuntimeConfig};
 pub use engine::{EntityContext, Runtime};
 pub use gate::CallGate;

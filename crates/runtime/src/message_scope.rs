@@ -3,8 +3,8 @@
 //! it runs under, and its running slot at the tenant's gate. A call begins and finishes its
 //! scope in place (the scope is a few hundred bytes, and there is one call per message).
 
-use std::time::Duration;
 use super::sender::Sender;
+use std::time::Duration;
 use tessera_contract::EntityAddress;
 use tessera_state::WriteSet;
 

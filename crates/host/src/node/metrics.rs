@@ -212,7 +212,7 @@ impl Node {
     /// Node-wide counters of the entity, sharding, state and runtime layers.
     fn snapshot_layers(&self, snapshot: &mut Snapshot) {
         let entities = self.entities.stats();
-        let plain: [(&'static str, &'static str, u64); 14] = [
+        let plain: [(&'static str, &'static str, u64); 15] = [
             (
                 "tessera_entity_evictions",
                 "Live entities passivated to respect the node's active-entity limit.",
