@@ -63,6 +63,9 @@ mod tests {
         let Err(Error::Failed(reason)) = refused else {
             panic!("activated on items without a price: {refused:?}");
         };
-        assert!(reason.contains("\"items\"") && reason.contains("price_cents"), "{reason}");
+        assert!(
+            reason.contains("\"items\"") && reason.contains("price_cents"),
+            "{reason}"
+        );
     }
 }
