@@ -119,7 +119,8 @@ async fn a_rollback_is_reported_as_a_rollback() {
 
 /// The incident: an upgrade whose version cannot read the stored items answered `trap` with a
 /// backtrace, and a reminder that fired meanwhile was dead-lettered, leaving a checked-out
-/// cart reserved for good after the rollback.
+/// cart reserved for good after the rollback. A tell from an entity of another type waits the
+/// same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_that_cannot_activate_answers_failed_and_keeps_reminders_for_the_rollback() {
     let (_dir, node) = cart_node();
@@ -142,9 +143,15 @@ async fn an_upgrade_that_cannot_activate_answers_failed_and_keeps_reminders_for_
             && error.message.contains("price_cents"),
         "the answer names the key and the reason: {error}"
     );
+    // A shop (the version-1 cart under another type, unaffected by the upgrade) tells c0.
+    node.deploy("shop", tessera_tests::CART, 1, InstanceLimits::default());
+    let c0 = json!({"entity_type": "cart", "id": "c0"});
+    node.ask("shop", "s", json!({"TellRecord": c0}))
+        .await
+        .unwrap();
     let stats = node.entities.stats();
     let tried_and_kept =
-        || async { stats.redeliveries.load(Ordering::Relaxed) >= carts.len() as u64 };
+        || async { stats.redeliveries.load(Ordering::Relaxed) > carts.len() as u64 };
     eventually(
         "the reminders were tried on the broken version",
         tried_and_kept,
@@ -160,6 +167,11 @@ async fn an_upgrade_that_cannot_activate_answers_failed_and_keeps_reminders_for_
         };
         eventually(&format!("cart {id}'s reminder fired"), expired).await;
     }
+    let told = || async {
+        let last = node.ask("cart", "c0", json!("LastSender")).await.unwrap();
+        last == json!("entity shop/s")
+    };
+    eventually("the shop's tell reached c0", told).await;
     assert_eq!(stats.dead_letters.load(Ordering::Relaxed), 0);
 }
 
