@@ -299,6 +299,8 @@ impl CellState {
         let (instance, activated) = core.runtime.run_call(call, true).await?.0;
         let migrated = match activated {
             Ok(migrated) => migrated,
+            // Stopped by the node's shutdown: not the guest's failure.
+            Err(error) if error.kind == ErrorKind::Unavailable => return Err(error),
             Err(error) => return Err(self.activation_refused(binding.version, reason, error)),
         };
         let recorded = match migrated {
