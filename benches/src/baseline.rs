@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use tessera_contract::EntityAddress;
-use tessera_runtime::{EntityBindings, HostState, Plugin, Runtime};
+use tessera_runtime::{EntityBindings, EntitySender, HostState, Plugin, Runtime};
 use tessera_state::EntityState;
 use wasmtime::Store;
 
@@ -25,11 +25,10 @@ impl RawInstance {
         let data = HostState::bare(EntityAddress::new("baseline", "raw", "raw"), state);
         let mut store = Store::new(runtime.engine(), data);
         store.set_epoch_deadline(u64::MAX / 2);
-        let instance = plugin
+        let pre = plugin
             .bindings_pre()
-            .instance_pre()
-            .instantiate_async(&mut store)
-            .await?;
+            .ok_or_else(|| anyhow::anyhow!("the baseline runs 0.2.0 components"))?;
+        let instance = pre.instance_pre().instantiate_async(&mut store).await?;
         let bindings = EntityBindings::new(&mut store, &instance)?;
         Ok(RawInstance { store, bindings })
     }
@@ -40,7 +39,7 @@ impl RawInstance {
         let reply = self
             .bindings
             .tessera_entity_handler()
-            .call_handle(&mut self.store, payload)
+            .call_handle(&mut self.store, payload, &EntitySender::Client)
             .await?;
         reply.map_err(|error| anyhow::anyhow!("{error:?}"))
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::codec;
-use crate::{Address, Error, Level, TimerId};
+use crate::{Address, Error, Level, Sender, TimerId};
 
 /// The host operations a [`Ctx`] forwards to. Implemented by the wasm imports and by the
 /// testing fake.
@@ -51,6 +51,8 @@ pub struct Ctx {
     /// encoded is a bug in the entity; rather than panic, the SDK fails the message so the host
     /// discards its writes.
     failure: Option<Error>,
+    /// Who sent the message being handled ([`Sender::Client`] in `activate`).
+    sender: Sender,
 }
 
 impl Ctx {
@@ -58,7 +60,61 @@ impl Ctx {
         Ctx {
             backend,
             failure: None,
+            sender: Sender::Client,
         }
+    }
+
+    pub(crate) fn set_sender(&mut self, sender: Sender) {
+        self.sender = sender;
+    }
+
+    /// Who sent the message being handled: a client, an entity (by address) or this entity's
+    /// own reminder. The host says so, not the payload: a message only a reminder should send
+    /// can be refused from anyone else.
+    ///
+    /// ```
+    /// use tessera_sdk::prelude::*;
+    /// use tessera_sdk::testing::Harness;
+    ///
+    /// struct Cart;
+    /// #[derive(Serialize, Deserialize)]
+    /// enum Msg { Expire }
+    /// impl Entity for Cart {
+    ///     type Msg = Msg;
+    ///     type Reply = ();
+    ///     fn activate(_: &mut Ctx, _: Activation) -> Self { Cart }
+    ///     fn handle(&mut self, ctx: &mut Ctx, Msg::Expire: Msg) -> Result<(), Error> {
+    ///         if !ctx.sender().is_reminder() {
+    ///             return Err(Error::rejected("only the cart's own reminder expires it"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let mut cart = Harness::<Cart>::new(Address::new("cart", "c-1"));
+    /// assert!(matches!(cart.send(&Msg::Expire), Err(Error::Rejected(_))));
+    /// let reminder = Sender::Reminder(TimerId::from_raw(1));
+    /// assert_eq!(cart.send_from(reminder, &Msg::Expire), Ok(()));
+    /// ```
+    pub fn sender(&self) -> &Sender {
+        &self.sender
+    }
+
+    /// Fails the current call with `error`, as a state value that does not decode does: in
+    /// `handle` the message fails with it (if `handle` returned `Ok`) and none of its writes are
+    /// kept; in `activate` the activation is refused with its reason — the host keeps the old
+    /// state, answers the message `failed` with that reason and tries again on the next one.
+    /// The first failure of a call wins.
+    ///
+    /// ```
+    /// use tessera_sdk::prelude::*;
+    /// use tessera_sdk::testing::TestHost;
+    ///
+    /// let host = TestHost::new(Address::new("cart", "c-1"));
+    /// host.with_ctx(|ctx| ctx.fail(Error::failed("items: no price to migrate from")));
+    /// ```
+    pub fn fail(&mut self, error: Error) {
+        self.record_failure(error);
     }
 
     /// Takes the encoding failure recorded while handling the current message, if any.

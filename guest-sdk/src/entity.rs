@@ -47,11 +47,17 @@ pub trait Entity: Sized + 'static {
     /// The reply to a message, encoded as MessagePack with named fields.
     type Reply: Serialize;
 
-    /// Starts an instance: rebuild in-memory state from durable state here.
+    /// Starts an instance: rebuild in-memory state from durable state here, and migrate it
+    /// after an upgrade or a rollback ([`Activation::Upgraded`], [`Activation::RolledBack`]):
+    /// state written here is committed before the first message. A state value that no longer
+    /// decodes, or a [`Ctx::fail`](Ctx::fail), refuses the activation: nothing written here is
+    /// kept, the message that needed the entity fails with the reason, and reminders and tells
+    /// wait for a version that activates.
     fn activate(ctx: &mut Ctx, reason: Activation) -> Self;
 
     /// Handles one message. Every state write made here is committed together if this returns
-    /// `Ok`, and discarded if it returns `Err` or panics.
+    /// `Ok`, and discarded if it returns `Err` or panics. [`Ctx::sender`](Ctx::sender) says who
+    /// sent it.
     fn handle(&mut self, ctx: &mut Ctx, msg: Self::Msg) -> Result<Self::Reply, Error>;
 
     /// Called once before the instance is dropped on passivation or upgrade. Durable writes

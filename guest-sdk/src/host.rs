@@ -4,7 +4,7 @@
 use crate::ctx::Backend;
 use crate::wit::tessera::entity::host;
 use crate::wit::tessera::entity::types as wit;
-use crate::{Activation, Address, Error, Level};
+use crate::{Activation, Address, Error, Level, Sender, TimerId};
 
 /// Forwards every [`Ctx`](crate::Ctx) operation to the host imports.
 pub(crate) struct WasmHost;
@@ -100,5 +100,14 @@ pub(crate) fn activation_from_wit(reason: wit::Activation) -> Activation {
         wit::Activation::FirstStart => Activation::FirstStart,
         wit::Activation::Restarted => Activation::Restarted,
         wit::Activation::Upgraded(from_version) => Activation::Upgraded { from_version },
+        wit::Activation::RolledBack(from_version) => Activation::RolledBack { from_version },
+    }
+}
+
+pub(crate) fn sender_from_wit(sender: wit::Sender) -> Sender {
+    match sender {
+        wit::Sender::Client => Sender::Client,
+        wit::Sender::Entity(address) => Sender::Entity(address_from_wit(address)),
+        wit::Sender::Reminder(timer) => Sender::Reminder(TimerId::from_raw(timer)),
     }
 }

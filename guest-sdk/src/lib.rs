@@ -95,7 +95,7 @@ pub mod testing;
 pub use ctx::Ctx;
 pub use entity::Entity;
 pub use error::Error;
-pub use types::{Activation, Address, Level, TimerId};
+pub use types::{Activation, Address, Level, Sender, TimerId};
 
 /// serde, re-exported for its traits and for `#[serde(crate = "tessera_sdk::serde")]`.
 ///
@@ -137,13 +137,15 @@ pub use wit_bindgen as __wit_bindgen;
 /// let _ = (Address::new("counter", "c"), Duration::from_millis(5), Level::Info);
 /// ```
 pub mod prelude {
-    pub use crate::{Activation, Address, Ctx, Entity, Error, Level, TimerId, export_entity};
+    pub use crate::{
+        Activation, Address, Ctx, Entity, Error, Level, Sender, TimerId, export_entity,
+    };
     pub use crate::{Deserialize, Serialize};
     pub use serde_bytes::ByteBuf;
     pub use std::time::Duration;
 }
 
-/// The bindings wit-bindgen generates from `wit/entity.wit`. Authors never use them directly.
+/// The bindings wit-bindgen generates from `wit/entity.wit` (`tessera:entity@0.2.0`). Authors never use them directly.
 #[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
 pub mod wit {
@@ -201,14 +203,17 @@ macro_rules! export_entity {
             }
 
             impl $crate::wit::exports::tessera::entity::handler::Guest for TesseraExport {
-                fn activate(reason: $crate::wit::tessera::entity::types::Activation) {
+                fn activate(
+                    reason: $crate::wit::tessera::entity::types::Activation,
+                ) -> ::core::result::Result<(), ::std::string::String> {
                     TESSERA_SLOT.with(|slot| $crate::__rt::activate(slot, reason))
                 }
 
                 fn handle(
                     payload: ::std::vec::Vec<u8>,
+                    sender: $crate::wit::tessera::entity::types::Sender,
                 ) -> ::core::result::Result<::std::vec::Vec<u8>, $crate::wit::tessera::entity::types::Error> {
-                    TESSERA_SLOT.with(|slot| $crate::__rt::handle(slot, &payload))
+                    TESSERA_SLOT.with(|slot| $crate::__rt::handle(slot, &payload, sender))
                 }
 
                 fn deactivate() {

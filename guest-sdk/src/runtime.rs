@@ -4,7 +4,7 @@
 use core::cell::RefCell;
 
 use crate::codec;
-use crate::host::{WasmHost, activation_from_wit, error_to_wit};
+use crate::host::{WasmHost, activation_from_wit, error_to_wit, sender_from_wit};
 use crate::wit::tessera::entity::types as wit;
 use crate::{Activation, Ctx, Entity, Error};
 
@@ -24,21 +24,27 @@ impl<E> Slot<E> {
     }
 }
 
-/// The `activate` export: starts (or restarts) the instance.
-pub fn activate<E: Entity>(slot: &Slot<E>, reason: wit::Activation) {
+/// The `activate` export: starts (or restarts) the instance. State the entity could not read
+/// (or a [`Ctx::fail`]) refuses the activation with its reason: the host keeps the old state,
+/// discards what `activate` wrote, and no message runs on state the entity could not read.
+pub fn activate<E: Entity>(slot: &Slot<E>, reason: wit::Activation) -> Result<(), String> {
     let mut ctx = Ctx::new(Box::new(WasmHost));
     let entity = E::activate(&mut ctx, activation_from_wit(reason));
     if let Some(failure) = ctx.take_failure() {
-        // `activate` cannot return an error: trap, so the host reports the activation as
-        // failed and no message runs on state the entity could not read.
-        panic!("activate failed: {failure}");
+        return Err(failure.reason().to_string());
     }
     *slot.entity.borrow_mut() = Some(entity);
+    Ok(())
 }
 
-/// The `handle` export: decodes, handles and encodes one message.
-pub fn handle<E: Entity>(slot: &Slot<E>, payload: &[u8]) -> Result<Vec<u8>, wit::Error> {
+/// The `handle` export: decodes, handles and encodes one message from `sender`.
+pub fn handle<E: Entity>(
+    slot: &Slot<E>,
+    payload: &[u8],
+    sender: wit::Sender,
+) -> Result<Vec<u8>, wit::Error> {
     let mut ctx = Ctx::new(Box::new(WasmHost));
+    ctx.set_sender(sender_from_wit(sender));
     let mut entity = slot.entity.borrow_mut();
     handle_bytes(&mut entity, &mut ctx, payload).map_err(error_to_wit)
 }

@@ -56,6 +56,7 @@ impl fmt::Display for Address {
 ///         Activation::FirstStart => "new".to_string(),
 ///         Activation::Restarted => "back".to_string(),
 ///         Activation::Upgraded { from_version } => format!("upgraded from v{from_version}"),
+///         Activation::RolledBack { from_version } => format!("rolled back from v{from_version}"),
 ///     }
 /// }
 /// assert_eq!(describe(Activation::Upgraded { from_version: 3 }), "upgraded from v3");
@@ -66,11 +67,53 @@ pub enum Activation {
     FirstStart,
     /// The entity ran before on this plugin version: after passivation, a trap or a restart.
     Restarted,
-    /// The entity ran before on an older plugin version.
+    /// The entity ran before on an older plugin version: migrate its state here if its
+    /// schema changed (writes in `activate` are committed before the first message).
     Upgraded {
         /// The plugin version the entity ran on before.
         from_version: u32,
     },
+    /// The entity ran before on a newer plugin version, and its type was rolled back to this
+    /// one: state written by the newer version may be there.
+    RolledBack {
+        /// The newer plugin version the entity ran on before.
+        from_version: u32,
+    },
+}
+
+/// Who sent the message being handled, as the host knows it ([`Ctx::sender`]): a payload
+/// cannot pretend to come from a reminder.
+///
+/// [`Ctx::sender`]: crate::Ctx::sender
+///
+/// ```
+/// use tessera_sdk::{Address, Sender, TimerId};
+/// let from = Sender::Entity(Address::new("order", "o-1"));
+/// assert!(!from.is_client());
+/// assert!(Sender::Reminder(TimerId::from_raw(3)).is_reminder());
+/// assert!(Sender::Client.is_client());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Sender {
+    /// A client of the tenant, through the API or the CLI.
+    #[default]
+    Client,
+    /// An entity of the same tenant, by a tell or an ask.
+    Entity(Address),
+    /// This entity's own reminder, made by [`Ctx::schedule`](crate::Ctx::schedule).
+    Reminder(TimerId),
+}
+
+impl Sender {
+    /// Whether a client sent the message.
+    pub fn is_client(&self) -> bool {
+        matches!(self, Sender::Client)
+    }
+
+    /// Whether the message is one of this entity's own reminders.
+    pub fn is_reminder(&self) -> bool {
+        matches!(self, Sender::Reminder(_))
+    }
 }
 
 /// Severity of a log line written with [`Ctx::log`](crate::Ctx::log).

@@ -464,6 +464,78 @@ mod plugin {
         assert_eq!(error.kind, ErrorKind::StateTooLarge, "{error}");
         counter_still_answers(&node).await;
     }
+
+    /// The cart's whole life is in `migration.rs`; here, its reservation and who may end it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn cart() {
+        let (_dir, node) = node();
+        node.deploy("cart", tessera_tests::CART, 1, InstanceLimits::default());
+        node.ask("cart", "p", json!({"Add": "fig"})).await.unwrap();
+        let view = node
+            .ask("cart", "p", json!({"Checkout": {"expire_ms": 60_000}}))
+            .await
+            .unwrap();
+        assert_eq!(
+            view,
+            json!({"items": [{"name": "fig"}], "reserved": true, "expired": 0})
+        );
+        let error = node.ask("cart", "p", json!("Expire")).await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Rejected, "{error}");
+    }
+
+    /// A first start has nothing to decode: the broken version only breaks on old items.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn cart_broken() {
+        let (_dir, node) = node();
+        node.deploy(
+            "cart",
+            tessera_tests::CART_BROKEN,
+            2,
+            InstanceLimits::default(),
+        );
+        assert_eq!(
+            node.ask("cart", "p", json!("Get")).await.unwrap(),
+            json!([])
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn cart_priced() {
+        let (_dir, node) = node();
+        node.deploy(
+            "cart",
+            tessera_tests::CART_PRICED,
+            2,
+            InstanceLimits::default(),
+        );
+        assert_eq!(
+            node.ask("cart", "p", json!("Get")).await.unwrap(),
+            json!({"items": [], "total_cents": 0})
+        );
+        assert_eq!(
+            node.ask("cart", "p", json!("Activation")).await.unwrap(),
+            json!("FirstStart")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pub(super) async fn legacy_v1() {
+        let (_dir, node) = node();
+        node.deploy(
+            "legacy",
+            tessera_tests::LEGACY_V1,
+            1,
+            InstanceLimits::default(),
+        );
+        assert_eq!(
+            node.ask("legacy", "p", json!(null)).await.unwrap(),
+            json!(1)
+        );
+        assert_eq!(
+            node.ask("legacy", "p", json!(null)).await.unwrap(),
+            json!(2)
+        );
+    }
 }
 
 macro_rules! assert_plugin_tested {
@@ -734,7 +806,8 @@ async fn invoke_keeps_state_in_its_data_dir_and_stops_at_an_error() {
 }
 
 /// After a schema change a stored value may no longer decode: the counter must not restart
-/// from 0 and overwrite it. Its activation fails (a trap naming the key) and the value stays.
+/// from 0 and overwrite it. Its activation is refused (`failed`, naming the key) and the value
+/// stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_that_no_longer_decodes_is_never_taken_for_absent() {
     use tessera_state::{EntityState, WriteSet};
@@ -749,7 +822,13 @@ async fn state_that_no_longer_decodes_is_never_taken_for_absent() {
             .ask("counter", "c1", json!({"Add": 1}))
             .await
             .unwrap_err();
-        assert_eq!(error.kind, ErrorKind::Trap, "{error}");
+        assert_eq!(error.kind, ErrorKind::Failed, "{error}");
+        assert!(
+            error
+                .message
+                .contains("state value \"value\" did not decode"),
+            "{error}"
+        );
     }
     assert_eq!(node.state.get(&counter, "value").unwrap(), Some(text));
     counter_still_answers(&node).await;

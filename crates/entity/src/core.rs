@@ -48,6 +48,9 @@ pub enum TellDelivery {
 pub struct EntitiesStats {
     /// Activations (instance created and `activate` ran).
     pub activations: AtomicU64,
+    /// Activations refused: the guest's `activate` (a migration) failed or trapped, so the
+    /// entity kept its old state and the message that needed it failed.
+    pub activation_failures: AtomicU64,
     /// Cells that ended by passivation.
     pub passivations: AtomicU64,
     /// Live cells passivated to respect the active-entity limit.

@@ -7,7 +7,7 @@ use tessera_contract::{ErrorKind, error::ERROR_KIND_COUNT};
 use tessera_runtime::Activation;
 
 /// Activation reasons, in the order of [`TypeCounters::activations`].
-pub const ACTIVATION_REASONS: [&str; 3] = ["first_start", "restarted", "upgraded"];
+pub const ACTIVATION_REASONS: [&str; 4] = ["first_start", "restarted", "upgraded", "rolled_back"];
 
 /// Upper bounds (microseconds) of the commit-latency buckets.
 pub const COMMIT_BUCKETS_US: [u64; 10] = [
@@ -95,6 +95,7 @@ impl TypeCounters {
             Activation::FirstStart => 0,
             Activation::Restarted => 1,
             Activation::Upgraded(_) => 2,
+            Activation::RolledBack(_) => 3,
         };
         self.activations[index].fetch_add(1, Ordering::Relaxed);
     }

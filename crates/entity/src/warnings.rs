@@ -42,6 +42,11 @@ pub(crate) enum EntityWarning {
         entity_type: TypeKey,
         kind: ErrorKind,
     },
+    /// An entity of `entity_type` could not activate (its `activate` failed or trapped).
+    ActivationRefused {
+        entity_type: TypeKey,
+        kind: ErrorKind,
+    },
 }
 
 impl WarningKey for EntityWarning {
@@ -64,6 +69,12 @@ impl WarningKey for EntityWarning {
                 kind = kind.code(),
                 suppressed,
                 "instance discarded … and {suppressed} more in {over:.1?}"
+            ),
+            EntityWarning::ActivationRefused { entity_type, kind } => tracing::warn!(
+                %entity_type,
+                kind = kind.code(),
+                suppressed,
+                "activation refused … and {suppressed} more in {over:.1?}"
             ),
         }
     }

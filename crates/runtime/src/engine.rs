@@ -2,16 +2,16 @@
 //! interruption, async), its epoch clock, compiling plugins (checked against the entity world
 //! before anything is cached) and instantiating them for an entity.
 
-use super::bindings::{Entity, EntityPre};
+use super::bindings::{Entity, EntityPre, v1};
 use super::cache::CompiledCache;
 use super::config::RuntimeConfig;
 use super::guest_log::{GuestOutput, LogBudget};
 use super::guest_pool::{GuestPool, Weight};
 use super::host::{HostState, HostTrap};
-use super::instance::EntityInstance;
+use super::instance::{Bindings, EntityInstance};
 use super::limits::{InstanceLimits, MemoryLimiter};
 use super::message_scope::MessageScope;
-use super::plugin::{LoadError, PLUGIN_BYTES_MAX, Plugin};
+use super::plugin::{LoadError, PLUGIN_BYTES_MAX, Plugin, Pre};
 use super::slots::InstanceSlots;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -77,6 +77,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Entity::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+        v1::Entity::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         let cache = match &config.compiled_cache_dir {
             Some(directory) => Some(CompiledCache::new(directory.clone(), &engine)?),
             None => None,
@@ -211,19 +212,25 @@ impl Runtime {
         if cache.contains(plugin.content_hash()) {
             return;
         }
-        let component = plugin.pre.instance_pre().component();
+        let component = plugin.component();
         if let Err(error) = cache.store(plugin.content_hash(), component) {
             tracing::warn!(%error, "could not cache a compiled plugin");
         }
     }
 
-    /// Links `component` against the host: fails unless it implements the entity world.
-    fn prepare(&self, component: &Component) -> Result<EntityPre<HostState>, LoadError> {
+    /// Links `component` against the host and binds it to the contract version whose
+    /// handler it exports (0.2.0, else 0.1.0): fails unless it implements one of them.
+    fn prepare(&self, component: &Component) -> Result<Pre, LoadError> {
         let instance_pre = self
             .linker
             .instantiate_pre(component)
             .map_err(|error| LoadError::WrongWorld(format!("{error:#}")))?;
-        EntityPre::new(instance_pre).map_err(|error| LoadError::WrongWorld(format!("{error:#}")))
+        match EntityPre::new(instance_pre.clone()) {
+            Ok(pre) => Ok(Pre::V2(pre)),
+            Err(v2_error) => v1::EntityPre::new(instance_pre)
+                .map(Pre::V1)
+                .map_err(|_| LoadError::WrongWorld(format!("{v2_error:#}"))),
+        }
     }
 
     fn compile(&self, bytes: &[u8]) -> Result<Component, LoadError> {
@@ -329,31 +336,31 @@ impl Runtime {
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);
-        let bindings = plugin
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|error| {
-                if store.data().limiter.memory_limit_hit {
-                    MessageError::new(
-                        ErrorKind::MemoryLimit,
-                        format!("the instance needs more than {memory_bytes_max} bytes of memory"),
-                    )
-                } else if error
-                    .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-                    .is_some()
-                {
-                    MessageError::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "every one of the {} instance slots is taken; retry later",
-                            self.config.instances_max
-                        ),
-                    )
-                } else {
-                    MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
-                }
-            })?;
+        let instantiated = match &plugin.pre {
+            Pre::V2(pre) => pre.instantiate_async(&mut store).await.map(Bindings::V2),
+            Pre::V1(pre) => pre.instantiate_async(&mut store).await.map(Bindings::V1),
+        };
+        let bindings = instantiated.map_err(|error| {
+            if store.data().limiter.memory_limit_hit {
+                MessageError::new(
+                    ErrorKind::MemoryLimit,
+                    format!("the instance needs more than {memory_bytes_max} bytes of memory"),
+                )
+            } else if error
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
+                MessageError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "every one of the {} instance slots is taken; retry later",
+                        self.config.instances_max
+                    ),
+                )
+            } else {
+                MessageError::new(ErrorKind::Instantiation, format!("{error:#}"))
+            }
+        })?;
         Ok(EntityInstance::new(
             store,
             bindings,

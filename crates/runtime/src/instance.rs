@@ -1,9 +1,11 @@
 //! One live entity instance: its store, its bindings, and the calls into the guest, each with
 //! fresh per-message limits and every failure classified.
 
-use super::bindings::{Activation, Entity, GuestError};
+use super::bindings::{Activation, Entity, GuestError, v1};
 use super::host::{AskClock, HostState, HostTrap};
+use super::host_v1::error_from_v1;
 use super::plugin::Plugin;
+use super::sender::Sender;
 use super::slots::SlotGuard;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,11 +29,17 @@ pub struct HandleOutcome {
     pub effects: Option<Box<Effects>>,
 }
 
+/// An instance's exports, by the contract version its component was built against.
+pub(crate) enum Bindings {
+    V2(Entity),
+    V1(v1::Entity),
+}
+
 /// A live instance of a plugin for one entity. After any error other than the guest's own
 /// `err` result the instance is poisoned and must be dropped.
 pub struct EntityInstance {
     store: Store<HostState>,
-    bindings: Entity,
+    bindings: Bindings,
     plugin: Arc<Plugin>,
     log_lines_per_message: u32,
     poisoned: bool,
@@ -46,7 +54,7 @@ pub struct EntityInstance {
 impl EntityInstance {
     pub(crate) fn new(
         store: Store<HostState>,
-        bindings: Entity,
+        bindings: Bindings,
         plugin: Arc<Plugin>,
         log_lines_per_message: u32,
         slot: SlotGuard,
@@ -106,33 +114,64 @@ impl EntityInstance {
         )
     }
 
-    /// Runs the guest's `activate`.
-    pub async fn activate(&mut self, reason: Activation) -> Result<(), MessageError> {
+    /// Runs the guest's `activate`. A 0.2 guest may write state there (a migration): its
+    /// writes come back for the caller to commit before the first message (`None`: it wrote
+    /// nothing), and its `err` is a [`ErrorKind::Failed`] naming its reason. A 0.1 guest is
+    /// told of a rollback as an upgrade, and writes nothing.
+    pub async fn activate(
+        &mut self,
+        reason: Activation,
+    ) -> Result<Option<Box<WriteSet>>, MessageError> {
         self.begin_call(false);
+        self.store.data_mut().message.migrating = matches!(self.bindings, Bindings::V2(_));
         let wall = self.wall_bound();
-        let ran = {
-            let call = std::pin::pin!(
-                self.bindings
-                    .tessera_entity_handler()
-                    .call_activate(&mut self.store, reason)
-            );
-            bounded(wall, &self.ask_clock, call).await
+        let ran = match &self.bindings {
+            Bindings::V2(bindings) => {
+                let call = std::pin::pin!(
+                    bindings
+                        .tessera_entity_handler()
+                        .call_activate(&mut self.store, reason)
+                );
+                bounded(wall, &self.ask_clock, call).await
+            }
+            Bindings::V1(bindings) => {
+                let call = std::pin::pin!(
+                    bindings
+                        .tessera_entity_handler()
+                        .call_activate(&mut self.store, activation_to_v1(reason))
+                );
+                bounded(wall, &self.ask_clock, call)
+                    .await
+                    .map(|result| result.map(Ok))
+            }
         };
-        match ran {
-            Some(result) => result.map_err(|trap| self.poison(trap)),
-            None => Err(self.past_wall_bound(wall)),
+        let Some(result) = ran else {
+            return Err(self.past_wall_bound(wall));
+        };
+        let scope = self.store.data_mut().message.finish();
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(MessageError::new(ErrorKind::Failed, reason)),
+            Err(trap) => return Err(self.poison(trap)),
         }
+        let data = self.store.data_mut();
+        data.entity_state_bytes =
+            (data.entity_state_bytes as i64 + scope.state_bytes_delta).max(0) as u64;
+        if let Some(writes) = &scope.writes {
+            data.remember_sizes(writes);
+        }
+        Ok(scope.writes.filter(|writes| !writes.is_empty()))
     }
 
     /// Runs the guest's `handle` on `payload`. On `Ok` the caller commits the writes before
     /// replying; on `Err` nothing of the message is kept.
     pub async fn handle(&mut self, payload: &[u8]) -> Result<HandleOutcome, MessageError> {
-        self.begin_message(Vec::new(), None);
+        self.begin_message(Vec::new(), None, Sender::Client);
         self.handle_begun(payload).await
     }
 
-    /// Begins a message that `chain`'s asks wait on (outermost first): the guest's own asks to
-    /// any of them will fail at once with `deadlock`. `gate`, if given, is paused while the
+    /// Begins a message from `sender` that `chain`'s asks wait on (outermost first): the
+    /// guest's own asks to any of them will fail at once with `deadlock`. `gate`, if given, is paused while the
     /// guest waits on an ask; the instance keeps it between messages (it is cloned only when
     /// it changes). Then [`handle_begun`](Self::handle_begun) runs it: two steps, so the call's
     /// future (boxed once per message) carries neither the chain nor the gate.
@@ -140,10 +179,12 @@ impl EntityInstance {
         &mut self,
         chain: Vec<EntityAddress>,
         gate: Option<&Arc<dyn super::gate::CallGate>>,
+        sender: Sender,
     ) {
         self.begin_call(true);
         let message = &mut self.store.data_mut().message;
         message.chain = chain;
+        message.sender = sender;
         let same = match (&message.gate, gate) {
             (Some(held), Some(gate)) => Arc::ptr_eq(held, gate),
             (None, None) => true,
@@ -174,13 +215,26 @@ impl EntityInstance {
             "handle_begun runs a message begin_message began"
         );
         let wall = self.wall_bound();
-        let ran = {
-            let call = std::pin::pin!(
-                self.bindings
-                    .tessera_entity_handler()
-                    .call_handle(&mut self.store, payload)
-            );
-            bounded(wall, &self.ask_clock, call).await
+        let ran = match &self.bindings {
+            Bindings::V2(bindings) => {
+                let sender = self.store.data().message.sender.to_wit();
+                let call = std::pin::pin!(bindings.tessera_entity_handler().call_handle(
+                    &mut self.store,
+                    payload,
+                    &sender
+                ));
+                bounded(wall, &self.ask_clock, call).await
+            }
+            Bindings::V1(bindings) => {
+                let call = std::pin::pin!(
+                    bindings
+                        .tessera_entity_handler()
+                        .call_handle(&mut self.store, payload)
+                );
+                bounded(wall, &self.ask_clock, call)
+                    .await
+                    .map(|result| result.map(|reply| reply.map_err(error_from_v1)))
+            }
         };
         let Some(result) = ran else {
             return Err(self.past_wall_bound(wall));
@@ -230,13 +284,23 @@ impl EntityInstance {
         }
         self.begin_call(false);
         let wall = self.wall_bound();
-        let ran = {
-            let call = std::pin::pin!(
-                self.bindings
-                    .tessera_entity_handler()
-                    .call_deactivate(&mut self.store)
-            );
-            bounded(wall, &self.ask_clock, call).await
+        let ran = match &self.bindings {
+            Bindings::V2(bindings) => {
+                let call = std::pin::pin!(
+                    bindings
+                        .tessera_entity_handler()
+                        .call_deactivate(&mut self.store)
+                );
+                bounded(wall, &self.ask_clock, call).await
+            }
+            Bindings::V1(bindings) => {
+                let call = std::pin::pin!(
+                    bindings
+                        .tessera_entity_handler()
+                        .call_deactivate(&mut self.store)
+                );
+                bounded(wall, &self.ask_clock, call).await
+            }
         };
         let Some(result) = ran else {
             let error = self.past_wall_bound(wall);
@@ -317,6 +381,16 @@ async fn timed_wait<F: std::future::Future>(
                 }
             }
         }
+    }
+}
+
+/// A 0.1 guest knows no rollback: it is told of one as an upgrade from the newer version.
+fn activation_to_v1(reason: Activation) -> v1::tessera::entity::types::Activation {
+    use v1::tessera::entity::types::Activation as V1;
+    match reason {
+        Activation::FirstStart => V1::FirstStart,
+        Activation::Restarted => V1::Restarted,
+        Activation::Upgraded(from) | Activation::RolledBack(from) => V1::Upgraded(from),
     }
 }
 

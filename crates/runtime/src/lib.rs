@@ -25,15 +25,17 @@ mod gate;
 mod guest_log;
 mod guest_pool;
 mod host;
+mod host_v1;
 mod instance;
 mod limits;
 mod message_scope;
 mod plugin;
+mod sender;
 mod slots;
 
 pub use bindings::Activation;
 #[doc(hidden)]
-pub use bindings::{Entity as EntityBindings, EntityPre};
+pub use bindings::{Entity as EntityBindings, EntityPre, Sender as EntitySender};
 pub use config::{GUEST_THREADS_MAX, RuntimeConfig};
 pub use engine::{EntityContext, Runtime};
 pub use gate::CallGate;
@@ -43,3 +45,4 @@ pub use host::HostState;
 pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
 pub use limits::{InstanceLimits, wall_bound_ms};
 pub use plugin::{LoadError, PLUGIN_BYTES_MAX, PLUGIN_CACHE_ENTRIES_DEFAULT, Plugin, PluginCache};
+pub use sender::Sender;

@@ -3,6 +3,7 @@
 //! it runs under, and its running slot at the tenant's gate. A call begins and finishes its
 //! scope in place (the scope is a few hundred bytes, and there is one call per message).
 
+use super::sender::Sender;
 use std::time::Duration;
 use tessera_contract::{EntityAddress, TraceContext};
 use tessera_state::WriteSet;
@@ -60,8 +61,14 @@ impl Effects {
 /// Everything scoped to the message being handled.
 #[derive(Default)]
 pub(crate) struct MessageScope {
-    /// True while `handle` runs: the only time state writes and messages are allowed.
+    /// True while `handle` runs: the only time messages are allowed, and state writes but for
+    /// a migration.
     pub(crate) in_message: bool,
+    /// True while a 0.2 `activate` runs: state writes are allowed (a migration), messages
+    /// are not.
+    pub(crate) migrating: bool,
+    /// Who sent the message being handled.
+    pub(crate) sender: Sender,
     /// The message's writes, created on its first `put` or `delete` (boxed: most messages
     /// write nothing, and a message's outcome is moved several times on its way back).
     pub(crate) writes: Option<Box<WriteSet>>,
@@ -90,6 +97,9 @@ impl MessageScope {
     pub(crate) fn begin(&mut self, in_message: bool) {
         let MessageScope {
             in_message: scope_in_message,
+            migrating,
+            sender: _, // set by the message that begins
+
             writes,
             effects,
             asks,
@@ -101,6 +111,7 @@ impl MessageScope {
             trace,
         } = self;
         *scope_in_message = in_message;
+        *migrating = false;
         *writes = None;
         if !effects.is_empty() {
             // Left by a call that did not finish its message.
@@ -118,6 +129,7 @@ impl MessageScope {
     /// writes or messages (nor consults its gate).
     pub(crate) fn finish(&mut self) -> FinishedScope {
         self.in_message = false;
+        self.migrating = false;
         self.chain.clear();
         FinishedScope {
             writes: self.writes.take(),

@@ -1,7 +1,7 @@
 //! A compiled plugin version ([`Plugin`]), why loading one can fail ([`LoadError`]), and the
 //! bounded in-memory [`PluginCache`] of compiled plugins by content hash.
 
-use super::bindings::EntityPre;
+use super::bindings::{EntityPre, v1};
 use super::host::HostState;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,30 +20,60 @@ pub enum LoadError {
     /// The bytes are not a WebAssembly component (a core module, or not wasm at all).
     #[error("not a WebAssembly component: {0}")]
     NotAComponent(String),
-    /// The component does not implement the `tessera:entity/entity` world.
-    #[error("the component does not implement the tessera:entity/entity@0.1.0 world: {0}")]
+    /// The component implements neither the `tessera:entity/entity@0.2.0` world nor the
+    /// `@0.1.0` one.
+    #[error(
+        "the component implements neither the tessera:entity/entity@0.2.0 world nor @0.1.0: {0}"
+    )]
     WrongWorld(String),
     /// The compiling task failed (a panic in the compiler).
     #[error("the plugin could not be compiled: {0}")]
     Compiler(String),
 }
 
+/// A plugin's pre-linked instance, by the contract version the component was built against.
+pub(crate) enum Pre {
+    /// `tessera:entity@0.2.0`: `activate` may migrate and fail, `handle` gets the sender.
+    V2(EntityPre<HostState>),
+    /// `tessera:entity@0.1.0`, run unchanged.
+    V1(v1::EntityPre<HostState>),
+}
+
 /// A compiled plugin version, ready to instantiate.
 pub struct Plugin {
     content_hash: String,
-    pub(crate) pre: EntityPre<HostState>,
+    pub(crate) pre: Pre,
 }
 
 impl Plugin {
-    pub(crate) fn new(content_hash: String, pre: EntityPre<HostState>) -> Self {
+    pub(crate) fn new(content_hash: String, pre: Pre) -> Self {
         Plugin { content_hash, pre }
     }
 
     /// The plugin's pre-linked instance, for the benchmarks' raw baseline
-    /// ([`HostState::bare`]).
+    /// ([`HostState::bare`]); `None` for a component built against the 0.1.0 contract.
     #[doc(hidden)]
-    pub fn bindings_pre(&self) -> &EntityPre<HostState> {
-        &self.pre
+    pub fn bindings_pre(&self) -> Option<&EntityPre<HostState>> {
+        match &self.pre {
+            Pre::V2(pre) => Some(pre),
+            Pre::V1(_) => None,
+        }
+    }
+
+    /// The version of the WIT contract the component was built against (`"0.2.0"` or
+    /// `"0.1.0"`).
+    pub fn contract_version(&self) -> &'static str {
+        match &self.pre {
+            Pre::V2(_) => "0.2.0",
+            Pre::V1(_) => "0.1.0",
+        }
+    }
+
+    pub(crate) fn component(&self) -> &wasmtime::component::Component {
+        match &self.pre {
+            Pre::V2(pre) => pre.instance_pre().component(),
+            Pre::V1(pre) => pre.instance_pre().component(),
+        }
     }
 
     /// Hex SHA-256 of the component bytes.

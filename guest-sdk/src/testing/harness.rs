@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::TestHost;
 use crate::codec;
 use crate::runtime::{encode_reply, handle_typed};
-use crate::{Activation, Address, Entity, Error};
+use crate::{Activation, Address, Entity, Error, Sender};
 
 /// At most this many timers fire in one [`Harness::fire_due`] call, so an entity that keeps
 /// scheduling itself with no delay cannot hang a test.
@@ -121,23 +121,57 @@ impl<E: Entity> Harness<E> {
     /// assert!(harness.entity().is_some());
     /// ```
     ///
-    /// Panics if `activate` could not read its state (a value that no longer decodes), as the
-    /// host traps then; a message sent afterwards fails with that error instead.
+    /// Panics if the activation was refused (a value that no longer decodes, a
+    /// [`Ctx::fail`](crate::Ctx::fail)); [`try_activate`](Harness::try_activate) returns it.
     pub fn activate(&mut self, reason: Activation) {
         if let Err(error) = self.try_activate(reason) {
             panic!("activate failed: {error}");
         }
     }
 
-    fn try_activate(&mut self, reason: Activation) -> Result<(), Error> {
+    /// Activates a new instance as the host does, and says whether the activation was
+    /// refused. What `activate` wrote (a migration) is committed when it succeeds and
+    /// discarded when it is refused, which leaves no instance.
+    ///
+    /// ```
+    /// use tessera_sdk::prelude::*;
+    /// use tessera_sdk::testing::Harness;
+    ///
+    /// struct Price { cents: u64 }
+    /// impl Entity for Price {
+    ///     type Msg = ();
+    ///     type Reply = u64;
+    ///     fn activate(ctx: &mut Ctx, reason: Activation) -> Self {
+    ///         if let Activation::Upgraded { .. } = reason {
+    ///             // Version 1 kept euros; version 2 keeps cents.
+    ///             if let Some(euros) = ctx.get::<u64>("euros") {
+    ///                 ctx.put("cents", &(euros * 100));
+    ///                 ctx.delete("euros");
+    ///             }
+    ///         }
+    ///         Price { cents: ctx.get("cents").unwrap_or(0) }
+    ///     }
+    ///     fn handle(&mut self, _: &mut Ctx, _: ()) -> Result<u64, Error> { Ok(self.cents) }
+    /// }
+    ///
+    /// let mut price = Harness::<Price>::new(Address::new("price", "p-1"));
+    /// price.set_state("euros", &3u64);
+    /// price.try_activate(Activation::Upgraded { from_version: 1 }).unwrap();
+    /// assert_eq!(price.state::<u64>("cents"), Some(300));
+    /// assert_eq!(price.send(&()), Ok(300));
+    /// ```
+    pub fn try_activate(&mut self, reason: Activation) -> Result<(), Error> {
+        self.entity = None;
         self.host.begin_activation();
         self.host.set_lifecycle_call(Some("activate"));
         let mut ctx = self.host.ctx();
         let entity = E::activate(&mut ctx, reason);
         self.host.set_lifecycle_call(None);
         if let Some(failure) = ctx.take_failure() {
+            self.host.discard();
             return Err(failure);
         }
+        self.host.commit();
         self.entity = Some(entity);
         Ok(())
     }
@@ -204,8 +238,31 @@ impl<E: Entity> Harness<E> {
     /// assert!(matches!(harness.send(&5u8), Err(Error::BadMessage(_))));
     /// ```
     pub fn send<M: Serialize + ?Sized>(&mut self, msg: &M) -> Result<E::Reply, Error> {
+        self.send_from(Sender::Client, msg)
+    }
+
+    /// [`send`](Harness::send) as if `sender` sent it: what
+    /// [`Ctx::sender`](crate::Ctx::sender) says while it is handled.
+    ///
+    /// ```
+    /// # use tessera_sdk::prelude::*;
+    /// # struct Who;
+    /// # impl Entity for Who { type Msg = (); type Reply = bool;
+    /// #   fn activate(_: &mut Ctx, _: Activation) -> Self { Who }
+    /// #   fn handle(&mut self, ctx: &mut Ctx, _: ()) -> Result<bool, Error> {
+    /// #       Ok(ctx.sender().is_client()) } }
+    /// let mut who = tessera_sdk::testing::Harness::<Who>::new(Address::new("who", "1"));
+    /// assert_eq!(who.send(&()), Ok(true));
+    /// let order = Sender::Entity(Address::new("order", "o-1"));
+    /// assert_eq!(who.send_from(order, &()), Ok(false));
+    /// ```
+    pub fn send_from<M: Serialize + ?Sized>(
+        &mut self,
+        sender: Sender,
+        msg: &M,
+    ) -> Result<E::Reply, Error> {
         let payload = codec::encode(msg).map_err(Error::BadMessage)?;
-        self.deliver(&payload, Ok)
+        self.deliver(&payload, sender, Ok)
     }
 
     /// Sends raw MessagePack bytes and returns the raw reply, exactly as the host sees them.
@@ -220,7 +277,7 @@ impl<E: Entity> Harness<E> {
     /// assert_eq!(harness.send_bytes(b"\xa2hi"), Ok(b"\xa2hi".to_vec()));
     /// ```
     pub fn send_bytes(&mut self, payload: &[u8]) -> Result<Vec<u8>, Error> {
-        self.deliver(payload, |reply| encode_reply(&reply))
+        self.deliver(payload, Sender::Client, |reply| encode_reply(&reply))
     }
 
     /// Delivers every live timer that is due at the test clock's time, earliest first (at most
@@ -255,10 +312,11 @@ impl<E: Entity> Harness<E> {
     pub fn fire_due(&mut self) -> Vec<Result<E::Reply, Error>> {
         let mut replies = Vec::new();
         while replies.len() < FIRE_DUE_LIMIT {
-            let Some(payload) = self.host.take_due_timer() else {
+            let Some((timer, payload)) = self.host.take_due_timer() else {
                 break;
             };
-            replies.push(self.deliver(&payload, Ok));
+            let sender = Sender::Reminder(timer);
+            replies.push(self.deliver(&payload, sender, Ok));
         }
         replies
     }
@@ -268,6 +326,7 @@ impl<E: Entity> Harness<E> {
     fn deliver<T>(
         &mut self,
         payload: &[u8],
+        sender: Sender,
         finish: impl FnOnce(E::Reply) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if self.entity.is_none() {
@@ -279,6 +338,7 @@ impl<E: Entity> Harness<E> {
             self.try_activate(reason)?;
         }
         let mut ctx = self.host.ctx();
+        ctx.set_sender(sender);
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
             let reply = handle_typed(&mut self.entity, &mut ctx, payload)?;
             encode_reply(&reply)?;

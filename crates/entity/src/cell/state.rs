@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, ShardId};
 use tessera_runtime::{Activation, CallGate, EntityContext, EntityInstance};
+use tessera_state::WriteSet;
 use tessera_state::remember::{RememberOp, RememberedId};
 use tokio::sync::mpsc;
 
@@ -244,12 +245,12 @@ impl CellState {
         };
         self.last_timer = sequences.last_timer;
         let recorded = meta.version;
-        let reason = match (upgraded_from, recorded) {
-            (Some(from), _) => Activation::Upgraded(from),
-            (None, Some(version)) if version != binding.version => Activation::Upgraded(version),
-            (None, Some(_)) => Activation::Restarted,
-            (None, None) if self.activated_before => Activation::Restarted,
-            (None, None) => Activation::FirstStart,
+        let from = upgraded_from.or(recorded.filter(|version| *version != binding.version));
+        let reason = match from {
+            Some(from) if from > binding.version => Activation::RolledBack(from),
+            Some(from) => Activation::Upgraded(from),
+            None if recorded.is_some() || self.activated_before => Activation::Restarted,
+            None => Activation::FirstStart,
         };
         let context = || EntityContext {
             state: core.state.clone(),
@@ -296,7 +297,19 @@ impl CellState {
             (instance, activated)
         });
         let (instance, activated) = core.runtime.run_call(call, true).await?.0;
-        activated?;
+        let migrated = match activated {
+            Ok(migrated) => migrated,
+            // Stopped by the node's shutdown: not the guest's failure.
+            Err(error) if error.kind == ErrorKind::Unavailable => return Err(error),
+            Err(error) => return Err(self.activation_refused(binding.version, reason, error)),
+        };
+        let recorded = match migrated {
+            Some(writes) => {
+                self.commit_migration(writes, binding.version).await?;
+                Some(binding.version)
+            }
+            None => recorded,
+        };
         self.hold.set_held(true);
         let tick = core.uses.load(Ordering::Relaxed);
         core.cells.took_instance(&self.address, tick);
@@ -308,6 +321,55 @@ impl CellState {
         self.version_to_record = (recorded != Some(binding.version)).then_some(binding.version);
         self.instance = Some(instance);
         Ok(())
+    }
+
+    /// Commits what `activate` wrote (a migration) with the new version, before the first
+    /// message; nothing of it is kept if the commit fails.
+    async fn commit_migration(
+        &mut self,
+        mut writes: Box<WriteSet>,
+        version: u32,
+    ) -> Result<(), MessageError> {
+        let core = self.core.clone();
+        core.router.may_serve(&self.address, self.shard)?;
+        writes.set_version(version);
+        core.state.commit(*writes).await.map_err(|error| {
+            let reason = format!("its migration's writes did not commit: {error}");
+            MessageError::new(ErrorKind::Internal, reason)
+        })
+    }
+
+    /// The failure of a message whose entity could not activate on `version` for `reason`:
+    /// counted, logged with the guest's reason, and naming it to the sender.
+    #[cold]
+    fn activation_refused(
+        &mut self,
+        version: u32,
+        reason: Activation,
+        error: MessageError,
+    ) -> MessageError {
+        self.core
+            .stats
+            .activation_failures
+            .fetch_add(1, Ordering::Relaxed);
+        let what = match reason {
+            Activation::FirstStart => "a first start".to_string(),
+            Activation::Restarted => "a restart".to_string(),
+            Activation::Upgraded(from) => format!("an upgrade from version {from}"),
+            Activation::RolledBack(from) => format!("a rollback from version {from}"),
+        };
+        let message = format!(
+            "{} could not activate on version {version} after {what}; its state is unchanged: {}",
+            self.address, error.message
+        );
+        let warning = EntityWarning::ActivationRefused {
+            entity_type: self.address.type_key(),
+            kind: error.kind,
+        };
+        if self.core.warnings.first_in_window(&warning) {
+            tracing::warn!(entity = %self.address, version, kind = error.kind.code(), "{message}");
+        }
+        MessageError::new(error.kind, message)
     }
 
     /// This entity's pass through its tenant's gate under `binding`'s limits, made once

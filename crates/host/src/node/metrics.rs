@@ -212,7 +212,7 @@ impl Node {
     /// Node-wide counters of the entity, sharding, state and runtime layers.
     fn snapshot_layers(&self, snapshot: &mut Snapshot) {
         let entities = self.entities.stats();
-        let plain: [(&'static str, &'static str, u64); 14] = [
+        let plain: [(&'static str, &'static str, u64); 15] = [
             (
                 "tessera_entity_evictions",
                 "Live entities passivated to respect the node's active-entity limit.",
@@ -262,6 +262,12 @@ impl Node {
                 "tessera_duplicates_dropped",
                 "Messages a receiver had already committed, acknowledged without running again.",
                 load(&entities.duplicates_dropped),
+            ),
+            (
+                "tessera_activation_failures",
+                "Activations refused because the guest's activate (a migration) failed or trapped; \
+                 the entity kept its old state.",
+                load(&entities.activation_failures),
             ),
             (
                 "tessera_dead_letters",

@@ -18,7 +18,7 @@ use tessera_contract::envelope::answer;
 use tessera_contract::{
     BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, ReplyPort,
 };
-use tessera_runtime::{Effects, EntityInstance, HandleOutcome, Weight};
+use tessera_runtime::{Effects, EntityInstance, HandleOutcome, Sender, Weight};
 use tessera_state::{Receipt, WriteSet};
 
 /// Where a message stopped when it had to wait (for activation or its tenant's gate, for its
@@ -265,6 +265,7 @@ impl CellState {
         if !self.is_ready() {
             // Boxed: activation's future is large, and most messages find the instance up.
             if let Err(error) = Box::pin(self.ready()).await {
+                let error = kept_for_later(error, message.receipt.as_deref());
                 return self.fail(message, error);
             }
         }
@@ -294,7 +295,8 @@ impl CellState {
             .instance
             .take()
             .expect("invariant: a message begins its call on a ready instance");
-        instance.begin_message(chain, self.entered_pass().map(|(_, hook)| hook));
+        let sender = Sender::from_parts(receipt.as_deref(), &chain);
+        instance.begin_message(chain, self.entered_pass().map(|(_, hook)| hook), sender);
         if let Some(span) = &mut reply.span {
             span.call_begins(self.running_version, instance.asks_waited());
             if let Some(context) = span.context() {
@@ -522,6 +524,30 @@ impl CellState {
         }
         Ok(())
     }
+}
+
+/// The answer to a message the entity could not activate for. A reminder or an entity's tell
+/// is answered `unavailable`, which its sender retries, so it waits for a version that
+/// activates (a fix or a rollback) instead of being given up; anyone else gets the failure.
+/// Only activation fails a message before its call with a guest's kind of failure.
+#[cold]
+fn kept_for_later(error: MessageError, receipt: Option<&Receipt>) -> MessageError {
+    let durable = matches!(
+        receipt,
+        Some(Receipt::Entity { .. } | Receipt::Reminder { .. })
+    );
+    let guest_failure = matches!(
+        error.kind,
+        ErrorKind::Failed
+            | ErrorKind::Trap
+            | ErrorKind::Deadline
+            | ErrorKind::MemoryLimit
+            | ErrorKind::StateTooLarge
+    );
+    if !(durable && guest_failure) {
+        return error;
+    }
+    MessageError::unavailable(format!("kept for a version that activates: {error}"))
 }
 
 /// The effects of a message that asked for none, for what reads them by reference.
