@@ -30,7 +30,7 @@ fn spawn(dir: &Path, name: &str, args: Vec<String>) -> Child {
     let mut all = vec!["node".to_string()];
     all.extend(args);
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
-    spawn_node(&[], &all, ADMIN, "warn", log)
+    spawn_node(&[], &all, ADMIN, "warn", log, &[])
 }
 
 struct Voter {
