@@ -40,9 +40,13 @@ pub(crate) struct TenantGate {
     /// semaphore, so a lone tenant's call takes no lock.
     lone_running: AtomicUsize,
     lone_max: usize,
-    /// Rung when a lone call ends with `lone_running` at `lone_max` (or at shutdown), for the
-    /// calls waiting for a place.
+    /// Rung once per lone call that ends while calls wait for a place (and at shutdown).
     lone_freed: Notify,
+    /// Calls waiting for a lone place now. An ending call rings `lone_freed` whenever one
+    /// waits: ringing only when the count was at `lone_max` lost a waiter when two calls ended
+    /// back to back (the second end found the count below the limit, the first waiter not yet
+    /// in), and that waiter then waited for an end at the limit that might never come.
+    lone_waiting: AtomicUsize,
     /// Microseconds of guest time used in the current window.
     used_us: AtomicU64,
     /// The current window's start, in microseconds since `epoch`.
@@ -175,6 +179,7 @@ impl Gates {
                     lone_running: AtomicUsize::new(0),
                     lone_max: self.lone_running_max,
                     lone_freed: Notify::new(),
+                    lone_waiting: AtomicUsize::new(0),
                     used_us: AtomicU64::new(0),
                     window_start_us: AtomicU64::new(0),
                     epoch: self.epoch,
@@ -359,7 +364,11 @@ impl TenantGate {
                         // Shutdown (`open_all`): the call goes on unthrottled.
                         (None, false)
                     } else {
-                        if self.lone_running.load(Ordering::Acquire) >= self.lone_max {
+                        // Counted before the count is read again (both sequentially
+                        // consistent, as in `release`): either this reads the place an ending
+                        // call freed, or that call sees this one waiting and rings.
+                        let _waiting = LoneWaiter::new(&self.lone_waiting);
+                        if self.lone_running.load(Ordering::SeqCst) >= self.lone_max {
                             freed.await;
                         }
                         continue;
@@ -400,9 +409,9 @@ impl TenantGate {
         }
         drop(permit);
         if lone {
-            let running = self.lone_running.fetch_sub(1, Ordering::AcqRel);
+            let running = self.lone_running.fetch_sub(1, Ordering::SeqCst);
             debug_assert!(running > 0, "a lone call ends once");
-            if running >= self.lone_max {
+            if self.lone_waiting.load(Ordering::SeqCst) > 0 {
                 self.lone_freed.notify_one();
             }
         }
@@ -483,6 +492,23 @@ impl TenantGate {
             lone,
             started: (cpu_ms_per_second > 0).then(Instant::now),
         }
+    }
+}
+
+/// A call counted among those waiting for a lone place while it exists (a wait cancelled
+/// half-way is uncounted too).
+struct LoneWaiter<'a>(&'a AtomicUsize);
+
+impl<'a> LoneWaiter<'a> {
+    fn new(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        LoneWaiter(waiting)
+    }
+}
+
+impl Drop for LoneWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -207,3 +207,27 @@ fn a_lone_tenant_runs_at_most_one_call_per_core() {
     drop(running);
     assert!(try_enter(&gate).is_some(), "an ended call's place was kept");
 }
+
+/// Calls waiting at a lone tenant's limit are each let in as calls end, however the ends
+/// fall: two calls ending back to back, before the first waiter let in has taken its place,
+/// must wake two waiters, not one (the second would wait for an end at the limit that may
+/// never come).
+#[test]
+fn every_waiter_at_the_lone_limit_is_let_in_as_calls_end() {
+    let gates = Gates::default();
+    let gate = gates.gate("alone", 1);
+    let limit = gate.lone_max;
+    let running: Vec<Held<'_>> = (0..limit)
+        .map(|_| try_enter(&gate).expect("a place below the lone limit"))
+        .collect();
+    let throttled = AtomicU64::new(0);
+    let mut first = Box::pin(enter(&gate, 0, &throttled));
+    let mut second = Box::pin(enter(&gate, 0, &throttled));
+    assert!(futures_poll(&mut first).is_none(), "at the limit: waits");
+    assert!(futures_poll(&mut second).is_none(), "at the limit: waits");
+    // Every running call ends before either waiter runs again.
+    drop(running);
+    let first = futures_poll(&mut first).expect("the first waiter is let in");
+    let second = futures_poll(&mut second).expect("the second waiter is let in");
+    drop((first, second));
+}
