@@ -128,6 +128,17 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         placement(&cluster, 0)
     });
     let before = agreed(&cluster, &[0, 1, 2], None);
+    let cli = tessera_host::cli::run_from(
+        ["tessera", "cluster", "partitions", "--url"]
+            .into_iter()
+            .map(str::to_string)
+            .chain([cluster.url(0), "--token".into(), ADMIN.into()]),
+    );
+    assert_eq!(
+        cli,
+        std::process::ExitCode::SUCCESS,
+        "tessera cluster partitions"
+    );
     // The node that is primary of the most partitions dies with kill -9.
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
     for (primary, _) in before.values() {

@@ -21,6 +21,9 @@ pub(crate) struct ClusterArgs {
 enum ClusterCommand {
     /// Members with their state, roles and shards; voters, primary, view and commit number.
     Status,
+    /// The partition groups the node runs: each partition's primary, view, commit, contact
+    /// age and replicas, as its replica there sees them.
+    Partitions,
     /// Declare a member down (crashed or cut off for good): it owns no new shards and its
     /// next join is refused until it is removed.
     Down {
@@ -69,6 +72,7 @@ enum CertsCommand {
 pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
     let result = match args.command {
         ClusterCommand::Status => status(&args.client),
+        ClusterCommand::Partitions => partitions(&args.client),
         ClusterCommand::Down { node } => act(&args.client, &node, "down"),
         ClusterCommand::Up { node } => act(&args.client, &node, "up"),
         ClusterCommand::Remove {
@@ -179,11 +183,70 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
                 .unwrap_or_default();
             outln!(
                 "{:<10} {:<11} {}",
-                partition["partition"],
-                partition["generation"],
+                partition["partition"].to_string(),
+                partition["generation"].to_string(),
                 replicas.join(", ")
             );
         }
+    }
+    Ok(())
+}
+
+fn partitions(client_args: &ClientArgs) -> Result<(), ClientError> {
+    let answer = Client::new(client_args, Role::Admin)?.get("/v1/cluster/partitions")?;
+    if client_args.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&answer).unwrap_or_else(|_| answer.to_string())
+        );
+        return Ok(());
+    }
+    let text = |value: &Json| value.as_str().unwrap_or("-").to_string();
+    let groups = answer["partitions"].as_array().cloned().unwrap_or_default();
+    if groups.is_empty() {
+        outln!(
+            "{} runs no partition group (the partition plane is off, or places none here)",
+            text(&answer["node"])
+        );
+        return Ok(());
+    }
+    outln!("partition groups on {}:", text(&answer["node"]));
+    outln!(
+        "{:<10} {:<20} {:<6} {:<8} {:<12} REPLICAS",
+        "PARTITION",
+        "PRIMARY",
+        "VIEW",
+        "COMMIT",
+        "CONTACT"
+    );
+    for group in groups {
+        let status = &group["status"];
+        let replicas: Vec<String> = group["replicas"]
+            .as_array()
+            .map(|replicas| replicas.iter().map(text).collect())
+            .unwrap_or_default();
+        let contact = status["contact_age_ms"]
+            .as_u64()
+            .map_or_else(|| "none".to_string(), |age| format!("{age} ms ago"));
+        let moved = group["placed"]
+            .as_array()
+            .map(|placed| {
+                let placed: Vec<String> = placed.iter().map(text).collect();
+                format!(
+                    " (placed on {}: moves are not built yet)",
+                    placed.join(", ")
+                )
+            })
+            .unwrap_or_default();
+        outln!(
+            "{:<10} {:<20} {:<6} {:<8} {:<12} {}{moved}",
+            group["partition"].to_string(),
+            text(&status["primary"]),
+            status["view"].to_string(),
+            status["commit"].to_string(),
+            contact,
+            replicas.join(", ")
+        );
     }
     Ok(())
 }
