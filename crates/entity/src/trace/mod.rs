@@ -1,6 +1,6 @@
 //! A span per message, exported with OpenTelemetry once the node installs a tracer
 //! ([`install`]; the host does when `OTEL_EXPORTER_OTLP_ENDPOINT` is set). A message's span
-//! ([`MessageSpan`]) starts when it reaches this node and ends with its answer; it names the
+//! (`MessageSpan`) starts when it reaches this node and ends with its answer; it names the
 //! entity, the plugin version and the outcome, and says how long the message waited before
 //! its guest call, how long the guest ran and how long its commit took. Its parent is the span
 //! that sent the message (the message's [`MessageTrace`]), so a request's entity hops form one
