@@ -139,6 +139,34 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         std::process::ExitCode::SUCCESS,
         "tessera cluster partitions"
     );
+    // The metrics count the groups each node runs and leads (read again until they match the
+    // replicas' agreement: a view change may come between two reads).
+    eventually(
+        "the metrics count the groups each node leads",
+        &cluster,
+        || {
+            let now = (0..NODES.len())
+                .map(|index| groups_here(&cluster, index))
+                .collect::<Option<Vec<_>>>()?;
+            let agreement = now
+                .windows(2)
+                .all(|pair| pair[0] == pair[1])
+                .then(|| &now[0])?;
+            NODES
+                .iter()
+                .enumerate()
+                .all(|(index, node)| {
+                    let leads = agreement
+                        .values()
+                        .filter(|(primary, _)| primary == node)
+                        .count();
+                    metric_sum(&cluster, index, "tessera_partition_groups ") == PARTITIONS as f64
+                        && metric_sum(&cluster, index, "tessera_partition_groups_leading ")
+                            == leads as f64
+                })
+                .then_some(())
+        },
+    );
     // The node that is primary of the most partitions dies with kill -9.
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
     for (primary, _) in before.values() {

@@ -228,5 +228,51 @@ impl Node {
                 .push(Sample::gauge(Vec::new(), mesh.unreachable().len() as i64));
             mesh.snapshot(snapshot);
         }
+        self.snapshot_partitions(snapshot);
+    }
+
+    /// The partition groups this node runs: how many, how many it leads, and how many know of
+    /// no working group now (a view change, or cut off).
+    fn snapshot_partitions(&self, snapshot: &mut Snapshot) {
+        let groups = self.partitions_here();
+        let leading = groups
+            .iter()
+            .filter(|group| group.status.primary.as_deref() == Some(&self.config.node_id))
+            .count();
+        let out_of_contact = groups
+            .iter()
+            .filter(|group| {
+                group
+                    .status
+                    .contact_age_ms
+                    .is_none_or(|age| age > PARTITION_CONTACT_STALE_MS)
+            })
+            .count();
+        for (name, help, value) in [
+            (
+                "tessera_partition_groups",
+                "Partition groups this node runs a replica of.",
+                groups.len(),
+            ),
+            (
+                "tessera_partition_groups_leading",
+                "Partition groups whose primary is this node.",
+                leading,
+            ),
+            (
+                "tessera_partition_groups_out_of_contact",
+                "Partition groups whose replica here knows of no working group (a view change \
+                 under way, or cut off for more than a second).",
+                out_of_contact,
+            ),
+        ] {
+            snapshot
+                .family(name, help, Kind::Gauge)
+                .push(Sample::gauge(Vec::new(), value as i64));
+        }
     }
 }
+
+/// How old a partition replica's last contact with its group may be before the metrics count
+/// it out of contact (a primary hears its backups, and they it, every few ticks).
+const PARTITION_CONTACT_STALE_MS: u64 = 1_000;
