@@ -23,7 +23,8 @@ use crate::vsr::{AtReplica, Canary, CommittedOrder, Workload, WorkloadCounts};
 use serde::{Deserialize, Serialize};
 use tessera_consensus::message::{ClientId, Request};
 use tessera_contract::EntityAddress;
-use tessera_state::partition::{PartitionMachine, PartitionOp, PartitionResult, ReplicatedChange};
+use tessera_state::WriteSet;
+use tessera_state::partition::{PartitionMachine, PartitionOp, PartitionResult};
 
 /// Counters the clients send to: few, so messages to one entity race.
 const COUNTERS: u64 = 4;
@@ -75,10 +76,13 @@ fn address(counter: u64) -> EntityAddress {
     EntityAddress::new("sim", "counter", format!("c{counter}"))
 }
 
+/// A counter's value in `machine`'s copy (0 if unset; an in-memory database does not fail).
 fn value_of(machine: &PartitionMachine, entity: &EntityAddress) -> u64 {
     machine
         .get(entity, VALUE_KEY)
-        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .ok()
+        .flatten()
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
         .map_or(0, u64::from_le_bytes)
 }
 
@@ -100,19 +104,18 @@ impl PartitionWorkload {
     ) -> AtReplica {
         let entity = address(message.counter());
         let value = value_of(machine, &entity);
-        let expect = machine.stamp(&entity);
+        let expect = machine.stamp(&entity).unwrap_or(0);
         let op = match message {
             CounterMessage::Add { amount, .. } => {
                 let new_value = value + amount;
+                let mut writes = WriteSet::new(entity);
+                writes.put(VALUE_KEY, new_value.to_le_bytes().to_vec());
                 PartitionOp::Write {
-                    entity,
                     expect,
                     stamp: stamp_of(request),
-                    changes: vec![ReplicatedChange {
-                        key: VALUE_KEY.to_string(),
-                        value: Some(serde_bytes::ByteBuf::from(new_value.to_le_bytes().to_vec())),
-                    }],
-                    version: None,
+                    // A counter writes no receipt or client key: no commit time is read.
+                    at_ms: 0,
+                    writes,
                     reply: new_value.to_le_bytes().to_vec(),
                 }
             }
@@ -146,7 +149,7 @@ impl Workload for PartitionWorkload {
     }
 
     fn machine(&self) -> Result<PartitionMachine, String> {
-        Ok(PartitionMachine::default())
+        PartitionMachine::in_memory().map_err(|error| error.to_string())
     }
 
     fn next_operation(&self, rng: &mut SimRng, _: ClientId, _: u64) -> CounterMessage {
@@ -190,7 +193,9 @@ impl Workload for PartitionWorkload {
                 value(&reply).map(CounterAnswer::Value)
             }
             PartitionResult::Conflict { .. } => Ok(CounterAnswer::Conflict),
-            PartitionResult::Malformed(reason) => Err(reason),
+            PartitionResult::Malformed(reason) | PartitionResult::StorageFailed(reason) => {
+                Err(reason)
+            }
         }
     }
 

@@ -229,7 +229,7 @@ fn commit_batch(store: &StateStore, batch: &[Pending]) -> Result<(), CommitError
         Work::Writes(writes) => Some(writes),
         _ => None,
     });
-    apply_write_sets(&transaction, write_sets)?;
+    apply_write_sets(&transaction, write_sets, super::messaging::now_ms())?;
     let remember_ops = batch.iter().flat_map(|pending| match &pending.work {
         Work::Remember(ops) => ops.as_slice(),
         _ => &[],

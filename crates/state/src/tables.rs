@@ -248,7 +248,7 @@ impl StateStore {
     /// avoids; used by tools and as the benchmark baseline).
     pub fn commit_one(&self, writes: &WriteSet) -> Result<(), StoreError> {
         let transaction = self.database.begin_write().map_err(StoreError::io)?;
-        apply_write_sets(&transaction, std::iter::once(writes))?;
+        apply_write_sets(&transaction, std::iter::once(writes), messaging::now_ms())?;
         transaction.commit().map_err(StoreError::io)
     }
 }
@@ -279,10 +279,12 @@ pub(crate) fn remembered_shards_in(
 }
 
 /// Applies many write sets inside one transaction, opening each table once, and keeps every
-/// touched entity's exact state size and version in [`ENTITY_META`].
+/// touched entity's exact state size and version in [`ENTITY_META`]. `at_ms` is the commit's
+/// time (see [`messaging::apply_messaging`]).
 pub(crate) fn apply_write_sets<'a>(
     transaction: &WriteTransaction,
     write_sets: impl Iterator<Item = &'a WriteSet>,
+    at_ms: u64,
 ) -> Result<(), StoreError> {
     let mut state = transaction
         .open_table(ENTITY_STATE)
@@ -291,7 +293,7 @@ pub(crate) fn apply_write_sets<'a>(
         .open_table(ENTITY_META)
         .map_err(StoreError::io)?;
     for writes in write_sets {
-        super::messaging::apply_messaging(transaction, writes.entity(), writes.messaging())?;
+        messaging::apply_messaging(transaction, writes.entity(), writes.messaging(), at_ms)?;
         if !writes.touches_state() {
             continue;
         }

@@ -1,14 +1,15 @@
 //! The writes one message makes, kept apart until they are committed or discarded.
 
 use super::messaging::MessagingWrites;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tessera_contract::EntityAddress;
 
 /// One pending change to a state key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StateChange {
     /// Set the key to these bytes.
-    Put(Vec<u8>),
+    Put(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Remove the key.
     Delete,
 }
@@ -27,12 +28,15 @@ pub enum StateChange {
 /// assert_eq!(writes.pending("value"), Some(&StateChange::Put(vec![1])));
 /// assert_eq!(writes.len(), 2);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// It encodes (serde) as a partition group orders it: the whole outcome of a message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteSet {
     entity: EntityAddress,
     changes: BTreeMap<String, StateChange>,
     version: Option<u32>,
     /// Boxed and made on first use: most write sets carry no messaging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     messaging: Option<Box<MessagingWrites>>,
 }
 

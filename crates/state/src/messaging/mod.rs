@@ -12,6 +12,7 @@
 
 use super::error::StoreError;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
 use tessera_contract::EntityAddress;
 
 pub(crate) mod read;
@@ -77,24 +78,26 @@ pub const CLIENT_KEYS_PER_ENTITY_MAX: usize = 1024;
 pub const CLIENT_KEY_HORIZON_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// One committed tell waiting in its sender's outbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxEntry {
     /// Its sequence number, increasing per sender.
     pub seq: u64,
     /// The receiver (same tenant as the sender).
     pub to: EntityAddress,
     /// The MessagePack payload.
+    #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
 }
 
 /// A durable reminder: a message an entity sends itself at `due_ms`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reminder {
     /// The timer id `schedule` returned.
     pub timer: u64,
     /// When it fires, in milliseconds since the Unix epoch.
     pub due_ms: u64,
     /// The MessagePack payload.
+    #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
 }
 
@@ -140,7 +143,7 @@ impl Sequences {
 pub type Receipt = tessera_contract::Origin;
 
 /// The messaging part of one commit: what a message sent and scheduled, and what it received.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessagingWrites {
     /// Tells to append to the entity's outbox.
     pub outbox: Vec<OutboxEntry>,
@@ -197,17 +200,21 @@ fn key3(entity: &EntityAddress) -> (&str, &str, &str) {
     (&entity.tenant, &entity.entity_type, &entity.id)
 }
 
-fn now_ms() -> u64 {
+/// Now, in milliseconds since the Unix epoch: when a local commit happens.
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
-/// Applies one entity's messaging writes inside `transaction`.
+/// Applies one entity's messaging writes inside `transaction`, as committed at `at_ms` (the
+/// time receipts and client keys are stamped with: a replicated commit passes its primary's
+/// time, so every replica writes the same rows).
 pub(crate) fn apply_messaging(
     transaction: &WriteTransaction,
     entity: &EntityAddress,
     writes: &MessagingWrites,
+    at_ms: u64,
 ) -> Result<(), StoreError> {
     if writes.is_empty() {
         return Ok(());
@@ -291,9 +298,9 @@ pub(crate) fn apply_messaging(
     }
     match &writes.receipt {
         Some(Receipt::Entity { sender, seq }) => {
-            record_receipt(transaction, entity, sender, *seq)?;
+            record_receipt(transaction, entity, sender, *seq, at_ms)?;
         }
-        Some(Receipt::Client { key }) => record_client_key(transaction, entity, key)?,
+        Some(Receipt::Client { key }) => record_client_key(transaction, entity, key, at_ms)?,
         Some(Receipt::Reminder { .. }) | None => {}
     }
     if let Some((next_seq, last_timer)) = writes.counters {
@@ -319,12 +326,13 @@ fn record_receipt(
     entity: &EntityAddress,
     sender: &EntityAddress,
     seq: u64,
+    at_ms: u64,
 ) -> Result<(), StoreError> {
     let (tenant, entity_type, id) = key3(entity);
     let mut receipts = transaction.open_table(RECEIPTS).map_err(io)?;
     let key = receipt_key(entity, sender);
     let known = receipts.get(key).map_err(io)?.is_some();
-    receipts.insert(key, (seq, now_ms())).map_err(io)?;
+    receipts.insert(key, (seq, at_ms)).map_err(io)?;
     if known {
         return Ok(());
     }
@@ -367,9 +375,9 @@ fn record_client_key(
     transaction: &WriteTransaction,
     entity: &EntityAddress,
     key: &str,
+    now: u64,
 ) -> Result<(), StoreError> {
     let (tenant, entity_type, id) = key3(entity);
-    let now = now_ms();
     let mut keys = transaction.open_table(CLIENT_KEYS).map_err(io)?;
     keys.insert((tenant, entity_type, id, key), now)
         .map_err(io)?;

@@ -61,7 +61,7 @@ fn counter() -> EntityAddress {
 fn write(expect: u64, stamp: u64, value: u8) -> Vec<u8> {
     let mut writes = WriteSet::new(counter());
     writes.put("value", vec![value]);
-    PartitionOp::write(&writes, expect, stamp, vec![value])
+    PartitionOp::write(writes, expect, stamp, 1_000, vec![value])
         .expect("replicable")
         .encode()
 }
@@ -94,7 +94,11 @@ fn start(node: &str, network: &Arc<Network>, dir: &tempfile::TempDir) -> (Group,
     let group = Group::start_voter(
         config,
         &dir.path().join(format!("{node}.journal")),
-        PartitionReplica::default(),
+        // On a file, as a node runs it: what the group writes goes through redb.
+        PartitionReplica::new(
+            PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
+                .expect("the partition database opens"),
+        ),
         written.clone(),
         outbox,
         inbound,

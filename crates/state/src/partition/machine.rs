@@ -1,23 +1,33 @@
 //! The state machine every replica of a partition group runs: committed [`PartitionOp`]s
-//! applied in op order to the partition's entities.
+//! applied in op order to the partition's own redb database — the same tables, written by the
+//! same code, as a node's local commits ([`StateStore`]) — plus each entity's stamp.
+//!
+//! An apply is one redb transaction that is not synced: the group's journal is what makes a
+//! committed op durable (one fsync of the journal covers every prepare it holds), and a replica
+//! rebuilds its machine from the journal's checkpoint and log at every start
+//! ([`PartitionMachine::clear`] first), so a database that lost its last unsynced transactions
+//! in a crash is never read. Every checkpoint ([`StateMachine::snapshot`]) syncs the database
+//! once, so redb can reuse the pages that unsynced transactions freed.
 
-use super::op::{PartitionOp, PartitionResult, ReplicatedChange};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use super::checkpoint;
+use super::op::{PartitionOp, PartitionResult};
+use crate::error::StoreError;
+use crate::tables::{StateStore, apply_write_sets};
+use redb::backends::InMemoryBackend;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
 use tessera_contract::EntityAddress;
 
-/// One entity's copy: the stamp of the last write applied to it, the plugin version it last
-/// committed under, and its state keys. Kept after its last key is removed, so its stamp goes
-/// on: a write computed before the removal must still find another stamp.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct EntityCopy {
-    stamp: u64,
-    version: Option<u32>,
-    keys: BTreeMap<String, serde_bytes::ByteBuf>,
-}
+/// Each entity's stamp: `(tenant, type, id) -> the stamp of the last write applied to it`.
+/// Kept after an entity's last key is removed, so its stamps go on: a write computed before
+/// the removal must still find another stamp.
+pub(super) const STAMPS: TableDefinition<(&str, &str, &str), u64> =
+    TableDefinition::new("partition_stamps");
 
-/// A partition's entities as the group's committed ops left them.
+/// A partition's entities as the group's committed ops left them, in a redb database of its
+/// own.
 ///
 /// ```
 /// use tessera_consensus::state_machine::StateMachine;
@@ -26,93 +36,191 @@ struct EntityCopy {
 /// use tessera_state::partition::{PartitionMachine, PartitionOp, PartitionResult};
 ///
 /// let counter = EntityAddress::new("t", "counter", "c1");
-/// let mut machine = PartitionMachine::default();
+/// let mut machine = PartitionMachine::in_memory().unwrap();
 /// let mut writes = WriteSet::new(counter.clone());
 /// writes.put("value", vec![1]);
-/// let op = PartitionOp::write(&writes, machine.stamp(&counter), 11, vec![1]).unwrap();
+/// let expect = machine.stamp(&counter).unwrap();
+/// let op = PartitionOp::write(writes.clone(), expect, 11, 1_000, vec![1]).unwrap();
 /// let first = PartitionResult::decode(&machine.apply(&op.encode()));
 /// assert_eq!(first, PartitionResult::Applied { reply: vec![1] });
 /// // The same message run again against the copy it first read is refused: it is stale.
-/// let stale = PartitionOp::write(&writes, 0, 12, vec![1]).unwrap();
+/// let stale = PartitionOp::write(writes, 0, 12, 1_000, vec![1]).unwrap();
 /// let second = PartitionResult::decode(&machine.apply(&stale.encode()));
 /// assert_eq!(second, PartitionResult::Conflict { stamp: 11 });
-/// assert_eq!(machine.get(&counter, "value"), Some(&[1u8][..]));
+/// assert_eq!(machine.get(&counter, "value").unwrap(), Some(vec![1]));
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionMachine {
-    entities: BTreeMap<EntityAddress, EntityCopy>,
+    store: StateStore,
+    /// A storage failure that made this copy unlike the other replicas': set once, never
+    /// cleared (the group stops on this node).
+    fault: OnceLock<String>,
+}
+
+impl std::fmt::Debug for PartitionMachine {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PartitionMachine")
+            .field("fault", &self.fault.get())
+            .finish_non_exhaustive()
+    }
+}
+
+fn key3(entity: &EntityAddress) -> (&str, &str, &str) {
+    (&entity.tenant, &entity.entity_type, &entity.id)
 }
 
 impl PartitionMachine {
+    /// A machine whose database lives in memory (the simulator, tests).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let database = redb::Builder::new()
+            .create_with_backend(InMemoryBackend::new())
+            .map_err(|error| StoreError::Open(error.to_string()))?;
+        Self::from_database(database)
+    }
+
+    /// A machine whose database is the file at `path`, emptied: a replica's machine is rebuilt
+    /// from its journal at every start, so what the file held before is never read.
+    pub fn create(path: &Path) -> Result<Self, StoreError> {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(StoreError::Open(error.to_string())),
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Open(e.to_string()))?;
+        }
+        let database = Database::create(path).map_err(|e| StoreError::Open(e.to_string()))?;
+        Self::from_database(database)
+    }
+
+    fn from_database(database: Database) -> Result<Self, StoreError> {
+        let store = StateStore::from_database(Arc::new(database))?;
+        let transaction = store.database().begin_write().map_err(StoreError::io)?;
+        transaction.open_table(STAMPS).map_err(StoreError::io)?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionMachine {
+            store,
+            fault: OnceLock::new(),
+        })
+    }
+
+    /// The partition's tables, for reads: state keys, metadata, outbox, reminders, receipts.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
     /// The committed value of `key` for `entity`.
-    pub fn get(&self, entity: &EntityAddress, key: &str) -> Option<&[u8]> {
-        self.entities
-            .get(entity)?
-            .keys
-            .get(key)
-            .map(|value| value.as_slice())
+    pub fn get(&self, entity: &EntityAddress, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(entity, key)
     }
 
     /// The stamp of the last write applied to `entity`; 0 if it was never written.
-    pub fn stamp(&self, entity: &EntityAddress) -> u64 {
-        self.entities.get(entity).map_or(0, |copy| copy.stamp)
+    pub fn stamp(&self, entity: &EntityAddress) -> Result<u64, StoreError> {
+        let transaction = self.store.database().begin_read().map_err(StoreError::io)?;
+        let stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
+        let stamp = stamps.get(key3(entity)).map_err(StoreError::io)?;
+        Ok(stamp.map_or(0, |guard| guard.value()))
     }
 
     /// The plugin version `entity` last committed under.
-    pub fn version(&self, entity: &EntityAddress) -> Option<u32> {
-        self.entities.get(entity).and_then(|copy| copy.version)
+    pub fn version(&self, entity: &EntityAddress) -> Result<Option<u32>, StoreError> {
+        Ok(self.store.meta(entity)?.version)
     }
 
-    /// Entities ever written.
-    pub fn entity_count(&self) -> usize {
-        self.entities.len()
+    /// The storage failure that stopped this copy, if one did.
+    pub fn fault(&self) -> Option<&str> {
+        self.fault.get().map(String::as_str)
+    }
+
+    /// Removes every row: the empty state a replica rebuilds from.
+    pub fn clear(&mut self) -> Result<(), StoreError> {
+        checkpoint::clear(&self.store)
     }
 
     /// Applies a decoded op (see [`StateMachine::apply`]).
     pub(super) fn apply_op(&mut self, op: PartitionOp) -> PartitionResult {
-        match op {
+        if let Some(fault) = self.fault.get() {
+            return PartitionResult::StorageFailed(fault.clone());
+        }
+        let result = match op {
             PartitionOp::Write {
-                entity,
                 expect,
                 stamp,
-                changes,
-                version,
+                at_ms,
+                writes,
                 reply,
-            } => {
-                if stamp == 0 {
-                    return PartitionResult::Malformed("a write's stamp must not be 0".into());
-                }
-                let current = self.stamp(&entity);
-                if current == stamp {
-                    return PartitionResult::Applied { reply };
-                }
-                if current != expect {
-                    return PartitionResult::Conflict { stamp: current };
-                }
-                let copy = self.entities.entry(entity).or_default();
-                apply_changes(copy, changes);
-                copy.stamp = stamp;
-                copy.version = version.or(copy.version);
-                PartitionResult::Applied { reply }
-            }
+            } => self.apply_write(expect, stamp, at_ms, &writes, reply),
             PartitionOp::Check {
                 entity,
                 expect,
                 reply,
-            } => match self.stamp(&entity) {
-                current if current == expect => PartitionResult::Checked { reply },
-                current => PartitionResult::Conflict { stamp: current },
-            },
-        }
-    }
-}
-
-fn apply_changes(copy: &mut EntityCopy, changes: Vec<ReplicatedChange>) {
-    for ReplicatedChange { key, value } in changes {
-        match value {
-            Some(value) => copy.keys.insert(key, value),
-            None => copy.keys.remove(&key),
+            } => self.stamp(&entity).map(|current| {
+                if current == expect {
+                    PartitionResult::Checked { reply }
+                } else {
+                    PartitionResult::Conflict { stamp: current }
+                }
+            }),
         };
+        result.unwrap_or_else(|error| {
+            let fault = error.to_string();
+            tracing::error!(%fault, "a partition replica's storage failed: its copy stops here");
+            let _ = self.fault.set(fault.clone());
+            PartitionResult::StorageFailed(fault)
+        })
+    }
+
+    fn apply_write(
+        &self,
+        expect: u64,
+        stamp: u64,
+        at_ms: u64,
+        writes: &crate::WriteSet,
+        reply: Vec<u8>,
+    ) -> Result<PartitionResult, StoreError> {
+        if stamp == 0 {
+            return Ok(PartitionResult::Malformed(
+                "a write's stamp must not be 0".into(),
+            ));
+        }
+        let mut transaction = self
+            .store
+            .database()
+            .begin_write()
+            .map_err(StoreError::io)?;
+        transaction
+            .set_durability(Durability::None)
+            .map_err(StoreError::io)?;
+        let entity = key3(writes.entity());
+        {
+            let mut stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
+            let current = stamps
+                .get(entity)
+                .map_err(StoreError::io)?
+                .map_or(0, |guard| guard.value());
+            if current == stamp {
+                return Ok(PartitionResult::Applied { reply });
+            }
+            if current != expect {
+                return Ok(PartitionResult::Conflict { stamp: current });
+            }
+            stamps.insert(entity, stamp).map_err(StoreError::io)?;
+        }
+        apply_write_sets(&transaction, std::iter::once(writes), at_ms)?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionResult::Applied { reply })
+    }
+
+    /// Makes every applied op durable in the database (see the module doc), recording a
+    /// failure as this copy's fault.
+    fn sync(&self) {
+        let synced = match self.store.database().begin_write() {
+            Ok(transaction) => transaction.commit().map_err(StoreError::io),
+            Err(error) => Err(StoreError::io(error)),
+        };
+        if let Err(error) = synced {
+            let _ = self.fault.set(error.to_string());
+        }
     }
 }
 
@@ -128,15 +236,15 @@ impl StateMachine for PartitionMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let entities: Vec<(&EntityAddress, &EntityCopy)> = self.entities.iter().collect();
-        rmp_serde::to_vec(&entities)
-            .unwrap_or_else(|error| panic!("a partition's entities always encode: {error}"))
+        self.sync();
+        checkpoint::encode(&self.store).unwrap_or_else(|error| {
+            let fault = format!("the partition's checkpoint could not be read: {error}");
+            let _ = self.fault.set(fault);
+            Vec::new()
+        })
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
-        let entities: Vec<(EntityAddress, EntityCopy)> = rmp_serde::from_slice(snapshot)
-            .map_err(|error| RestoreError::Malformed(error.to_string()))?;
-        self.entities = entities.into_iter().collect();
-        Ok(())
+        checkpoint::restore(&self.store, snapshot)
     }
 }

@@ -16,12 +16,15 @@
 //! it read commits (a commit barrier): a copy that missed a write cannot answer from stale
 //! state, whatever the clocks say.
 //!
-//! The machine keeps the partition's entities in memory today (the simulator drives it through
-//! the real replica, `tessera-sim`'s `partition` workload); keeping them in redb through the
-//! same `StateMachine::apply` of [`PartitionMachine`] is the step that wires the plane into
-//! the node. A member of a partition's group runs it as a [`PartitionReplica`], which tells
+//! What is replicated is the whole write set of a message — state, plugin version, outbox
+//! entries, reminders, cancels, the receipt or client key of the message, acknowledged outbox
+//! entries — and every replica applies it to the partition's own redb database with the same
+//! code as a node's local commit, so the primary serves reads, the outbox and the reminder
+//! clock from the same tables a single node does. The simulator drives the machine (on an
+//! in-memory database) through the real replica: `tessera-sim`'s `partition` workload. A member of a partition's group runs it as a [`PartitionReplica`], which tells
 //! the member's observer what each committed write changed.
 
+mod checkpoint;
 #[cfg(test)]
 mod group_tests;
 mod machine;
@@ -31,5 +34,5 @@ mod replica;
 mod tests;
 
 pub use machine::PartitionMachine;
-pub use op::{PartitionOp, PartitionResult, ReplicatedChange, WriteNotReplicable};
+pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};

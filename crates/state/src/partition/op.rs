@@ -1,37 +1,29 @@
 //! The operations a partition group orders and what applying one answers.
 
-use crate::write_set::{StateChange, WriteSet};
+use crate::write_set::WriteSet;
 use serde::{Deserialize, Serialize};
 use tessera_contract::EntityAddress;
 use thiserror::Error;
 
-/// One state key's change in a replicated write: `Some` bytes to set, `None` to remove.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicatedChange {
-    /// The state key.
-    pub key: String,
-    /// The new value, or `None` for a removal.
-    pub value: Option<serde_bytes::ByteBuf>,
-}
-
 /// An operation of a partition group, as the primary submits it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PartitionOp {
-    /// A message's outcome: its state changes (and the plugin version it ran on), applied only
-    /// if `entity`'s stamp is still `expect`, the stamp of the copy the message ran against;
-    /// once applied the entity's stamp is `stamp`. `reply` is what the primary answers the
-    /// message with, returned by the apply so a retried submission gets it back.
+    /// A message's outcome: its whole write set — state changes, the plugin version it ran
+    /// on, and its messaging (outbox entries, reminders, cancels, the receipt or client key of
+    /// the message, acknowledged outbox entries, counters) — applied only if the entity's
+    /// stamp is still `expect`, the stamp of the copy the message ran against; once applied
+    /// the entity's stamp is `stamp`. `reply` is what the primary answers the message with,
+    /// returned by the apply so a retried submission gets it back.
     Write {
-        /// The entity written.
-        entity: EntityAddress,
         /// The stamp the message read (0: the entity was never written).
         expect: u64,
         /// This write's stamp: unique among the partition's writes, never 0.
         stamp: u64,
-        /// The state changes, in key order.
-        changes: Vec<ReplicatedChange>,
-        /// The plugin version to record, if it changed.
-        version: Option<u32>,
+        /// When the primary committed it (ms since the epoch): the time receipts and client
+        /// keys are recorded at, the same on every replica.
+        at_ms: u64,
+        /// The message's writes; their entity is the one written.
+        writes: WriteSet,
         /// The message's reply.
         #[serde(with = "serde_bytes")]
         reply: Vec<u8>,
@@ -72,15 +64,15 @@ pub enum PartitionResult {
     },
     /// The operation is not one this machine can apply: nothing was applied.
     Malformed(String),
+    /// This replica's storage failed: its copy is no longer the others', and the group stops
+    /// on this node.
+    StorageFailed(String),
 }
 
-/// A write set that a partition op cannot carry yet.
+/// A write set that a partition op cannot carry.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WriteNotReplicable {
-    /// Outbox entries, reminders and receipts are not replicated yet.
-    #[error("messaging writes (outbox, reminders, receipts) are not replicated by partitions yet")]
-    Messaging,
     /// Stamp 0 means "never written" and cannot name a write.
     #[error("a write's stamp must not be 0")]
     ZeroStamp,
@@ -88,7 +80,7 @@ pub enum WriteNotReplicable {
 
 impl PartitionOp {
     /// The op that replicates `writes`, computed from the copy whose stamp for the entity was
-    /// `expect`, as the write `stamp`, answering `reply`.
+    /// `expect`, as the write `stamp` committed at `at_ms`, answering `reply`.
     ///
     /// ```
     /// use tessera_contract::EntityAddress;
@@ -96,37 +88,24 @@ impl PartitionOp {
     /// use tessera_state::partition::PartitionOp;
     /// let mut writes = WriteSet::new(EntityAddress::new("t", "counter", "c1"));
     /// writes.put("value", 1u64.to_le_bytes().to_vec());
-    /// let op = PartitionOp::write(&writes, 0, 7, b"1".to_vec()).unwrap();
+    /// let op = PartitionOp::write(writes, 0, 7, 1_000, b"1".to_vec()).unwrap();
     /// assert!(matches!(op, PartitionOp::Write { expect: 0, stamp: 7, .. }));
     /// ```
     pub fn write(
-        writes: &WriteSet,
+        writes: WriteSet,
         expect: u64,
         stamp: u64,
+        at_ms: u64,
         reply: Vec<u8>,
     ) -> Result<PartitionOp, WriteNotReplicable> {
         if stamp == 0 {
             return Err(WriteNotReplicable::ZeroStamp);
         }
-        if !writes.messaging().is_empty() {
-            return Err(WriteNotReplicable::Messaging);
-        }
-        let changes = writes
-            .changes()
-            .map(|(key, change)| ReplicatedChange {
-                key: key.to_string(),
-                value: match change {
-                    StateChange::Put(value) => Some(serde_bytes::ByteBuf::from(value.clone())),
-                    StateChange::Delete => None,
-                },
-            })
-            .collect();
         Ok(PartitionOp::Write {
-            entity: writes.entity().clone(),
             expect,
             stamp,
-            changes,
-            version: writes.version(),
+            at_ms,
+            writes,
             reply,
         })
     }

@@ -38,16 +38,16 @@ pub enum PartitionApplied {
 /// use tessera_consensus::state_machine::StateMachine;
 /// use tessera_contract::EntityAddress;
 /// use tessera_state::WriteSet;
-/// use tessera_state::partition::{PartitionApplied, PartitionOp, PartitionReplica};
+/// use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionOp, PartitionReplica};
 ///
-/// let mut replica = PartitionReplica::default();
+/// let mut replica = PartitionReplica::new(PartitionMachine::in_memory().unwrap());
 /// let counter = EntityAddress::new("t", "counter", "c1");
 /// let mut writes = WriteSet::new(counter.clone());
 /// writes.put("value", vec![1]);
-/// replica.apply(&PartitionOp::write(&writes, 0, 3, vec![1]).unwrap().encode());
+/// replica.apply(&PartitionOp::write(writes, 0, 3, 1_000, vec![1]).unwrap().encode());
 /// assert_eq!(replica.take_applied(), [PartitionApplied::Written { entity: counter, stamp: 3 }]);
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PartitionReplica {
     machine: PartitionMachine,
     unobserved: VecDeque<PartitionApplied>,
@@ -56,6 +56,15 @@ pub struct PartitionReplica {
 }
 
 impl PartitionReplica {
+    /// A member's replica applying to `machine`.
+    pub fn new(machine: PartitionMachine) -> Self {
+        PartitionReplica {
+            machine,
+            unobserved: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
     /// The partition's state as this member applied it.
     pub fn machine(&self) -> &PartitionMachine {
         &self.machine
@@ -85,7 +94,7 @@ impl StateMachine for PartitionReplica {
             }
         };
         let written = match &op {
-            PartitionOp::Write { entity, stamp, .. } => Some((entity.clone(), *stamp)),
+            PartitionOp::Write { writes, stamp, .. } => Some((writes.entity().clone(), *stamp)),
             PartitionOp::Check { .. } => None,
         };
         let result = self.machine.apply_op(op);
@@ -110,7 +119,11 @@ impl GroupMachine for PartitionReplica {
     type Applied = PartitionApplied;
 
     fn reset(&mut self) -> Result<(), RestoreError> {
-        *self = PartitionReplica::default();
+        self.machine
+            .clear()
+            .map_err(|error| RestoreError::Malformed(format!("storage: {error}")))?;
+        self.unobserved.clear();
+        self.dropped = 0;
         Ok(())
     }
 
@@ -119,7 +132,6 @@ impl GroupMachine for PartitionReplica {
     }
 
     fn fault(&self) -> Option<&str> {
-        // Its state is in memory: nothing can fail to be written.
-        None
+        self.machine.fault()
     }
 }

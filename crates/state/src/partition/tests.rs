@@ -1,8 +1,10 @@
 //! The partition machine: writes apply only against the stamp they read, a resubmitted write
-//! applies once, barriers see changes, and snapshots restore the same state.
+//! applies once, barriers see changes, messaging travels with the write, replicas applying the
+//! same ops hold the same bytes, and snapshots restore the same state.
 
 use super::*;
-use crate::WriteSet;
+use crate::messaging::{OutboxEntry, Reminder};
+use crate::{Receipt, WriteSet};
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
 
@@ -10,16 +12,24 @@ fn counter() -> EntityAddress {
     EntityAddress::new("t", "counter", "c1")
 }
 
+fn machine() -> PartitionMachine {
+    PartitionMachine::in_memory().expect("an in-memory database opens")
+}
+
 fn put(machine: &mut PartitionMachine, expect: u64, stamp: u64, value: u8) -> PartitionResult {
     let mut writes = WriteSet::new(counter());
     writes.put("value", vec![value]);
-    let op = PartitionOp::write(&writes, expect, stamp, vec![value]).expect("replicable");
+    let op = PartitionOp::write(writes, expect, stamp, 1_000, vec![value]).expect("replicable");
     PartitionResult::decode(&machine.apply(&op.encode()))
+}
+
+fn value(machine: &PartitionMachine) -> Option<Vec<u8>> {
+    machine.get(&counter(), "value").expect("readable")
 }
 
 #[test]
 fn a_write_applies_only_against_the_stamp_it_read_and_once() {
-    let mut machine = PartitionMachine::default();
+    let mut machine = machine();
     assert_eq!(
         put(&mut machine, 0, 5, 1),
         PartitionResult::Applied { reply: vec![1] }
@@ -29,23 +39,23 @@ fn a_write_applies_only_against_the_stamp_it_read_and_once() {
         put(&mut machine, 0, 5, 1),
         PartitionResult::Applied { reply: vec![1] }
     );
-    assert_eq!(machine.stamp(&counter()), 5);
+    assert_eq!(machine.stamp(&counter()), Ok(5));
     // Computed from the copy before stamp 5 (a deposed primary's): refused, nothing changes.
     assert_eq!(
         put(&mut machine, 0, 6, 9),
         PartitionResult::Conflict { stamp: 5 }
     );
-    assert_eq!(machine.get(&counter(), "value"), Some(&[1u8][..]));
+    assert_eq!(value(&machine), Some(vec![1]));
     assert_eq!(
         put(&mut machine, 5, 7, 2),
         PartitionResult::Applied { reply: vec![2] }
     );
-    assert_eq!(machine.get(&counter(), "value"), Some(&[2u8][..]));
+    assert_eq!(value(&machine), Some(vec![2]));
 }
 
 #[test]
 fn a_barrier_commits_only_if_the_state_read_is_still_current() {
-    let mut machine = PartitionMachine::default();
+    let mut machine = machine();
     put(&mut machine, 0, 5, 1);
     let check = |machine: &mut PartitionMachine, expect| {
         let op = PartitionOp::Check {
@@ -67,53 +77,135 @@ fn a_barrier_commits_only_if_the_state_read_is_still_current() {
 
 #[test]
 fn removed_keys_keep_the_stamp_and_garbage_changes_nothing() {
-    let mut machine = PartitionMachine::default();
+    let mut machine = machine();
     put(&mut machine, 0, 5, 1);
     let mut writes = WriteSet::new(counter());
     writes.delete("value");
     writes.set_version(3);
-    let op = PartitionOp::write(&writes, 5, 6, Vec::new()).expect("replicable");
+    let op = PartitionOp::write(writes, 5, 6, 1_000, Vec::new()).expect("replicable");
     machine.apply(&op.encode());
-    assert_eq!(machine.get(&counter(), "value"), None);
-    assert_eq!(machine.version(&counter()), Some(3));
+    assert_eq!(value(&machine), None);
+    assert_eq!(machine.version(&counter()), Ok(Some(3)));
     // A write computed when the entity was new cannot apply after the removal either.
     assert_eq!(
         put(&mut machine, 0, 8, 4),
         PartitionResult::Conflict { stamp: 6 }
     );
-    let before = machine.clone();
+    let before = machine.snapshot();
     assert!(matches!(
         PartitionResult::decode(&machine.apply(&[0xc1, 0x00])),
         PartitionResult::Malformed(_)
     ));
-    assert_eq!(machine, before);
+    assert_eq!(machine.snapshot(), before);
 }
 
 #[test]
-fn a_write_with_messaging_or_a_zero_stamp_is_not_replicable() {
+fn a_zero_stamp_is_not_replicable() {
     let mut writes = WriteSet::new(counter());
     writes.put("value", vec![1]);
     assert_eq!(
-        PartitionOp::write(&writes, 0, 0, Vec::new()),
+        PartitionOp::write(writes, 0, 0, 1_000, Vec::new()),
         Err(WriteNotReplicable::ZeroStamp)
     );
-    writes.messaging_mut().cancels.push(1);
-    assert_eq!(
-        PartitionOp::write(&writes, 0, 1, Vec::new()),
-        Err(WriteNotReplicable::Messaging)
-    );
+}
+
+/// A message's whole outcome: a state key, a tell, a reminder and the receipt of the tell it
+/// handled, from `sender`.
+fn messaging_write(sender: &EntityAddress) -> WriteSet {
+    let mut writes = WriteSet::new(counter());
+    writes.put("value", vec![1]);
+    let messaging = writes.messaging_mut();
+    messaging.outbox.push(OutboxEntry {
+        seq: 1,
+        to: EntityAddress::new("t", "counter", "c2"),
+        payload: b"tell".to_vec(),
+    });
+    messaging.reminders.push(Reminder {
+        timer: 1,
+        due_ms: 5_000,
+        payload: b"later".to_vec(),
+    });
+    messaging.receipt = Some(Receipt::Entity {
+        sender: sender.clone(),
+        seq: 4,
+    });
+    messaging.counters = Some((2, 1));
+    writes
+}
+
+#[test]
+fn messaging_travels_with_the_write_and_a_duplicate_is_seen_on_every_replica() {
+    let sender = EntityAddress::new("t", "relay", "r1");
+    let op = PartitionOp::write(messaging_write(&sender), 0, 5, 1_000, Vec::new())
+        .expect("replicable")
+        .encode();
+    let (mut first, mut second) = (machine(), machine());
+    first.apply(&op);
+    second.apply(&op);
+    for replica in [&first, &second] {
+        let store = replica.store();
+        let outbox = store.outbox(&counter(), 10).expect("readable");
+        assert_eq!(outbox.len(), 1);
+        assert_eq!(outbox[0].payload, b"tell");
+        let due = store.due_reminders(5_000, None, 10).expect("readable");
+        assert_eq!(due.len(), 1);
+        let duplicate = Receipt::Entity {
+            sender: sender.clone(),
+            seq: 4,
+        };
+        assert_eq!(store.is_duplicate(&counter(), &duplicate), Ok(true));
+        let next = Receipt::Entity {
+            sender: sender.clone(),
+            seq: 5,
+        };
+        assert_eq!(store.is_duplicate(&counter(), &next), Ok(false));
+    }
+    assert_eq!(first.snapshot(), second.snapshot());
+}
+
+#[test]
+fn receipts_are_recorded_at_the_primarys_time_not_the_replicas() {
+    // Two client keys committed a horizon apart by the primary's clock: the second evicts the
+    // first on every replica, whenever the replica applies them (by its own clock they would
+    // be a moment apart, and both kept).
+    let mut machine = machine();
+    let keyed = |key: &str| {
+        let mut writes = WriteSet::new(counter());
+        writes.messaging_mut().receipt = Some(Receipt::Client { key: key.into() });
+        writes
+    };
+    // Recent by the clock reads use: the second key is a moment old.
+    let horizon = crate::messaging::CLIENT_KEY_HORIZON_MS;
+    let first = crate::messaging::now_ms() - horizon - 10_000;
+    let later = first + horizon + 1;
+    for (expect, stamp, at_ms, key) in [(0, 1, first, "k1"), (1, 2, later, "k2")] {
+        let op = PartitionOp::write(keyed(key), expect, stamp, at_ms, Vec::new());
+        machine.apply(&op.expect("replicable").encode());
+    }
+    let store = machine.store();
+    let k1 = Receipt::Client { key: "k1".into() };
+    let k2 = Receipt::Client { key: "k2".into() };
+    assert_eq!(store.is_duplicate(&counter(), &k1), Ok(false));
+    assert_eq!(store.is_duplicate(&counter(), &k2), Ok(true));
 }
 
 #[test]
 fn a_snapshot_restores_the_same_state_and_garbage_leaves_it_unchanged() {
-    let mut machine = PartitionMachine::default();
+    let mut machine = machine();
     put(&mut machine, 0, 5, 1);
-    put(&mut machine, 5, 6, 2);
-    let mut copy = PartitionMachine::default();
+    let sender = EntityAddress::new("t", "relay", "r1");
+    let op =
+        PartitionOp::write(messaging_write(&sender), 5, 6, 1_000, Vec::new()).expect("replicable");
+    machine.apply(&op.encode());
+    let mut copy = self::machine();
+    put(&mut copy, 0, 9, 7);
     copy.restore(&machine.snapshot())
         .expect("a snapshot restores");
-    assert_eq!(copy, machine);
     assert_eq!(copy.snapshot(), machine.snapshot());
+    assert_eq!(copy.stamp(&counter()), Ok(6));
+    assert_eq!(copy.store().next_due(), Ok(Some(5_000)));
     assert!(copy.restore(&[0xc1]).is_err());
-    assert_eq!(copy, machine);
+    assert_eq!(copy.snapshot(), machine.snapshot());
+    copy.clear().expect("clears");
+    assert_eq!(copy.snapshot(), self::machine().snapshot());
 }

@@ -20,7 +20,7 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
 use tessera_metadata::{MetadataPlane, PlaneStatus, partition_group};
-use tessera_state::partition::{PartitionApplied, PartitionReplica};
+use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionReplica};
 use tokio::sync::{mpsc, watch};
 
 /// How often the placement is read again when no catalog commit woke the task (a commit
@@ -190,10 +190,12 @@ impl PartitionGroups {
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
         let journal = self.dir.join(format!("p{partition}.journal"));
+        let machine = PartitionMachine::create(&self.dir.join(format!("p{partition}.redb")))
+            .map_err(|error| error.to_string())?;
         let started = Group::start_voter(
             config,
             &journal,
-            PartitionReplica::default(),
+            PartitionReplica::new(machine),
             Arc::new(Unobserved),
             self.mesh.clone(),
             inbound,
