@@ -1,9 +1,9 @@
 //! What one idle partition group costs (issue 34, item 2): `N` groups of three voters, each a
-//! `PartitionReplica` through the one group driver with its own file journal, all in this
+//! `PartitionReplica` through the one group driver with its own file journal and redb database, all in this
 //! process over an in-memory network — three nodes' worth of replicas, as an idle three-node
 //! cluster with `N` partitions at R = 3 would run them. Measured once every group has a
 //! primary: process CPU time over an idle window (`getrusage`), resident memory, open file
-//! descriptors and journal bytes, each beside the same process with no group (the baseline,
+//! descriptors and journal and database bytes, each beside the same process with no group (the baseline,
 //! same runtime and threads), reported per group and per replica.
 //!
 //! Run: `cargo bench -p tessera-benches --bench partition_groups` (or name the group counts:
@@ -16,7 +16,7 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupFrame, GroupId, GroupObserver, GroupOutbox,
     ObserverFuture,
 };
-use tessera_state::partition::{PartitionApplied, PartitionReplica};
+use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionReplica};
 use tokio::sync::mpsc;
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
@@ -124,10 +124,13 @@ async fn measure(groups: u64) -> Cost {
                 network: network.clone(),
             });
             let journal = dir.path().join(format!("{node}-{}.journal", group.0));
+            // The machine on its own redb file, as a node runs it.
+            let database = dir.path().join(format!("{node}-{}.redb", group.0));
+            let machine = PartitionMachine::create(&database).expect("the database opens");
             let voter = Group::start_voter(
                 config,
                 &journal,
-                PartitionReplica::default(),
+                PartitionReplica::new(machine),
                 Arc::new(Quiet),
                 outbox,
                 inbound,
@@ -193,7 +196,7 @@ fn main() {
         println!(
             "  {groups:>4} groups: CPU {:.1} ms/s ({:.3} ms/s a replica above the baseline, {:.1} % of \
              the machine's 2 cores for the three nodes) | resident +{:.1} MiB ({:.0} KiB a \
-             replica) | files +{} ({:.1} a replica) | journals {:.1} MiB ({:.0} KiB a replica) | \
+             replica) | files +{} ({:.1} a replica) | journals and databases {:.1} MiB ({:.0} KiB a replica) | \
              elected in {:.2} s",
             cost.cpu_per_second.as_secs_f64() * 1e3,
             cpu_ms / replicas,

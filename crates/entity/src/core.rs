@@ -150,6 +150,14 @@ pub(crate) struct Core {
     pub(crate) warnings: super::warnings::EntityWarnings,
     /// The trace context of tells and reminders waiting for delivery.
     pub(crate) trace_links: super::trace::links::TraceLinks,
+    /// Where the stamps of this node's commits come from (see [`Core::next_stamp`]).
+    stamps: AtomicU64,
+}
+
+/// A random start for this process's stamps, from the standard library's randomly keyed hasher.
+fn first_stamp() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 impl Core {
@@ -176,6 +184,21 @@ impl Core {
             closing: Arc::default(),
             warnings: super::warnings::entity_warnings(),
             trace_links: Default::default(),
+            stamps: AtomicU64::new(first_stamp()),
+        }
+    }
+
+    /// A stamp for a commit of this node (see `tessera_state::WriteStamps`): never 0, and
+    /// unique among an entity's writes because every node counts up from its own random start
+    /// in a space of 2^64 (two nodes' runs of stamps meet only after about 2^32 commits each
+    /// with a chance of about one in 2^32, and a meeting matters only for one entity written on
+    /// both at once).
+    pub(crate) fn next_stamp(&self) -> u64 {
+        loop {
+            let stamp = self.stamps.fetch_add(1, Ordering::Relaxed);
+            if stamp != 0 {
+                return stamp;
+            }
         }
     }
 

@@ -22,6 +22,9 @@ pub struct EntityMeta {
     pub version: Option<u32>,
     /// Total bytes of its state keys plus values.
     pub state_bytes: u64,
+    /// The stamp of its last write in a replicated partition (0: never written there, and
+    /// always 0 in a node's local store; see [`WriteStamps`](crate::WriteStamps)).
+    pub stamp: u64,
 }
 
 /// Durable per-entity state: reads, the entity's metadata, and atomic commits of a message's
@@ -43,6 +46,21 @@ pub trait EntityState: Send + Sync + 'static {
 
     /// Commits `writes` atomically; the future resolves once they are durable.
     fn commit(&self, writes: WriteSet) -> CommitFuture;
+
+    /// Whether a message that wrote nothing waits for [`EntityState::barrier`] before it
+    /// answers: true where single activation rests on the order of commits (a replicated
+    /// partition), false where it rests on the node's lease (a node's local store).
+    fn orders_reads(&self) -> bool {
+        false
+    }
+
+    /// Resolves once a point of `entity`'s history after the caller read it is ordered at
+    /// which its stamp was still `read` (see [`WriteStamps`](crate::WriteStamps)): what the
+    /// message read was current, so its reply may leave. Only called where
+    /// [`EntityState::orders_reads`]; a store that does not order reads answers at once.
+    fn barrier(&self, _entity: &EntityAddress, _read: u64) -> CommitFuture {
+        Box::pin(std::future::ready(Ok(())))
+    }
 
     /// The entity's messaging counters.
     fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError>;

@@ -33,6 +33,20 @@ pub enum CommitError {
     /// The committer has shut down.
     #[error("the committer is shut down")]
     Closed,
+    /// A replicated partition refused the writes: the entity changed since the copy the
+    /// message ran against (another node served it, or this one is no longer its primary).
+    /// Nothing was written; the message may run again against the current state.
+    #[error(
+        "the entity changed since this copy read it (its stamp is now {stamp}): nothing was written"
+    )]
+    Stale {
+        /// The entity's stamp now.
+        stamp: u64,
+    },
+    /// A replicated partition could not order the writes now (no quorum, a view change, too
+    /// many in flight). They may or may not have been written: read before running again.
+    #[error("the partition could not commit: {0}")]
+    Unavailable(String),
 }
 
 impl From<StoreError> for CommitError {
@@ -48,7 +62,10 @@ impl From<CommitError> for StoreError {
     fn from(error: CommitError) -> Self {
         match error {
             CommitError::Closed => StoreError::Closed,
-            CommitError::Storage(message) => StoreError::Io(message),
+            CommitError::Storage(message) | CommitError::Unavailable(message) => {
+                StoreError::Io(message)
+            }
+            stale @ CommitError::Stale { .. } => StoreError::Io(stale.to_string()),
         }
     }
 }

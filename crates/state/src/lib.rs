@@ -38,4 +38,4 @@ pub use shard_transfer::{
     TRANSFER_BYTES_IN_FLIGHT_MAX,
 };
 pub use tables::StateStore;
-pub use write_set::{StateChange, WriteSet};
+pub use write_set::{StateChange, WriteSet, WriteStamps};

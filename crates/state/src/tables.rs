@@ -116,6 +116,7 @@ impl StateStore {
             EntityMeta {
                 version: (version != 0).then_some(version),
                 state_bytes,
+                stamp: 0,
             }
         }))
     }

@@ -35,9 +35,27 @@ pub struct WriteSet {
     entity: EntityAddress,
     changes: BTreeMap<String, StateChange>,
     version: Option<u32>,
-    /// Boxed and made on first use: most write sets carry no messaging.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Boxed and made on first use: most write sets carry no messaging. (Encoded even when
+    /// `None`: MessagePack structs are positional, so no field may be skipped.)
     messaging: Option<Box<MessagingWrites>>,
+    /// The stamps of the copy the message ran against and of this commit, when the writes
+    /// depend on the entity's state (see [`WriteStamps`]).
+    stamps: Option<WriteStamps>,
+}
+
+/// Where a message's writes stand in its entity's history: the stamp of the copy it ran
+/// against (0: never written) and the stamp this commit gives the entity (never 0, unique
+/// among the entity's writes). A replicated partition applies the writes only if the entity's
+/// stamp is still `read`, so a copy that missed a write — a deposed primary's, a second
+/// node's — cannot commit; a node's local store, single by its lease, ignores them. Writes
+/// that do not depend on the entity's state (an outbox acknowledgement, a given-up reminder's
+/// cancel) carry none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteStamps {
+    /// The stamp of the copy the message read.
+    pub read: u64,
+    /// The stamp this commit gives the entity.
+    pub written: u64,
 }
 
 /// What [`WriteSet::messaging`] shows when nothing was added.
@@ -51,7 +69,18 @@ impl WriteSet {
             changes: BTreeMap::new(),
             version: None,
             messaging: None,
+            stamps: None,
         }
+    }
+
+    /// Records where these writes stand in the entity's history (see [`WriteStamps`]).
+    pub fn set_stamps(&mut self, stamps: WriteStamps) {
+        self.stamps = Some(stamps);
+    }
+
+    /// Where these writes stand in the entity's history, if they depend on its state.
+    pub fn stamps(&self) -> Option<WriteStamps> {
+        self.stamps
     }
 
     /// The entity these writes belong to.
@@ -137,5 +166,6 @@ impl WriteSet {
         self.changes.clear();
         self.version = None;
         self.messaging = None;
+        self.stamps = None;
     }
 }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, ShardId};
 use tessera_runtime::{Activation, CallGate, EntityContext, EntityInstance};
-use tessera_state::WriteSet;
 use tessera_state::remember::{RememberOp, RememberedId};
+use tessera_state::{WriteSet, WriteStamps};
 use tokio::sync::mpsc;
 
 mod effects;
@@ -52,6 +52,9 @@ pub(super) struct CellState {
     next_seq: u64,
     /// The highest timer id this entity committed.
     last_timer: u64,
+    /// The stamp of the copy this instance's state comes from: read at activation, then that
+    /// of each commit (see `tessera_state::WriteStamps`).
+    stamp: u64,
     /// Set by a message or a failed activation: the cell passivates after it.
     pub(super) passivate_requested: bool,
     /// This entity's place at its tenant's gate to guest execution, and the same place as
@@ -87,6 +90,7 @@ impl CellState {
             activated_before: false,
             next_seq: 0,
             last_timer: 0,
+            stamp: 0,
             passivate_requested: false,
             pass: None,
             paused: None,
@@ -244,6 +248,7 @@ impl CellState {
             held => held,
         };
         self.last_timer = sequences.last_timer;
+        self.stamp = meta.stamp;
         let recorded = meta.version;
         let from = upgraded_from.or(recorded.filter(|version| *version != binding.version));
         let reason = match from {
@@ -333,10 +338,24 @@ impl CellState {
         let core = self.core.clone();
         core.router.may_serve(&self.address, self.shard)?;
         writes.set_version(version);
+        let written = self.stamp_writes(&mut writes);
         core.state.commit(*writes).await.map_err(|error| {
             let reason = format!("its migration's writes did not commit: {error}");
             MessageError::new(ErrorKind::Internal, reason)
-        })
+        })?;
+        self.stamp = written;
+        Ok(())
+    }
+
+    /// Marks `writes` as computed from this instance's copy and returns the stamp they give
+    /// the entity once committed.
+    pub(super) fn stamp_writes(&self, writes: &mut WriteSet) -> u64 {
+        let written = self.core.next_stamp();
+        writes.set_stamps(WriteStamps {
+            read: self.stamp,
+            written,
+        });
+        written
     }
 
     /// The failure of a message whose entity could not activate on `version` for `reason`:

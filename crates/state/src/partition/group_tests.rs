@@ -1,10 +1,13 @@
 //! A partition's group of three voters in one process, through the one group driver the
 //! metadata plane runs on: writes commit on every voter, a stale write and a stale read's
 //! barrier are refused, and after the primary stops the others elect another and go on from
-//! every committed write.
+//! every committed write. The same group behind [`PartitionState`] on each node: a commit
+//! reads its own write at once and reaches the other copies with its messaging, a stale copy's
+//! commit and barrier are refused, and acknowledgements settle whatever the stamp.
 
 use super::*;
-use crate::WriteSet;
+use crate::messaging::OutboxEntry;
+use crate::{CommitError, EntityState, Receipt, StateStore, WriteSet, WriteStamps};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,7 +78,12 @@ fn check(expect: u64) -> Vec<u8> {
     .encode()
 }
 
-fn start(node: &str, network: &Arc<Network>, dir: &tempfile::TempDir) -> (Group, Arc<Written>) {
+/// A member on `node`: its group, what it applied, and its replica's tables.
+fn start(
+    node: &str,
+    network: &Arc<Network>,
+    dir: &tempfile::TempDir,
+) -> (Group, Arc<Written>, StateStore) {
     let (sender, inbound): (_, GroupInbound) = mpsc::channel(GROUP_INBOUND_MAX);
     network
         .inboxes
@@ -91,20 +99,20 @@ fn start(node: &str, network: &Arc<Network>, dir: &tempfile::TempDir) -> (Group,
         node: node.to_string(),
         network: network.clone(),
     });
+    // On a file, as a node runs it: what the group writes goes through redb.
+    let machine = PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
+        .expect("the partition database opens");
+    let store = machine.store().clone();
     let group = Group::start_voter(
         config,
         &dir.path().join(format!("{node}.journal")),
-        // On a file, as a node runs it: what the group writes goes through redb.
-        PartitionReplica::new(
-            PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
-                .expect("the partition database opens"),
-        ),
+        PartitionReplica::new(machine),
         written.clone(),
         outbox,
         inbound,
     )
     .expect("a voter starts");
-    (group, written)
+    (group, written, store)
 }
 
 async fn submit(group: &Group, operation: Vec<u8>) -> PartitionResult {
@@ -126,7 +134,10 @@ async fn a_partition_group_commits_outcomes_refuses_stale_ones_and_survives_its_
     let network = Arc::new(Network::default());
     let mut members: BTreeMap<&str, (Group, Arc<Written>)> = VOTERS
         .iter()
-        .map(|node| (*node, start(node, &network, &dir)))
+        .map(|node| {
+            let (group, written, _) = start(node, &network, &dir);
+            (*node, (group, written))
+        })
         .collect();
     let through = |node: &str| &members[node].0;
 
@@ -169,4 +180,114 @@ async fn a_partition_group_commits_outcomes_refuses_stale_ones_and_survives_its_
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Commits through `state`, again while the group cannot order it yet (its first election).
+async fn commit(state: &PartitionState, writes: WriteSet) -> Result<(), CommitError> {
+    let answer = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match state.commit(writes.clone()).await {
+                Err(CommitError::Unavailable(_)) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                done => return done,
+            }
+        }
+    });
+    answer.await.expect("the group answers")
+}
+
+/// Waits until `check` holds of `state`.
+async fn until(state: &PartitionState, what: &str, check: impl Fn(&PartitionState) -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !check(state) {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_partition_commits_through_its_group_and_refuses_a_stale_copy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let network = Arc::new(Network::default());
+    let states: BTreeMap<&str, PartitionState> = VOTERS
+        .iter()
+        .map(|node| {
+            let (group, _, store) = start(node, &network, &dir);
+            (*node, PartitionState::new(store, Arc::new(group)))
+        })
+        .collect();
+    let (n1, n2, n3) = (&states["n1"], &states["n2"], &states["n3"]);
+    let relay = EntityAddress::new("t", "relay", "r1");
+    let stamp = |state: &PartitionState| state.meta(&counter()).expect("meta").stamp;
+    let value = |state: &PartitionState| state.get(&counter(), "value").expect("get");
+    assert_eq!(stamp(n1), 0);
+
+    // A message on n1: a state key, a tell, the receipt of the tell it handled.
+    let mut writes = WriteSet::new(counter());
+    writes.put("value", vec![1]);
+    writes.messaging_mut().outbox.push(OutboxEntry {
+        seq: 1,
+        to: EntityAddress::new("t", "counter", "c2"),
+        payload: b"tell".to_vec(),
+    });
+    writes.messaging_mut().receipt = Some(Receipt::Entity {
+        sender: relay.clone(),
+        seq: 3,
+    });
+    writes.set_stamps(WriteStamps {
+        read: 0,
+        written: 11,
+    });
+    commit(n1, writes).await.expect("the write commits");
+    // Read at once where it was committed: the answer waits for this replica's apply.
+    assert_eq!((stamp(n1), value(n1)), (11, Some(vec![1])));
+    until(n2, "n2 applies the write", |n2| stamp(n2) == 11).await;
+    assert_eq!(value(n2), Some(vec![1]));
+    assert_eq!(n2.outbox(&counter(), 10).expect("outbox").len(), 1);
+    let receipt = Receipt::Entity {
+        sender: relay,
+        seq: 3,
+    };
+    assert_eq!(n2.is_duplicate(&counter(), &receipt), Ok(true));
+
+    // n3 ran a message against the copy before stamp 11 (it served the entity too): refused.
+    let mut stale = WriteSet::new(counter());
+    stale.put("value", vec![9]);
+    stale.set_stamps(WriteStamps {
+        read: 0,
+        written: 12,
+    });
+    assert_eq!(
+        commit(n3, stale).await,
+        Err(CommitError::Stale { stamp: 11 })
+    );
+    // A read of the copy before stamp 11 cannot answer; one of the current copy can.
+    assert_eq!(
+        n3.barrier(&counter(), 0).await,
+        Err(CommitError::Stale { stamp: 11 })
+    );
+    n3.barrier(&counter(), 11)
+        .await
+        .expect("the read is current");
+
+    // The receiver acknowledged the tell: settled from n2, whatever the stamp, which stays.
+    let mut acked = WriteSet::new(counter());
+    acked.messaging_mut().acked = vec![1];
+    commit(n2, acked)
+        .await
+        .expect("the acknowledgement settles");
+    until(n1, "n1 applies the acknowledgement", |n1| {
+        n1.outbox(&counter(), 10).expect("outbox").is_empty()
+    })
+    .await;
+    assert_eq!((stamp(n1), value(n1)), (11, Some(vec![1])));
+    // A settle may not carry state.
+    let mut smuggled = WriteSet::new(counter());
+    smuggled.put("value", vec![7]);
+    assert!(matches!(
+        n2.commit(smuggled).await,
+        Err(CommitError::Storage(_))
+    ));
+    assert_eq!(value(n2), Some(vec![1]));
 }

@@ -13,6 +13,7 @@ use super::checkpoint;
 use super::op::{PartitionOp, PartitionResult};
 use crate::error::StoreError;
 use crate::tables::{StateStore, apply_write_sets};
+use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
@@ -69,6 +70,14 @@ fn key3(entity: &EntityAddress) -> (&str, &str, &str) {
     (&entity.tenant, &entity.entity_type, &entity.id)
 }
 
+/// The stamp of the last write applied to `entity` in a partition's `store`; 0 if none.
+pub(super) fn read_stamp(store: &StateStore, entity: &EntityAddress) -> Result<u64, StoreError> {
+    let transaction = store.database().begin_read().map_err(StoreError::io)?;
+    let stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
+    let stamp = stamps.get(key3(entity)).map_err(StoreError::io)?;
+    Ok(stamp.map_or(0, |guard| guard.value()))
+}
+
 impl PartitionMachine {
     /// A machine whose database lives in memory (the simulator, tests).
     pub fn in_memory() -> Result<Self, StoreError> {
@@ -116,10 +125,7 @@ impl PartitionMachine {
 
     /// The stamp of the last write applied to `entity`; 0 if it was never written.
     pub fn stamp(&self, entity: &EntityAddress) -> Result<u64, StoreError> {
-        let transaction = self.store.database().begin_read().map_err(StoreError::io)?;
-        let stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
-        let stamp = stamps.get(key3(entity)).map_err(StoreError::io)?;
-        Ok(stamp.map_or(0, |guard| guard.value()))
+        read_stamp(&self.store, entity)
     }
 
     /// The plugin version `entity` last committed under.
@@ -150,6 +156,7 @@ impl PartitionMachine {
                 writes,
                 reply,
             } => self.apply_write(expect, stamp, at_ms, &writes, reply),
+            PartitionOp::Settle { at_ms, writes } => self.apply_settle(at_ms, &writes),
             PartitionOp::Check {
                 entity,
                 expect,
@@ -175,7 +182,7 @@ impl PartitionMachine {
         expect: u64,
         stamp: u64,
         at_ms: u64,
-        writes: &crate::WriteSet,
+        writes: &WriteSet,
         reply: Vec<u8>,
     ) -> Result<PartitionResult, StoreError> {
         if stamp == 0 {
@@ -209,6 +216,25 @@ impl PartitionMachine {
         apply_write_sets(&transaction, std::iter::once(writes), at_ms)?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply })
+    }
+
+    fn apply_settle(&self, at_ms: u64, writes: &WriteSet) -> Result<PartitionResult, StoreError> {
+        if writes.touches_state() {
+            return Ok(PartitionResult::Malformed(
+                "a settle must not change state keys or the version".into(),
+            ));
+        }
+        let mut transaction = self
+            .store
+            .database()
+            .begin_write()
+            .map_err(StoreError::io)?;
+        transaction
+            .set_durability(Durability::None)
+            .map_err(StoreError::io)?;
+        apply_write_sets(&transaction, std::iter::once(writes), at_ms)?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
     }
 
     /// Makes every applied op durable in the database (see the module doc), recording a

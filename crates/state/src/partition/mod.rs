@@ -30,9 +30,11 @@ mod group_tests;
 mod machine;
 mod op;
 mod replica;
+mod served;
 #[cfg(test)]
 mod tests;
 
 pub use machine::PartitionMachine;
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};
+pub use served::PartitionState;

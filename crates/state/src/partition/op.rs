@@ -28,6 +28,16 @@ pub enum PartitionOp {
         #[serde(with = "serde_bytes")]
         reply: Vec<u8>,
     },
+    /// Messaging writes that do not depend on the entity's state — outbox entries its
+    /// receivers acknowledged, a given-up reminder's cancel — applied whatever the entity's
+    /// stamp, which they leave as it is. Applying one twice changes nothing more. Writes that
+    /// change state keys or the version are refused as [`PartitionResult::Malformed`].
+    Settle {
+        /// When the primary committed it (ms since the epoch).
+        at_ms: u64,
+        /// The writes; their entity is the one written.
+        writes: WriteSet,
+    },
     /// A read's barrier: commits as [`PartitionResult::Checked`] if `entity`'s stamp is still
     /// `expect`, so the state the message read was current when the barrier committed.
     Check {

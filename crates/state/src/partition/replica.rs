@@ -95,7 +95,7 @@ impl StateMachine for PartitionReplica {
         };
         let written = match &op {
             PartitionOp::Write { writes, stamp, .. } => Some((writes.entity().clone(), *stamp)),
-            PartitionOp::Check { .. } => None,
+            PartitionOp::Settle { .. } | PartitionOp::Check { .. } => None,
         };
         let result = self.machine.apply_op(op);
         if let (PartitionResult::Applied { .. }, Some((entity, stamp))) = (&result, written) {

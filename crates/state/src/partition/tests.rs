@@ -209,3 +209,28 @@ fn a_snapshot_restores_the_same_state_and_garbage_leaves_it_unchanged() {
     copy.clear().expect("clears");
     assert_eq!(copy.snapshot(), self::machine().snapshot());
 }
+
+#[test]
+fn every_shape_of_write_set_survives_the_ops_encoding() {
+    // MessagePack structs are positional: a field left out of the encoding would shift the
+    // next one into its place.
+    let sender = EntityAddress::new("t", "relay", "r1");
+    let bare = WriteSet::new(counter());
+    let mut stamped = WriteSet::new(counter());
+    stamped.set_stamps(crate::WriteStamps {
+        read: 3,
+        written: 4,
+    });
+    let mut versioned = messaging_write(&sender);
+    versioned.set_version(7);
+    let mut everything = versioned.clone();
+    everything.set_stamps(crate::WriteStamps {
+        read: 1,
+        written: 2,
+    });
+    for writes in [bare, stamped, versioned, everything] {
+        let op = PartitionOp::Settle { at_ms: 5, writes };
+        let decoded: PartitionOp = rmp_serde::from_slice(&op.encode()).expect("decodes");
+        assert_eq!(decoded, op);
+    }
+}

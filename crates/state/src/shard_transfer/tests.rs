@@ -118,6 +118,7 @@ fn from_meta(version: u32, state_bytes: u64) -> crate::EntityMeta {
     crate::EntityMeta {
         version: Some(version),
         state_bytes,
+        stamp: 0,
     }
 }
 

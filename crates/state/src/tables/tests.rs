@@ -22,7 +22,8 @@ fn state_bytes_are_exact_through_puts_overwrites_and_deletes() {
         store.meta(&entity).unwrap(),
         EntityMeta {
             version: Some(3),
-            state_bytes: 11 + 7
+            state_bytes: 11 + 7,
+            stamp: 0,
         }
     );
     let mut writes = WriteSet::new(entity.clone());
@@ -75,7 +76,8 @@ fn a_legacy_version_table_is_migrated_with_exact_sizes() {
         store.meta(&entity).unwrap(),
         EntityMeta {
             version: Some(4),
-            state_bytes: 7
+            state_bytes: 7,
+            stamp: 0,
         }
     );
     drop(store);

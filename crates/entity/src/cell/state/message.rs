@@ -19,7 +19,7 @@ use tessera_contract::{
     BoxFuture, EntityAddress, Envelope, ErrorKind, MessageError, Reply, ReplyPort,
 };
 use tessera_runtime::{Effects, EntityInstance, HandleOutcome, Sender, Weight};
-use tessera_state::{Receipt, WriteSet};
+use tessera_state::{CommitError, Receipt, WriteSet};
 
 /// Where a message stopped when it had to wait (for activation or its tenant's gate, for its
 /// guest call, for its commit); [`CellState::resume`] goes on from there.
@@ -63,11 +63,12 @@ pub(in crate::cell) struct CallUnderWay {
     first_poll_done: bool,
 }
 
-/// A message whose guest call finished, with writes to commit before its reply.
+/// A message whose guest call finished, with writes to commit before its reply (`None`: it
+/// wrote nothing, and its reply waits for a barrier of the state it read).
 pub(in crate::cell) struct Committing {
     reply: Vec<u8>,
     effects: Option<Box<Effects>>,
-    writes: Box<WriteSet>,
+    writes: Option<Box<WriteSet>>,
     port: Answer,
 }
 
@@ -354,18 +355,17 @@ impl CellState {
             Ok(Settled {
                 reply,
                 effects,
-                writes: Some(writes),
-            }) => Some(PausedMessage::Commit(Box::new(Committing {
-                reply,
-                effects,
                 writes,
-                port,
-            }))),
-            Ok(Settled {
-                reply,
-                effects,
-                writes: None,
-            }) => {
+            }) if writes.is_some() || self.core.state.orders_reads() => {
+                Some(PausedMessage::Commit(Box::new(Committing {
+                    reply,
+                    effects,
+                    writes,
+                    port,
+                })))
+            }
+            // Nothing written, on state whose reads are not ordered (the lease guards them).
+            Ok(Settled { reply, effects, .. }) => {
                 // A reply read from state this node may no longer serve is not sent.
                 if let Err(error) = self.core.router.holds_lease() {
                     self.finish(port, Err(error));
@@ -380,8 +380,8 @@ impl CellState {
         }
     }
 
-    /// Commits a message's writes with its messaging, then carries its effects out and
-    /// replies.
+    /// Commits a message's writes with its messaging (or, if it wrote nothing, waits for the
+    /// barrier of the state it read), then carries its effects out and replies.
     async fn commit(&mut self, committing: Committing) {
         let Committing {
             reply,
@@ -389,6 +389,21 @@ impl CellState {
             writes,
             mut port,
         } = committing;
+        let Some(mut writes) = writes else {
+            // Ordered reads: a copy that missed a write cannot answer from it.
+            let barrier = self.core.state.barrier(&self.address, self.stamp).await;
+            if let Err(error) = barrier {
+                let error = commit_failure(error);
+                self.discard_instance(&error);
+                self.finish(port, Err(error));
+                return;
+            }
+            if let Some(effects) = &effects {
+                self.carry_out(effects, port.span.as_deref());
+            }
+            self.finish(port, Ok(reply));
+            return;
+        };
         // This node may have lost its lease or the shard while the message waited or ran (a
         // stalled process, a move): then nothing it wrote is kept, and the instance, which saw
         // those writes, starts afresh.
@@ -398,6 +413,7 @@ impl CellState {
             return;
         }
         let started = std::time::Instant::now();
+        let written = self.stamp_writes(&mut writes);
         let committed = self.core.state.commit(*writes).await;
         let took = started.elapsed();
         self.counters.committed(took);
@@ -406,12 +422,13 @@ impl CellState {
         }
         if let Err(error) = committed {
             // The instance saw writes that did not land: start afresh from durable state.
-            let error = MessageError::new(ErrorKind::Internal, error.to_string());
+            let error = commit_failure(error);
             self.discard_instance(&error);
             self.finish(port, Err(error));
             return;
         }
         self.version_to_record = None;
+        self.stamp = written;
         // Lost during the commit: the writes landed on a copy no one serves any more (a new
         // owner starts from what was handed off, or afresh), so the reply is not sent and
         // neither is the messaging.
@@ -548,6 +565,18 @@ fn kept_for_later(error: MessageError, receipt: Option<&Receipt>) -> MessageErro
         return error;
     }
     MessageError::unavailable(format!("kept for a version that activates: {error}"))
+}
+
+/// What a message whose commit (or read barrier) failed answers: `unavailable`, which
+/// senders retry, when the state was ordered elsewhere (a stale copy) or could not be ordered
+/// now; an internal failure otherwise.
+fn commit_failure(error: CommitError) -> MessageError {
+    match error {
+        CommitError::Stale { .. } | CommitError::Unavailable(_) => {
+            MessageError::unavailable(error.to_string())
+        }
+        other => MessageError::new(ErrorKind::Internal, other.to_string()),
+    }
 }
 
 /// The effects of a message that asked for none, for what reads them by reference.

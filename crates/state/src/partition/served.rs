@@ -1,0 +1,169 @@
+//! A partition's entities as a node serves them through the partition's group: the
+//! [`EntityState`] the layers above read and commit through, over this node's replica. Reads
+//! come from the replica's copy (its redb database); a commit is submitted to the group as a
+//! [`PartitionOp`] and resolves once a quorum holds it and this replica has applied it, so the
+//! copy reads its own writes. Writes carrying [`WriteStamps`] apply only against the stamp
+//! they read (a stale copy's are refused as [`CommitError::Stale`]); writes without (outbox
+//! acknowledgements, a given-up reminder's cancel) settle whatever the stamp. It orders reads:
+//! its [`EntityState::barrier`] is the commit barrier a message that wrote nothing waits for
+//! before it answers.
+
+use super::machine::read_stamp;
+use super::op::{PartitionOp, PartitionResult};
+use crate::backend::{CommitFuture, EntityMeta, EntityState};
+use crate::error::{CommitError, StoreError};
+use crate::messaging::{self, DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
+use crate::tables::StateStore;
+use crate::write_set::{WriteSet, WriteStamps};
+use std::sync::Arc;
+use tessera_consensus::group::{Group, SubmitError};
+use tessera_contract::EntityAddress;
+
+/// This node's view of one partition's entities: reads from its replica, commits through the
+/// group.
+///
+/// ```no_run
+/// # async fn example(group: std::sync::Arc<tessera_consensus::group::Group>) {
+/// use tessera_contract::EntityAddress;
+/// use tessera_state::partition::{PartitionMachine, PartitionReplica, PartitionState};
+/// use tessera_state::{EntityState, WriteSet, WriteStamps};
+///
+/// let machine = PartitionMachine::in_memory().unwrap();
+/// let state = PartitionState::new(machine.store().clone(), group);
+/// // ... the machine goes to the group's voter as `PartitionReplica::new(machine)` ...
+/// let counter = EntityAddress::new("t", "counter", "c1");
+/// let read = state.meta(&counter).unwrap().stamp;
+/// let mut writes = WriteSet::new(counter.clone());
+/// writes.put("value", vec![1]);
+/// writes.set_stamps(WriteStamps { read, written: 42 });
+/// state.commit(writes).await.unwrap();
+/// assert_eq!(state.meta(&counter).unwrap().stamp, 42);
+/// # }
+/// ```
+pub struct PartitionState {
+    store: StateStore,
+    group: Arc<Group>,
+}
+
+impl PartitionState {
+    /// Serves from `store` (the replica's machine's, [`PartitionMachine::store`]) and commits
+    /// through `group`.
+    ///
+    /// [`PartitionMachine::store`]: super::PartitionMachine::store
+    pub fn new(store: StateStore, group: Arc<Group>) -> Self {
+        PartitionState { store, group }
+    }
+}
+
+/// What a submitted op's outcome means to the writer.
+fn answer(submitted: Result<Vec<u8>, SubmitError>) -> Result<(), CommitError> {
+    let bytes = submitted.map_err(|error| CommitError::Unavailable(error.to_string()))?;
+    match PartitionResult::decode(&bytes) {
+        PartitionResult::Applied { .. } | PartitionResult::Checked { .. } => Ok(()),
+        PartitionResult::Conflict { stamp } => Err(CommitError::Stale { stamp }),
+        PartitionResult::Malformed(reason) | PartitionResult::StorageFailed(reason) => {
+            Err(CommitError::Storage(reason))
+        }
+    }
+}
+
+impl EntityState for PartitionState {
+    fn get(&self, entity: &EntityAddress, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(entity, key)
+    }
+
+    fn meta(&self, entity: &EntityAddress) -> Result<EntityMeta, StoreError> {
+        Ok(EntityMeta {
+            stamp: read_stamp(&self.store, entity)?,
+            ..self.store.meta(entity)?
+        })
+    }
+
+    fn entries(
+        &self,
+        entity: &EntityAddress,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.store.entries(entity, limit)
+    }
+
+    fn commit(&self, writes: WriteSet) -> CommitFuture {
+        let at_ms = messaging::now_ms();
+        let op = match writes.stamps() {
+            Some(WriteStamps { read, written }) => {
+                match PartitionOp::write(writes, read, written, at_ms, Vec::new()) {
+                    Ok(op) => op,
+                    Err(error) => {
+                        let error = CommitError::Storage(error.to_string());
+                        return Box::pin(std::future::ready(Err(error)));
+                    }
+                }
+            }
+            None => PartitionOp::Settle { at_ms, writes },
+        };
+        let submitted = self.group.submit(op.encode());
+        Box::pin(async move { answer(submitted.await) })
+    }
+
+    fn orders_reads(&self) -> bool {
+        true
+    }
+
+    /// Resolves once the group has ordered a check that `entity`'s stamp is still `read`: the
+    /// state a message read was current at that point of the partition's history.
+    /// [`CommitError::Stale`] if the entity changed since.
+    fn barrier(&self, entity: &EntityAddress, read: u64) -> CommitFuture {
+        let op = PartitionOp::Check {
+            entity: entity.clone(),
+            expect: read,
+            reply: Vec::new(),
+        };
+        let submitted = self.group.submit(op.encode());
+        Box::pin(async move { answer(submitted.await) })
+    }
+
+    fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError> {
+        self.store.sequences(entity)
+    }
+
+    fn is_duplicate(
+        &self,
+        receiver: &EntityAddress,
+        receipt: &Receipt,
+    ) -> Result<bool, StoreError> {
+        self.store.is_duplicate(receiver, receipt)
+    }
+
+    fn outbox(&self, sender: &EntityAddress, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.store.outbox(sender, limit)
+    }
+
+    fn outbox_senders(
+        &self,
+        after: Option<&EntityAddress>,
+        limit: usize,
+    ) -> Result<Vec<EntityAddress>, StoreError> {
+        self.store.outbox_senders(after, limit)
+    }
+
+    fn due_reminders(
+        &self,
+        until_ms: u64,
+        after: Option<&DueReminder>,
+        limit: usize,
+    ) -> Result<Vec<DueReminder>, StoreError> {
+        self.store.due_reminders(until_ms, after, limit)
+    }
+
+    fn next_due(&self) -> Result<Option<u64>, StoreError> {
+        self.store.next_due()
+    }
+
+    fn pending_messages(&self) -> Result<(u64, u64), StoreError> {
+        self.store.pending_messages()
+    }
+
+    fn reminder(&self, entity: &EntityAddress, timer: u64) -> Result<Option<Reminder>, StoreError> {
+        self.store.reminder(entity, timer)
+    }
+}
