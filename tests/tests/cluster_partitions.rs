@@ -96,6 +96,33 @@ fn groups_here(cluster: &Cluster, index: usize) -> Option<BTreeMap<u64, (String,
     (groups.len() == PARTITIONS).then_some(groups)
 }
 
+/// Whether node `index` reports, for each group it leads, a lag for each of the three
+/// replicas (idle groups: nothing left to acknowledge), and none for the groups it does not.
+fn reports_lag_where_it_leads(cluster: &Cluster, index: usize) -> bool {
+    let url = format!("{}/v1/cluster/partitions", cluster.url(index));
+    let Some(answer) = get(&url, ADMIN) else {
+        return false;
+    };
+    let answer = answer.json();
+    let Some(groups) = answer["partitions"].as_array() else {
+        return false;
+    };
+    groups.len() == PARTITIONS
+        && groups.iter().all(|here| {
+            let status = &here["status"];
+            let leads = status["primary"].as_str() == Some(NODES[index]);
+            let lag: Vec<Option<u64>> = status["lag"]
+                .as_array()
+                .map(|lag| lag.iter().map(serde_json::Value::as_u64).collect())
+                .unwrap_or_default();
+            if leads {
+                lag == [Some(0); 3]
+            } else {
+                lag.is_empty()
+            }
+        })
+}
+
 /// Waits until the nodes of `indexes` run every partition's group under the same primary and
 /// view, none of them `dead`; that agreement.
 fn agreed(
@@ -128,8 +155,13 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         placement(&cluster, 0)
     });
     let before = agreed(&cluster, &[0, 1, 2], None);
+    eventually("primaries report their replicas' lag", &cluster, || {
+        (0..NODES.len())
+            .all(|index| reports_lag_where_it_leads(&cluster, index))
+            .then_some(())
+    });
     let cli = tessera_host::cli::run_from(
-        ["tessera", "cluster", "partitions", "--url"]
+        ["tessera", "partition", "status", "--url"]
             .into_iter()
             .map(str::to_string)
             .chain([cluster.url(0), "--token".into(), ADMIN.into()]),
@@ -137,7 +169,7 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
     assert_eq!(
         cli,
         std::process::ExitCode::SUCCESS,
-        "tessera cluster partitions"
+        "tessera partition status"
     );
     // The metrics count the groups each node runs and leads (read again until they match the
     // replicas' agreement: a view change may come between two reads).

@@ -53,6 +53,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         Some(self.now_ticks.saturating_sub(*quorum_tick))
     }
 
+    /// A primary in normal operation: per replica, the highest op it acknowledged in this
+    /// view (its own entry: its log's op). `None` on a backup or outside normal operation.
+    pub fn acknowledged(&self) -> Option<&[OpNumber]> {
+        (self.status == Status::Normal && self.is_primary()).then_some(self.acks.as_slice())
+    }
+
     /// The current view.
     pub fn view(&self) -> ViewNumber {
         self.view

@@ -188,6 +188,7 @@ impl<M: GroupMachine> FollowerDriver<M> {
             commit: self.learner.applied(),
             primary,
             voters: self.config.voters.clone(),
+            lag: Vec::new(),
             checkpoints_taken: 0,
             states_installed: self.installed,
             contact_age_ms: None,

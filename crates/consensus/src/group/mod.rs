@@ -208,6 +208,11 @@ pub struct GroupStatus {
     pub primary: Option<String>,
     /// The nodes that vote on operations (empty for a plane without consensus).
     pub voters: Vec<String>,
+    /// A primary's view of its backups: per voter, in `voters`' order, how many ops of the
+    /// primary's log it has not acknowledged — `None` for one that acknowledged nothing in
+    /// this view yet (a group that has been idle since its last view change). Empty on any
+    /// other member.
+    pub lag: Vec<Option<u64>>,
     /// Checkpoints this voter took since it started (0 without consensus).
     pub checkpoints_taken: u64,
     /// Checkpoints this node installed since it started: from a peer by state transfer, or

@@ -360,6 +360,48 @@ async fn a_cut_off_primary_says_how_old_its_word_is() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_says_how_far_each_backup_lags() {
+    let mut cluster = Cluster::new(false);
+    cluster.start_group(ONE);
+    cluster.submit(ONE, "n1", 1, 1).await;
+    cluster.wait_whole(ONE).await;
+    let lag_of = |status: &GroupStatus, voter: usize| status.lag.get(voter).copied().flatten();
+    status_until(
+        cluster.group(ONE, "n1"),
+        "every backup caught up",
+        |status| (0..3).all(|voter| lag_of(status, voter) == Some(0)),
+    )
+    .await;
+    assert!(
+        cluster.group(ONE, "n2").status().lag.is_empty(),
+        "a backup reports no lag"
+    );
+    // n3 is cut off: the primary and n2 commit on without it, and n3 falls behind.
+    cluster
+        .network
+        .cut
+        .lock()
+        .expect("network")
+        .insert("n3".into());
+    for round in 2..=4 {
+        cluster.submit(ONE, "n1", round, round).await;
+    }
+    status_until(
+        cluster.group(ONE, "n1"),
+        "n3 three ops behind, n2 none",
+        |status| lag_of(status, 2) == Some(3) && lag_of(status, 1) == Some(0),
+    )
+    .await;
+    // Healed, it is sent what it missed and catches up.
+    cluster.network.cut.lock().expect("network").clear();
+    cluster.submit(ONE, "n1", 5, 5).await;
+    status_until(cluster.group(ONE, "n1"), "n3 caught up", |status| {
+        lag_of(status, 2) == Some(0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_voters_go_on_without_the_primary_and_a_restarted_voter_catches_up() {
     let mut cluster = Cluster::new(false);
     cluster.start_group(ONE);

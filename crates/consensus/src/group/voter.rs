@@ -241,11 +241,22 @@ impl<M: GroupMachine> VoterDriver<M> {
             let index = view % self.config.voters.len() as u64;
             self.config.voters[index as usize].clone()
         });
+        let op = self.replica.op();
+        let lag = self
+            .replica
+            .acknowledged()
+            .map_or_else(Vec::new, |acknowledged| {
+                acknowledged
+                    .iter()
+                    .map(|acked| (*acked > 0 || op == 0).then(|| op.saturating_sub(*acked)))
+                    .collect()
+            });
         let status = GroupStatus {
             view,
             commit: self.replica.commit(),
             primary,
             voters: self.config.voters.clone(),
+            lag,
             checkpoints_taken: self.replica.counters().checkpoints_taken,
             states_installed: self.replica.counters().states_installed,
             contact_age_ms: None,

@@ -21,8 +21,7 @@ pub(crate) struct ClusterArgs {
 enum ClusterCommand {
     /// Members with their state, roles and shards; voters, primary, view and commit number.
     Status,
-    /// The partition groups the node runs: each partition's primary, view, commit, contact
-    /// age and replicas, as its replica there sees them.
+    /// The partition groups the node runs (as `tessera partition status`).
     Partitions,
     /// Declare a member down (crashed or cut off for good): it owns no new shards and its
     /// next join is refused until it is removed.
@@ -48,6 +47,22 @@ enum ClusterCommand {
     },
 }
 
+/// `tessera partition ...` (admin token).
+#[derive(Debug, clap::Args)]
+pub(crate) struct PartitionArgs {
+    #[command(subcommand)]
+    command: PartitionCommand,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PartitionCommand {
+    /// The partition groups the node runs: each partition's primary, view, commit, contact
+    /// age, replicas and (where the node is the primary) each replica's lag.
+    Status,
+}
+
 /// `tessera certs ...` (no node needed).
 #[derive(Debug, clap::Args)]
 pub(crate) struct CertsArgs {
@@ -67,6 +82,16 @@ enum CertsCommand {
         #[arg(long, value_delimiter = ',', required = true)]
         nodes: Vec<String>,
     },
+}
+
+pub(crate) fn partition(args: PartitionArgs) -> ExitCode {
+    let result = match args.command {
+        PartitionCommand::Status => partitions(&args.client),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => error.report(),
+    }
 }
 
 pub(crate) fn cluster(args: ClusterArgs) -> ExitCode {
@@ -212,12 +237,13 @@ fn partitions(client_args: &ClientArgs) -> Result<(), ClientError> {
     }
     outln!("partition groups on {}:", text(&answer["node"]));
     outln!(
-        "{:<10} {:<20} {:<6} {:<8} {:<12} REPLICAS",
+        "{:<10} {:<20} {:<6} {:<8} {:<12} {:<12} REPLICAS",
         "PARTITION",
         "PRIMARY",
         "VIEW",
         "COMMIT",
-        "CONTACT"
+        "CONTACT",
+        "LAG"
     );
     for group in groups {
         let status = &group["status"];
@@ -239,16 +265,34 @@ fn partitions(client_args: &ClientArgs) -> Result<(), ClientError> {
             })
             .unwrap_or_default();
         outln!(
-            "{:<10} {:<20} {:<6} {:<8} {:<12} {}{moved}",
+            "{:<10} {:<20} {:<6} {:<8} {:<12} {:<12} {}{moved}",
             group["partition"].to_string(),
             text(&status["primary"]),
             status["view"].to_string(),
             status["commit"].to_string(),
             contact,
+            lag(&status["lag"]),
             replicas.join(", ")
         );
     }
     Ok(())
+}
+
+/// A primary's lag column: ops each voter has not acknowledged, in voter order (`?`: none
+/// acknowledged in this view yet); `-` where the node is not the primary.
+fn lag(lags: &Json) -> String {
+    let lags = lags.as_array().map(Vec::as_slice).unwrap_or_default();
+    if lags.is_empty() {
+        return "-".into();
+    }
+    let each: Vec<String> = lags
+        .iter()
+        .map(|lag| {
+            lag.as_u64()
+                .map_or_else(|| "?".into(), |ops| ops.to_string())
+        })
+        .collect();
+    each.join("/")
 }
 
 pub(crate) fn certs(args: CertsArgs) -> ExitCode {

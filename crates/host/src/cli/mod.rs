@@ -70,6 +70,8 @@ enum Command {
     Tenant(commands::TenantArgs),
     /// The cluster as a node sees it (admin token).
     Cluster(cluster::ClusterArgs),
+    /// The partition groups a node runs: primaries, views, commits, replicas' lag (admin).
+    Partition(cluster::PartitionArgs),
     /// Create the cluster CA and node certificates for mutual TLS between nodes.
     Certs(cluster::CertsArgs),
     /// Write a consistent backup of a running cluster (or, with --tenant, of one tenant).
@@ -114,6 +116,7 @@ where
         Command::Entities(args) => commands::entities(args),
         Command::Tenant(args) => commands::tenant(args),
         Command::Cluster(args) => cluster::cluster(args),
+        Command::Partition(args) => cluster::partition(args),
         Command::Certs(args) => cluster::certs(args),
         Command::Backup(args) => backup::backup(args),
         Command::Restore(args) => backup::restore(args),

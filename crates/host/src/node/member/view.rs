@@ -248,22 +248,35 @@ impl Node {
                     .is_none_or(|age| age > PARTITION_CONTACT_STALE_MS)
             })
             .count();
+        // The most ops any replica of a group this node leads has not acknowledged (unknown
+        // lags, of replicas that acknowledged nothing since a view change, are left out).
+        let lag_max = groups
+            .iter()
+            .flat_map(|group| group.status.lag.iter().flatten())
+            .max()
+            .copied()
+            .unwrap_or(0);
         for (name, help, value) in [
             (
                 "tessera_partition_groups",
                 "Partition groups this node runs a replica of.",
-                groups.len(),
+                groups.len() as u64,
             ),
             (
                 "tessera_partition_groups_leading",
                 "Partition groups whose primary is this node.",
-                leading,
+                leading as u64,
             ),
             (
                 "tessera_partition_groups_out_of_contact",
                 "Partition groups whose replica here knows of no working group (a view change \
                  under way, or cut off for more than a second).",
-                out_of_contact,
+                out_of_contact as u64,
+            ),
+            (
+                "tessera_partition_replica_lag_max",
+                "The most ops a replica of a partition group this node leads has not acknowledged.",
+                lag_max,
             ),
         ] {
             snapshot
