@@ -47,10 +47,10 @@ pub trait EntityState: Send + Sync + 'static {
     /// Commits `writes` atomically; the future resolves once they are durable.
     fn commit(&self, writes: WriteSet) -> CommitFuture;
 
-    /// Whether a message that wrote nothing waits for [`EntityState::barrier`] before it
-    /// answers: true where single activation rests on the order of commits (a replicated
-    /// partition), false where it rests on the node's lease (a node's local store).
-    fn orders_reads(&self) -> bool {
+    /// Whether a message to `entity` that wrote nothing waits for [`EntityState::barrier`]
+    /// before it answers: true where single activation rests on the order of commits (a
+    /// replicated partition), false where it rests on the node's lease (a node's local store).
+    fn orders_reads(&self, _entity: &EntityAddress) -> bool {
         false
     }
 

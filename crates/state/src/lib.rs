@@ -31,6 +31,7 @@ mod write_set;
 pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardParts, ShardStates};
 pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
 pub use error::{CommitError, StoreError};
+pub use listing::{entity_count_across, entity_ids_across};
 pub use local::LocalState;
 pub use messaging::{DueReminder, MessagingWrites, OutboxEntry, Receipt, Reminder, Sequences};
 pub use shard_transfer::{

@@ -48,10 +48,13 @@ impl StateStore {
         limit: usize,
         answers_for: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<String>, StoreError> {
-        let transaction = self.database().begin_read().map_err(StoreError::io)?;
-        Merged::new(sources(&transaction, type_key, after, answers_for)?)?
-            .take(limit)
-            .collect()
+        entity_ids_across(
+            std::slice::from_ref(self),
+            type_key,
+            after,
+            limit,
+            answers_for,
+        )
     }
 
     /// How many ids [`entity_ids`](Self::entity_ids) would list from the first, without a
@@ -61,14 +64,52 @@ impl StateStore {
         type_key: &TypeKey,
         answers_for: &dyn Fn(&str) -> bool,
     ) -> Result<u64, StoreError> {
-        let transaction = self.database().begin_read().map_err(StoreError::io)?;
-        let mut count = 0;
-        for id in Merged::new(sources(&transaction, type_key, None, answers_for)?)? {
-            id?;
-            count += 1;
-        }
-        Ok(count)
+        entity_count_across(std::slice::from_ref(self), type_key, answers_for)
     }
+}
+
+/// [`StateStore::entity_ids`] over several databases at once (a node's own and the replicas
+/// of the partitions it holds): each id once, whichever databases know it.
+pub fn entity_ids_across(
+    stores: &[StateStore],
+    type_key: &TypeKey,
+    after: Option<&str>,
+    limit: usize,
+    answers_for: &dyn Fn(&str) -> bool,
+) -> Result<Vec<String>, StoreError> {
+    let transactions = read_all(stores)?;
+    let mut all = Vec::new();
+    for transaction in &transactions {
+        all.extend(sources(transaction, type_key, after, answers_for)?);
+    }
+    Merged::new(all)?.take(limit).collect()
+}
+
+/// [`StateStore::entity_count`] over several databases at once: each id counted once.
+pub fn entity_count_across(
+    stores: &[StateStore],
+    type_key: &TypeKey,
+    answers_for: &dyn Fn(&str) -> bool,
+) -> Result<u64, StoreError> {
+    let transactions = read_all(stores)?;
+    let mut all = Vec::new();
+    for transaction in &transactions {
+        all.extend(sources(transaction, type_key, None, answers_for)?);
+    }
+    let mut count = 0;
+    for id in Merged::new(all)? {
+        id?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// A read transaction (a snapshot) of each store.
+fn read_all(stores: &[StateStore]) -> Result<Vec<ReadTransaction>, StoreError> {
+    stores
+        .iter()
+        .map(|store| store.database().begin_read().map_err(StoreError::io))
+        .collect()
 }
 
 /// The sorted sources of a type's ids: one over the ids with state, one per shard holding

@@ -9,7 +9,7 @@ use super::listing::EntityListing;
 use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
 use super::member::mesh::Mesh;
-use super::member::partitions::PartitionGroups;
+use super::member::partitions::{PartitionGroups, partition_of};
 use super::member::queries;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
@@ -19,8 +19,9 @@ use tessera_metadata::{BlobStore, LocalPlane, MetadataStore};
 use tessera_runtime::{Runtime, RuntimeConfig};
 use tessera_sharding::lease::{LeaseConfig, NodeLease};
 use tessera_sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
+use tessera_state::partition::RoutedState;
 use tessera_state::remember::RememberWriter;
-use tessera_state::{LocalState, ShardStates, StateStore};
+use tessera_state::{EntityState, LocalState, ShardStates, StateStore};
 
 impl Node {
     /// Opens the node's data directory, loads its tenants and types and makes it ready to
@@ -45,9 +46,23 @@ impl Node {
         let database = Arc::new(database);
         let store = StateStore::from_database(database.clone())?;
         let state = Arc::new(LocalState::new(store.clone(), config.commit.clone()));
+        // With the partition plane on, an entity of a partitioned shard is read and committed
+        // through its partition's group (the groups are held in `routed` as they start).
+        let partitions_count = config.sharding.partitions.count;
+        let routed = Arc::new(RoutedState::new(
+            state.clone(),
+            partition_of(config.sharding.num_shards, partitions_count),
+        ));
+        let entity_state: Arc<dyn EntityState> = if config.cluster.is_some() && partitions_count > 0
+        {
+            routed.clone()
+        } else {
+            state.clone()
+        };
         let metadata = MetadataStore::open(database.clone())?;
         let listing = EntityListing::new(
             store,
+            routed.clone(),
             metadata.clone(),
             config.cluster.is_some().then(|| config.node_id.clone()),
             config.sharding.num_shards,
@@ -62,7 +77,7 @@ impl Node {
         }
         let entity_parts = EntityParts {
             runtime: runtime.clone(),
-            state: state.clone(),
+            state: entity_state,
             types: types.clone(),
             remember: Some(remember.clone()),
             config: entity_config,
@@ -158,6 +173,7 @@ impl Node {
                     &config,
                     cluster,
                     mesh.clone(),
+                    routed,
                     Arc::downgrade(&plane),
                     status.clone(),
                 )?;

@@ -3,7 +3,8 @@
 //!
 //! Each node answers for the shards its applied catalog gives it, and for those it is handing
 //! off (its copy is whole until the handoff completes): [`EntityListing::answer`] reads one page
-//! of them from its own database (`tessera_state`'s listing). The node that takes the request
+//! of them from its own database and the replicas of the partitions it holds
+//! (`tessera_state`'s listing). The node that takes the request
 //! asks every other node that owns or hands off a shard of the type (a query over the mesh,
 //! `member/queries.rs`), and merges the pages:
 //! each is that node's first `limit` ids after the cursor, so the first `limit` of their union
@@ -21,7 +22,8 @@ use std::time::Duration;
 use tessera_contract::{ENTITY_ID_BYTES_MAX, MessageError, NodeId, ShardId, TypeKey};
 use tessera_metadata::MetadataStore;
 use tessera_sharding::{FnvExtractor, ShardExtractor};
-use tessera_state::StateStore;
+use tessera_state::partition::RoutedState;
+use tessera_state::{StateStore, entity_count_across, entity_ids_across};
 
 /// The most ids one page lists: a page of the longest ids stays far below the mesh's frame
 /// limit and a client's patience, and a node reads about this many rows per source for it.
@@ -52,6 +54,9 @@ pub struct EntityPage {
 /// A node's side of listing: reads its own pages, for the API and for its peers.
 pub(crate) struct EntityListing {
     state: StateStore,
+    /// The partitions whose replicas this node holds: their entities are listed with its own
+    /// (for the shards it answers for).
+    partitions: Arc<RoutedState>,
     catalog: MetadataStore,
     /// This node, in a cluster; `None` for a single node, which answers for every shard.
     node: Option<NodeId>,
@@ -61,12 +66,14 @@ pub(crate) struct EntityListing {
 impl EntityListing {
     pub(crate) fn new(
         state: StateStore,
+        partitions: Arc<RoutedState>,
         catalog: MetadataStore,
         node: Option<NodeId>,
         num_shards: u32,
     ) -> Arc<EntityListing> {
         Arc::new(EntityListing {
             state,
+            partitions,
             catalog,
             node,
             extractor: FnvExtractor::new(num_shards),
@@ -96,11 +103,12 @@ impl EntityListing {
             Some(shards) => shards.contains(&self.extractor.shard_of(id)),
         };
         let limit = (request.limit as usize).min(ENTITY_LIST_LIMIT_MAX);
-        let ids =
-            self.state
-                .entity_ids(&type_key, request.after.as_deref(), limit, &answers_for)?;
+        let mut stores = vec![self.state.clone()];
+        stores.extend(self.partitions.held_stores());
+        let after = request.after.as_deref();
+        let ids = entity_ids_across(&stores, &type_key, after, limit, &answers_for)?;
         let total = match request.count {
-            true => Some(self.state.entity_count(&type_key, &answers_for)?),
+            true => Some(entity_count_across(&stores, &type_key, &answers_for)?),
             false => None,
         };
         Ok(ListAnswer { ids, total })

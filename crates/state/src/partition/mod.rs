@@ -30,6 +30,9 @@ mod group_tests;
 mod machine;
 mod op;
 mod replica;
+mod routed;
+#[cfg(test)]
+mod routed_tests;
 mod served;
 #[cfg(test)]
 mod tests;
@@ -37,4 +40,5 @@ mod tests;
 pub use machine::PartitionMachine;
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};
+pub use routed::{PartitionOf, RoutedState};
 pub use served::PartitionState;

@@ -53,6 +53,11 @@ impl PartitionState {
     pub fn new(store: StateStore, group: Arc<Group>) -> Self {
         PartitionState { store, group }
     }
+
+    /// The replica's tables (for reads that span entities, such as listing a type's ids).
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
 }
 
 /// What a submitted op's outcome means to the writer.
@@ -105,7 +110,7 @@ impl EntityState for PartitionState {
         Box::pin(async move { answer(submitted.await) })
     }
 
-    fn orders_reads(&self) -> bool {
+    fn orders_reads(&self, _entity: &EntityAddress) -> bool {
         true
     }
 

@@ -356,7 +356,7 @@ impl CellState {
                 reply,
                 effects,
                 writes,
-            }) if writes.is_some() || self.core.state.orders_reads() => {
+            }) if writes.is_some() || self.core.state.orders_reads(&self.address) => {
                 Some(PausedMessage::Commit(Box::new(Committing {
                     reply,
                     effects,

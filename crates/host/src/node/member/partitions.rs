@@ -5,10 +5,10 @@
 //! electing primaries over the mesh like the metadata plane's group. A partition placed away
 //! from this node stops here (its journal stays: a later placement back starts from it).
 //!
-//! The groups do not serve yet: nothing submits entity writes to them (`docs/partitions.md`,
-//! "Still to build"), and a group keeps the replicas it started with — a placement that
-//! changes them is shown beside the running set ([`PartitionHere`]) until moves (VSR
-//! reconfiguration) are built.
+//! Each running group is held in the node's [`RoutedState`]: the entities of its partition are
+//! read from this replica and committed through the group. A group keeps the replicas it
+//! started with — a placement that changes them is shown beside the running set
+//! ([`PartitionHere`]) until moves (VSR reconfiguration) are built.
 
 use super::mesh::Mesh;
 use crate::node::{ClusterConfig, NodeConfig, NodeError};
@@ -19,8 +19,12 @@ use std::time::Duration;
 use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
+use tessera_contract::EntityAddress;
 use tessera_metadata::{MetadataPlane, PlaneStatus, partition_group};
-use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionReplica};
+use tessera_sharding::{FnvExtractor, ShardExtractor};
+use tessera_state::partition::{
+    PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, RoutedState,
+};
 use tokio::sync::{mpsc, watch};
 
 /// How often the placement is read again when no catalog commit woke the task (a commit
@@ -47,12 +51,20 @@ pub struct PartitionHere {
     pub status: GroupStatus,
 }
 
+/// Which partition an entity lives in, with the partition plane on (`count` partitions):
+/// its shard's (the node's shard function over `num_shards`) modulo `count`; `None` with the
+/// plane off. Every node must agree on both numbers, as they must on `num_shards` alone.
+pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf {
+    let shards = FnvExtractor::new(num_shards);
+    Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
+}
+
 /// A running partition group.
 struct Running {
     replicas: Vec<String>,
     generation: u64,
     placed: Option<Vec<String>>,
-    group: Group,
+    group: Arc<Group>,
 }
 
 /// The partition groups this node runs.
@@ -62,11 +74,13 @@ pub(in crate::node) struct PartitionGroups {
     tick: Duration,
     checkpoint_interval_ops: Option<u64>,
     mesh: Arc<Mesh>,
+    /// Where the entity layer reads and commits: told of each group as it starts and stops.
+    routed: Arc<RoutedState>,
     running: Mutex<BTreeMap<u32, Running>>,
 }
 
-/// Nothing observes a partition's applied writes yet (the entity layer will, once it serves
-/// through the group).
+/// Nothing observes a partition's applied writes: the entity layer reads the replica's tables
+/// when it needs them.
 struct Unobserved;
 
 impl GroupObserver<PartitionApplied> for Unobserved {
@@ -82,6 +96,7 @@ impl PartitionGroups {
         config: &NodeConfig,
         cluster: &ClusterConfig,
         mesh: Arc<Mesh>,
+        routed: Arc<RoutedState>,
         plane: Weak<dyn MetadataPlane>,
         status: watch::Receiver<PlaneStatus>,
     ) -> Result<Arc<PartitionGroups>, NodeError> {
@@ -96,6 +111,7 @@ impl PartitionGroups {
             tick: Duration::from_millis(cluster.tick_ms),
             checkpoint_interval_ops: cluster.checkpoint_interval_ops,
             mesh,
+            routed,
             running: Mutex::default(),
         });
         tokio::spawn(follow_placement(Arc::downgrade(&groups), plane, status));
@@ -136,6 +152,7 @@ impl PartitionGroups {
             .copied()
             .collect();
         for partition in gone {
+            self.routed.release(partition);
             running.remove(&partition);
             self.mesh.groups.remove(partition_group(partition));
             tracing::info!(
@@ -180,7 +197,7 @@ impl PartitionGroups {
         }
     }
 
-    fn start_group(&self, partition: u32, replicas: &[String]) -> Result<Group, String> {
+    fn start_group(&self, partition: u32, replicas: &[String]) -> Result<Arc<Group>, String> {
         let group = partition_group(partition);
         let config = GroupConfig {
             tick: self.tick,
@@ -192,6 +209,7 @@ impl PartitionGroups {
         let journal = self.dir.join(format!("p{partition}.journal"));
         let machine = PartitionMachine::create(&self.dir.join(format!("p{partition}.redb")))
             .map_err(|error| error.to_string())?;
+        let store = machine.store().clone();
         let started = Group::start_voter(
             config,
             &journal,
@@ -201,6 +219,9 @@ impl PartitionGroups {
             inbound,
         )
         .map_err(|error| error.to_string())?;
+        let started = Arc::new(started);
+        let served = PartitionState::new(store, started.clone());
+        self.routed.hold(partition, Arc::new(served));
         self.mesh.groups.materialise(group, queue);
         tracing::info!(
             partition,

@@ -1,0 +1,117 @@
+//! The partition plane serves: three node processes, six partitions of three replicas each,
+//! counters asked through every node. Their state is committed through the partitions' groups,
+//! so when a node is killed (`kill -9`) and its disk is lost, and the operator removes it, the
+//! counters it served come back on the others with every acknowledged add — where, with the
+//! plane off, they restart empty. The type's entities are listed as before. Each node is this test binary re-run as a child
+//! (`tessera_tests::processes`).
+
+use serde_json::json;
+use std::collections::BTreeMap;
+use tessera_tests::cluster::*;
+use tessera_tests::processes::run_child_if_asked;
+
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+const PARTITIONS: usize = 6;
+const COUNTERS: usize = 12;
+
+/// Not a test of its own: a child process's node, run by the command line until killed.
+#[test]
+#[ignore = "run by the tests of this file as their child processes"]
+fn partitions_served_child_node() {
+    run_child_if_asked();
+}
+
+/// Whether node `index` runs every partition's group, each with a primary it is in contact
+/// with.
+fn groups_ready(cluster: &Cluster, index: usize) -> Option<()> {
+    let url = format!("{}/v1/cluster/partitions", cluster.url(index));
+    let answer = get(&url, ADMIN)?.json();
+    let groups = answer["partitions"].as_array()?;
+    let ready = groups.len() == PARTITIONS
+        && groups.iter().all(|here| {
+            let status = &here["status"];
+            status["primary"].is_string()
+                && status["contact_age_ms"]
+                    .as_u64()
+                    .is_some_and(|age| age < 1_000)
+        });
+    ready.then_some(())
+}
+
+/// Counter `id`'s value read through node `index`, once it answers.
+fn value_through(cluster: &Cluster, index: usize, token: &str, id: usize) -> u64 {
+    let url = format!("{}/v1/entities/counter/c{id}/ask", cluster.url(index));
+    let reply = eventually(&format!("c{id} read through node {index}"), cluster, || {
+        post_json(&url, token, &json!("Get")).filter(|reply| reply.status == 200)
+    });
+    reply.json().as_u64().expect("a counter's value")
+}
+
+#[test]
+fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
+    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    for index in 0..NODES.len() {
+        eventually("every partition's group has a primary", &cluster, || {
+            groups_ready(&cluster, index)
+        });
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+
+    // Adds through every node, one at a time: each answers the previous value plus its amount.
+    let mut acknowledged: BTreeMap<usize, u64> = BTreeMap::new();
+    for id in 0..COUNTERS {
+        acknowledged.insert(id, value_through(&cluster, id % NODES.len(), &token, id));
+    }
+    for round in 0..3 {
+        for id in 0..COUNTERS {
+            let add = (round + id) as u64 % 5 + 1;
+            let through = (round + id) % NODES.len();
+            let reply = ask_counter(&cluster, through, &token, &format!("c{id}"), add);
+            assert_eq!(
+                reply.status, 200,
+                "c{id} through node {through}: {}",
+                reply.body
+            );
+            let expected = acknowledged[&id] + add;
+            assert_eq!(reply.json(), json!(expected), "c{id} after adding {add}");
+            acknowledged.insert(id, expected);
+        }
+    }
+
+    // n3 dies with its disk; the operator removes it (its shards move to the others).
+    let victim = 2;
+    cluster.kill(victim);
+    cluster.lose_disk(victim);
+    declare_lost(&cluster, 0, NODES[victim]);
+
+    // Every counter answers again with exactly what was acknowledged: nothing lost (the
+    // victim's counters included), nothing applied twice.
+    for id in 0..COUNTERS {
+        let through = id % 2;
+        assert_eq!(
+            value_through(&cluster, through, &token, id),
+            acknowledged[&id],
+            "c{id} read through node {through} after n3's loss"
+        );
+    }
+    // Listed as before: their state is in the partitions' replicas.
+    let page = get(
+        &format!("{}/v1/types/counter/entities", cluster.url(1)),
+        &token,
+    )
+    .expect("the listing answers")
+    .json();
+    assert_eq!(page["total"], json!(COUNTERS), "{page}");
+    // And they go on from there.
+    for id in 0..COUNTERS {
+        let reply = ask_counter(&cluster, id % 2, &token, &format!("c{id}"), 1);
+        assert_eq!(reply.status, 200, "c{id}: {}", reply.body);
+        assert_eq!(reply.json(), json!(acknowledged[&id] + 1), "c{id}");
+    }
+}
