@@ -108,6 +108,9 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
     .expect("the listing answers")
     .json();
     assert_eq!(page["total"], json!(COUNTERS), "{page}");
+    // Backups do not read the partitions' replicas yet: refused, not silently partial.
+    let backup = get(&format!("{}/v1/backup", cluster.url(0)), ADMIN).expect("answers");
+    assert_eq!(backup.status, 409, "{}", backup.body);
     // And they go on from there.
     for id in 0..COUNTERS {
         let reply = ask_counter(&cluster, id % 2, &token, &format!("c{id}"), 1);

@@ -43,10 +43,24 @@ const RESTORE_ALLOCATION_POLL: Duration = Duration::from_millis(20);
 pub type BackupFrame = Result<Vec<u8>, NodeError>;
 
 impl Node {
+    /// Refuses a backup or restore of a cluster whose partition plane serves: its entities'
+    /// state is in the partitions' replicas, which backups do not read or write yet, and a
+    /// backup without them would look whole.
+    fn refuse_partitioned(&self, what: &str) -> Result<(), NodeError> {
+        let partitions = self.config.sharding.partitions.count;
+        if self.config.cluster.is_some() && partitions > 0 {
+            return Err(NodeError::Conflict(format!(
+                "a cluster whose partition plane serves ({partitions} partitions) cannot be                  {what} yet: backups do not read its partitions' replicas                  (docs/partitions.md, \"Still to build\")"
+            )));
+        }
+        Ok(())
+    }
+
     /// The catalog (after a barrier, so it holds every change acknowledged before) and the
     /// owner of every allocated shard, at one commit; a tenant sees only its own types and
     /// shards and no tenant records.
     pub async fn backup_plan(&self, principal: &Principal) -> Result<BackupPlan, NodeError> {
+        self.refuse_partitioned("backed up")?;
         self.sync_catalog().await?;
         let tenant = tenant_of(principal);
         let store = self.plane.store();
@@ -144,6 +158,7 @@ impl Node {
         tenant: Option<&str>,
         frames: &mpsc::Sender<BackupFrame>,
     ) -> Result<(), NodeError> {
+        self.refuse_partitioned("backed up")?;
         let cut = self.plane.store().cut(tenant)?;
         let mut summary = Summary::default();
         for (key, allocation) in cut.shards {
@@ -237,6 +252,7 @@ impl Node {
         tenant: &str,
         record: ShardRecord,
     ) -> Result<ShardRestored, NodeError> {
+        self.refuse_partitioned("restored into")?;
         if record.shard >= self.config.sharding.num_shards {
             return Err(NodeError::BadRequest(format!(
                 "shard {} of the backup is past this cluster's {} shards per type",
