@@ -2,7 +2,10 @@
 //! counters asked through every node. Their state is committed through the partitions' groups,
 //! so when a node is killed (`kill -9`) and its disk is lost, and the operator removes it, the
 //! counters it served come back on the others with every acknowledged add — where, with the
-//! plane off, they restart empty. The type's entities are listed as before. Each node is this test binary re-run as a child
+//! plane off, they restart empty. The type's entities are listed as before. And a node stalled
+//! (SIGSTOP) for 15 s while clients add through the others serves nothing stale when it wakes:
+//! each counter's acknowledged values only grow, and every node then reads the same value, no
+//! smaller than the last acknowledged. Each node is this test binary re-run as a child
 //! (`tessera_tests::processes`).
 
 use serde_json::json;
@@ -116,5 +119,142 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
         let reply = ask_counter(&cluster, id % 2, &token, &format!("c{id}"), 1);
         assert_eq!(reply.status, 200, "c{id}: {}", reply.body);
         assert_eq!(reply.json(), json!(acknowledged[&id] + 1), "c{id}");
+    }
+}
+
+/// Client threads of the stall test; each adds to its own counters, one add at a time.
+const CLIENTS: usize = 4;
+/// Counters each client adds to.
+const COUNTERS_PER_CLIENT: usize = 3;
+/// How long the stalled node stays stopped: past its leases and its groups' view changes.
+const STALL: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Each counter's acknowledged values, in the order its client saw them.
+type Acknowledged = BTreeMap<String, Vec<u64>>;
+
+/// Adds 1 to client `me`'s counters in turn, through the nodes other than `stalled`, until
+/// `stop`; records every acknowledged value.
+fn client(
+    cluster: &Cluster,
+    token: &str,
+    me: usize,
+    stalled: usize,
+    stop: &std::sync::atomic::AtomicBool,
+    seen: &std::sync::Mutex<Acknowledged>,
+) {
+    let through: Vec<usize> = (0..NODES.len()).filter(|index| *index != stalled).collect();
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let id = format!("s{me}-{}", n % COUNTERS_PER_CLIENT);
+        let url = format!(
+            "{}/v1/entities/counter/{id}/ask",
+            cluster.url(through[n % 2])
+        );
+        n += 1;
+        let Some(reply) = post_json(&url, token, &json!({"Add": 1})) else {
+            continue;
+        };
+        if reply.status != 200 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        let value = reply.json().as_u64().expect("a counter's value");
+        if let Ok(mut seen) = seen.lock() {
+            seen.entry(id).or_default().push(value);
+        }
+    }
+}
+
+#[test]
+fn a_stalled_node_serves_no_stale_state_when_it_wakes() {
+    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    for index in 0..NODES.len() {
+        eventually("every partition's group has a primary", &cluster, || {
+            groups_ready(&cluster, index)
+        });
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    // The stalled node serves some counters and leads some partitions first: read every
+    // counter through it, so its instances hold values the others will then move past.
+    let stalled = 2;
+    for me in 0..CLIENTS {
+        for counter in 0..COUNTERS_PER_CLIENT {
+            let url = format!(
+                "{}/v1/entities/counter/s{me}-{counter}/ask",
+                cluster.url(stalled)
+            );
+            eventually("a counter read through the node to stall", &cluster, || {
+                post_json(&url, &token, &json!("Get")).filter(|reply| reply.status == 200)
+            });
+        }
+    }
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::sync::Mutex::new(Acknowledged::new());
+    std::thread::scope(|scope| {
+        for me in 0..CLIENTS {
+            let (cluster, token, stop, seen) = (&cluster, &token, &stop, &seen);
+            scope.spawn(move || client(cluster, token, me, stalled, stop, seen));
+        }
+        let acknowledged = || {
+            seen.lock()
+                .map(|seen| seen.values().map(Vec::len).sum())
+                .unwrap_or(0)
+        };
+        eventually("adds acknowledged before the stall", &cluster, || {
+            (acknowledged() >= CLIENTS).then_some(())
+        });
+        cluster.pause(stalled);
+        std::thread::sleep(STALL);
+        let during = seen.lock().map(|seen| seen.clone()).unwrap_or_default();
+        cluster.resume(stalled);
+        // Until every counter, those the stalled node served included, has been added to since.
+        eventually("every counter added to after the stall", &cluster, || {
+            let seen = seen.lock().ok()?;
+            let all = seen.len() == CLIENTS * COUNTERS_PER_CLIENT
+                && seen
+                    .iter()
+                    .all(|(id, values)| values.len() > during.get(id).map_or(0, Vec::len));
+            all.then_some(())
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+
+    let seen = seen
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    assert_eq!(
+        seen.len(),
+        CLIENTS * COUNTERS_PER_CLIENT,
+        "every counter was added to"
+    );
+    for (id, values) in &seen {
+        assert!(
+            values.windows(2).all(|pair| pair[0] < pair[1]),
+            "{id} answered {values:?}: a stale copy served it"
+        );
+    }
+    // Every node, the woken one included, reads each counter alike, and no acknowledged add
+    // is lost.
+    for (id, values) in &seen {
+        let last = *values.last().expect("at least one value");
+        let agreed = eventually(&format!("the nodes agree on {id}"), &cluster, || {
+            let mut read = Vec::new();
+            for index in 0..NODES.len() {
+                let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
+                let reply = post_json(&url, &token, &json!("Get"))?;
+                read.push((reply.status == 200).then(|| reply.json().as_u64())??);
+            }
+            read.windows(2)
+                .all(|pair| pair[0] == pair[1])
+                .then(|| read[0])
+        });
+        assert!(agreed >= last, "{id} reads {agreed}, acknowledged {last}");
     }
 }
