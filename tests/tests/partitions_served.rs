@@ -5,7 +5,9 @@
 //! plane off, they restart empty. The type's entities are listed as before. And a node stalled
 //! (SIGSTOP) for 15 s while clients add through the others serves nothing stale when it wakes:
 //! each counter's acknowledged values only grow, and every node then reads the same value, no
-//! smaller than the last acknowledged. Each node is this test binary re-run as a child
+//! smaller than the last acknowledged. A node killed and left dead (not removed) does not keep
+//! its counters waiting: the others serve them, with every acknowledged add, once the failure
+//! detector sees it gone. Each node is this test binary re-run as a child
 //! (`tessera_tests::processes`).
 
 use serde_json::json;
@@ -257,4 +259,44 @@ fn a_stalled_node_serves_no_stale_state_when_it_wakes() {
         });
         assert!(agreed >= last, "{id} reads {agreed}, acknowledged {last}");
     }
+}
+
+#[test]
+fn a_killed_nodes_counters_are_served_by_the_others_without_waiting_for_it() {
+    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    for index in 0..NODES.len() {
+        eventually("every partition's group has a primary", &cluster, || {
+            groups_ready(&cluster, index)
+        });
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let mut acknowledged: BTreeMap<usize, u64> = BTreeMap::new();
+    for id in 0..COUNTERS {
+        let reply = ask_counter(&cluster, id % NODES.len(), &token, &format!("c{id}"), 2);
+        assert_eq!(reply.status, 200, "c{id}: {}", reply.body);
+        acknowledged.insert(id, reply.json().as_u64().expect("a value"));
+    }
+
+    // n3 is killed and stays dead: nobody removes it. Its counters move to the others once the
+    // failure detector sees it gone, not when it comes back.
+    let victim = 2;
+    let killed = std::time::Instant::now();
+    cluster.kill(victim);
+    for id in 0..COUNTERS {
+        assert_eq!(
+            value_through(&cluster, id % 2, &token, id),
+            acknowledged[&id],
+            "c{id} after n3's death"
+        );
+    }
+    eprintln!(
+        "every counter answered again {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
 }

@@ -23,7 +23,7 @@ impl Coordinator {
     ) -> Vec<ShardMovement> {
         let (graceful, lost): (Vec<ShardMovement>, Vec<ShardMovement>) = movements
             .into_iter()
-            .partition(|movement| self.owner(&movement.from) == Owner::Serving);
+            .partition(|movement| self.owner_of(&movement.key, &movement.from) == Owner::Serving);
         let mut recorded = Vec::new();
         if !graceful.is_empty() {
             let moves = graceful
@@ -77,6 +77,8 @@ impl Coordinator {
     /// went away is sent to another node.
     pub(super) async fn tend_handoffs(&mut self, eligible: &[NodeId]) {
         let resend_after = self.config.request_timeout * 4;
+        // With the partition plane serving, every shard's state is in its partition.
+        let partitioned = self.partitions_serve();
         let mut settle = Vec::new();
         let mut retarget = Vec::new();
         for (key, handoff) in &mut self.handoffs {
@@ -96,7 +98,11 @@ impl Coordinator {
                 let members = self.members.borrow();
                 match members.get(&handoff.from) {
                     Some(member) if member.is_serving() => Owner::Serving,
-                    Some(member) if member.status != MemberStatus::Removed => Owner::Held,
+                    // A partitioned shard's state is in its partition, not with its owner: a
+                    // handoff from one that is down or cut off settles without it.
+                    Some(member) if member.status != MemberStatus::Removed && !partitioned => {
+                        Owner::Held
+                    }
                     _ => Owner::Lost,
                 }
             };
@@ -136,7 +142,7 @@ impl Coordinator {
         let Some(handoff) = self.handoffs.get(key) else {
             return false;
         };
-        self.guard.is_none() || self.owner(&handoff.from) == Owner::Lost
+        self.guard.is_none() || self.owner_of(key, &handoff.from) == Owner::Lost
     }
 
     /// Sends a handoff whose new owner went away to another eligible node (or back to the

@@ -108,6 +108,7 @@ pub struct CoordinatorHandle {
 mod fencing;
 mod handle;
 mod handoffs;
+mod partitioned;
 mod partitions;
 
 impl Coordinator {
@@ -313,6 +314,7 @@ impl Coordinator {
     /// Answers allocation requests: known homes at once, new ones after one catalog commit.
     async fn allocate(&mut self, requests: Vec<(ShardKey, NodeId)>) {
         let eligible = self.eligible();
+        let replicas = self.partition_replicas();
         let mut new: BTreeMap<ShardKey, (NodeId, Vec<NodeId>)> = BTreeMap::new();
         for (key, requester) in requests {
             if let Some(handoff) = self.handoffs.get_mut(&key) {
@@ -326,7 +328,7 @@ impl Coordinator {
             let owner = self
                 .table
                 .get(&key)
-                .map(|allocation| (allocation.clone(), self.owner(&allocation.node)));
+                .map(|allocation| (allocation.clone(), self.owner_of(&key, &allocation.node)));
             match owner {
                 Some((allocation, Owner::Serving)) => {
                     self.send(&requester, LinkMessage::Allocated { key, allocation });
@@ -343,7 +345,7 @@ impl Coordinator {
                     };
                     self.send(&requester, message);
                 }
-                _ => match self.place(&key, &eligible, &new) {
+                _ => match self.place(&key, &self.candidates(&key, &eligible, &replicas), &new) {
                     Some(node) => {
                         debug_assert!(
                             eligible.contains(&node),
@@ -471,9 +473,20 @@ impl Coordinator {
         // Shards whose owner holds their state but cannot hand it off now stay where they are.
         let mut skip = moving.clone();
         for (key, allocation) in &self.table {
-            if self.owner(&allocation.node) == Owner::Held {
+            if self.owner_of(key, &allocation.node) == Owner::Held {
                 skip.insert(key.clone());
             }
+        }
+        if self.partitions_serve() {
+            let cap = self.config.rebalance_per_round;
+            let (dead, spread) = self.plan_partitioned_moves(&eligible, &skip, cap);
+            let recorded = self.apply_moves(dead).await;
+            self.history.record(RebalanceReason::DeadOwner, recorded);
+            let recorded = self.apply_moves(spread).await;
+            self.history
+                .record(RebalanceReason::GracefulSpread, recorded);
+            self.place_partitions(&eligible).await;
+            return;
         }
         let mut planned = self.table.clone();
         let dead = rebalance::plan_dead_owner_moves(&mut planned, &eligible, &skip);
