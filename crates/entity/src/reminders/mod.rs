@@ -20,7 +20,7 @@ use super::core::Core;
 use super::delivery::config::is_retryable;
 use super::warnings::EntityWarning;
 use crate::trace::links::LinkKey;
-use clock::{Busy, now_ms};
+use clock::Busy;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -60,7 +60,7 @@ pub(crate) fn start(core: &Arc<Core>) {
 
 /// Fires what is due and returns how long to sleep.
 fn tick(core: &Arc<Core>) -> Duration {
-    let now = now_ms();
+    let now = core.now_ms();
     let cursor = core.reminders.cursor().take();
     let due = match core
         .state
@@ -204,7 +204,7 @@ fn retry_later(core: &Arc<Core>, key: (EntityAddress, u64), wait: Option<Duratio
     let wait = wait.map_or(Duration::from_millis(config.retry_min_ms), |wait| {
         (wait * 2).min(Duration::from_millis(config.retry_max_ms))
     });
-    let ms = now_ms() + wait.as_millis() as u64;
+    let ms = core.now_ms() + wait.as_millis() as u64;
     core.reminders
         .busy()
         .insert(key, Busy::RetryAt { ms, wait });
