@@ -5,7 +5,8 @@
 //! reminder — so a simulation exercises the host's delivery and dedup rules, not a copy of
 //! them. What the background services add (which sender goes next, when to retry, when a due
 //! reminder is looked at) is the caller's to decide; a directory driven this way must not also
-//! [`start_messaging`](Entities::start_messaging).
+//! [`start_messaging`](Entities::start_messaging). A simulated crash ends with
+//! [`forget_all`](Entities::forget_all).
 
 use super::delivery::{self, TellAttempt};
 use super::directory::Entities;
@@ -82,5 +83,27 @@ impl Entities {
             .unwrap_or_else(|| {
                 ReminderAttempt::Retry(MessageError::unavailable("the directory is gone"))
             })
+    }
+
+    /// Forgets every live cell at once, running nothing in them: what a crash does to a node's
+    /// memory. For a simulation that has already dropped the cells' tasks (with their Tokio
+    /// runtime) and is about to drop this directory; without it the table and its cells would
+    /// keep each other, and their instances, alive.
+    ///
+    /// ```no_run
+    /// # fn demo(runtime: tokio::runtime::Runtime, entities: tessera_entity::Entities) {
+    /// drop(runtime);
+    /// entities.forget_all();
+    /// # }
+    /// ```
+    pub fn forget_all(&self) {
+        let forgotten = {
+            let mut cells = self.cells.lock();
+            cells.tenants.clear();
+            cells.evicting = 0;
+            std::mem::take(&mut cells.live)
+        };
+        // Dropped outside the lock: a cell's state drops its instance and its hold on the core.
+        drop(forgotten);
     }
 }
