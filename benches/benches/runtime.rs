@@ -120,6 +120,7 @@ fn bench_activation(c: &mut Criterion, ratios: &mut Ratios) {
                         entity_state_bytes: 0,
                         last_timer: 0,
                         interrupt: Arc::default(),
+                        clock: Arc::new(tessera_runtime::SystemClock),
                     };
                     let mut instance = runtime
                         .instantiate(&plugin, address.clone(), InstanceLimits::default(), context)

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use tessera_contract::{EntityAddress, Router, TypeKey};
-use tessera_runtime::Runtime;
+use tessera_runtime::{Clock, Runtime};
 use tessera_state::EntityState;
 use tessera_state::remember::RememberWriter;
 
@@ -150,6 +150,8 @@ pub(crate) struct Core {
     pub(crate) warnings: super::warnings::EntityWarnings,
     /// The trace context of tells and reminders waiting for delivery.
     pub(crate) trace_links: super::trace::links::TraceLinks,
+    /// The wall clock reminders are due in and guests read (`now-ms`).
+    pub(crate) clock: Arc<dyn Clock>,
     /// Where the stamps of this node's commits come from (see [`Core::next_stamp`]).
     stamps: AtomicU64,
 }
@@ -165,6 +167,7 @@ impl Core {
         parts: EntityParts,
         router: Arc<dyn Router>,
         cells: Arc<dyn CellRegistry>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Core {
             runtime: parts.runtime,
@@ -184,6 +187,7 @@ impl Core {
             closing: Arc::default(),
             warnings: super::warnings::entity_warnings(),
             trace_links: Default::default(),
+            clock,
             stamps: AtomicU64::new(first_stamp()),
         }
     }
@@ -205,6 +209,11 @@ impl Core {
     /// The next tick of the use clock, for a message sent to a cell now.
     pub(crate) fn next_use(&self) -> u64 {
         self.uses.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Milliseconds since the Unix epoch on this layer's clock.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Whether the node is shutting down (no new guest call starts).

@@ -47,7 +47,12 @@ impl Entities {
     pub fn new(parts: EntityParts, router: Arc<dyn Router>) -> Self {
         let cells = Arc::new(CellTable::for_parts(&parts));
         Entities {
-            core: Arc::new(Core::new(parts, router, cells.clone())),
+            core: Arc::new(Core::new(
+                parts,
+                router,
+                cells.clone(),
+                Arc::new(tessera_runtime::SystemClock),
+            )),
             cells,
         }
     }

@@ -18,6 +18,9 @@
 //! fires reminders when due; a receiver drops what it already committed. See
 //! `docs/messaging.md`.
 //!
+//! A caller may drive that messaging one step at a time instead (`stepping`: the deterministic
+//! simulation of `tessera-testkit`), through the same code.
+//!
 //! Each message gets a span when the node exports traces ([`trace`]).
 //!
 //! Uses `tessera-contract`, `tessera-state`, `tessera-runtime` and `tessera-logs` (per-message
@@ -33,6 +36,7 @@ mod directory;
 mod fairness;
 mod live_cell;
 mod reminders;
+mod stepping;
 pub mod trace;
 mod types;
 mod warnings;
@@ -40,8 +44,8 @@ mod warnings;
 pub use self::core::{EntitiesStats, EntityConfig, EntityParts, TellDelivery};
 pub use cell::ClaimedRun;
 pub use counters::{ACTIVATION_REASONS, COMMIT_BUCKETS_US, StripedCounter, TypeCounters};
-pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig};
+pub use delivery::{DELIVERY_BATCH_MAX, DELIVERY_SENDERS_MAX, DeliveryConfig, TellAttempt};
 pub use directory::{Entities, Refused};
 pub use live_cell::LiveCell;
-pub use reminders::{REMINDER_SCAN_ROWS_MAX, REMINDERS_IN_FLIGHT_MAX};
+pub use reminders::{REMINDER_SCAN_ROWS_MAX, REMINDERS_IN_FLIGHT_MAX, ReminderAttempt};
 pub use types::{TypeBinding, TypeTable};

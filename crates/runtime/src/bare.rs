@@ -34,6 +34,7 @@ impl HostState {
             committed_sizes: Default::default(),
             ask_clock: Default::default(),
             interrupted: Default::default(),
+            clock: Arc::new(super::SystemClock),
         }
     }
 

@@ -45,6 +45,9 @@ pub struct EntityContext {
     /// epoch tick (`unavailable`; nothing it did is committed). Shared by every instance of
     /// the owner, so one store of `true` stops them all.
     pub interrupt: Arc<AtomicBool>,
+    /// What the guest's `now-ms` reads: the node's [`SystemClock`](super::SystemClock), or a
+    /// simulation's virtual clock.
+    pub clock: Arc<dyn super::Clock>,
 }
 
 /// The process's wasmtime engine, linker and compiled-plugin cache.
@@ -263,6 +266,7 @@ impl Runtime {
             entity_state_bytes,
             last_timer,
             interrupt,
+            clock,
         } = entity;
         let log_budget = Arc::new(LogBudget::default());
         let entity_name: Arc<str> = address.to_string().into();
@@ -305,6 +309,7 @@ impl Runtime {
             committed_sizes: Default::default(),
             ask_clock: Default::default(),
             interrupted: interrupt,
+            clock,
         };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|state| &mut state.limiter);

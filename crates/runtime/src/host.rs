@@ -8,7 +8,7 @@ use super::limits::{InstanceLimits, MemoryLimiter, STATE_KEY_BYTES_MAX};
 use super::message_scope::{MessageScope, ScheduledMessage};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tessera_contract::{
     ENTITY_ID_BYTES_MAX, ENTITY_TYPE_BYTES_MAX, EntityAddress, ErrorKind, MessageError,
     MessageMeta, MessageTrace, Router,
@@ -70,6 +70,8 @@ pub struct HostState {
     ///
     /// [`EntityContext::interrupt`]: super::EntityContext::interrupt
     pub(crate) interrupted: Arc<std::sync::atomic::AtomicBool>,
+    /// What `now-ms` reads ([`EntityContext::clock`](super::EntityContext::clock)).
+    pub(crate) clock: Arc<dyn super::Clock>,
 }
 
 /// Time spent waiting on asks, shared with the watchdog of the guest call that made them.
@@ -487,10 +489,6 @@ impl host::Host for HostState {
     }
 
     async fn now_ms(&mut self) -> wasmtime::Result<u64> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.as_millis() as u64)
-            .unwrap_or(0);
-        Ok(now)
+        Ok(self.clock.now_ms())
     }
 }

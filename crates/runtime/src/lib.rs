@@ -19,6 +19,7 @@ mod bare;
 #[doc(hidden)]
 mod bindings;
 mod cache;
+mod clock;
 mod config;
 mod engine;
 mod gate;
@@ -36,6 +37,7 @@ mod slots;
 pub use bindings::Activation;
 #[doc(hidden)]
 pub use bindings::{Entity as EntityBindings, EntityPre, Sender as EntitySender};
+pub use clock::{Clock, SystemClock};
 pub use config::{GUEST_THREADS_MAX, RuntimeConfig};
 pub use engine::{EntityContext, Runtime};
 pub use gate::CallGate;

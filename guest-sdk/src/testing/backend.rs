@@ -44,14 +44,6 @@ impl TestHost {
         self.state.borrow_mut().lifecycle_call = call;
     }
 
-    pub(super) fn cancel_live_timers(&self) {
-        for timer in self.state.borrow_mut().timers.iter_mut() {
-            if timer.is_live() {
-                timer.cancelled = true;
-            }
-        }
-    }
-
     /// Marks the earliest due live timer fired and returns its id and payload.
     pub(super) fn take_due_timer(&self) -> Option<(TimerId, Vec<u8>)> {
         let mut state = self.state.borrow_mut();

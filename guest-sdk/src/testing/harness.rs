@@ -176,9 +176,11 @@ impl<E: Entity> Harness<E> {
         Ok(())
     }
 
-    /// Deactivates the live instance, as passivation does: calls `deactivate`, drops the
-    /// instance and cancels its timers. State writes and messages in `deactivate` panic, as
-    /// the host traps on them.
+    /// Deactivates the live instance, as passivation does: calls `deactivate` and drops the
+    /// instance. Its timers stay, as the host's reminders are durable: one that falls due later
+    /// fires in [`fire_due`](Harness::fire_due), activating a new instance
+    /// ([`Activation::Restarted`]). State writes and messages in `deactivate` panic, as the host
+    /// traps on them.
     ///
     /// ```
     /// # use tessera_sdk::prelude::*;
@@ -198,7 +200,6 @@ impl<E: Entity> Harness<E> {
             self.host.set_lifecycle_call(None);
         }
         self.host.discard();
-        self.host.cancel_live_timers();
     }
 
     /// [`deactivate`](Harness::deactivate), then [`activate`](Harness::activate) with

@@ -107,7 +107,8 @@ pub struct Scheduled {
     pub due_ms: u64,
     /// The MessagePack message it will deliver to the entity.
     pub payload: Vec<u8>,
-    /// Whether [`Ctx::cancel`](crate::Ctx::cancel) or a deactivation cancelled it.
+    /// Whether [`Ctx::cancel`](crate::Ctx::cancel) cancelled it (a deactivation does not: the
+    /// host's reminders outlive the instance).
     pub cancelled: bool,
     /// Whether [`Harness::fire_due`](super::Harness::fire_due) delivered it.
     pub fired: bool,

@@ -278,7 +278,7 @@ fn timers_fire_in_due_order_and_cancelled_ones_do_not() {
 }
 
 #[test]
-fn deactivation_cancels_live_timers() {
+fn timers_outlive_deactivation_and_fire_into_a_new_instance() {
     struct Leaves;
     impl Entity for Leaves {
         type Msg = ();
@@ -294,7 +294,14 @@ fn deactivation_cancels_live_timers() {
     let mut leaves = Harness::<Leaves>::new(Address::new("leaves", "l"));
     leaves.send(&()).unwrap();
     leaves.deactivate();
-    assert!(leaves.schedules()[0].cancelled);
+    assert!(!leaves.schedules()[0].cancelled, "the host keeps reminders");
+    leaves.advance(Duration::from_secs(1));
+    assert_eq!(leaves.fire_due(), vec![Ok(())]);
+    assert!(leaves.schedules()[0].fired);
+    assert!(
+        leaves.entity().is_some(),
+        "the firing activated a new instance"
+    );
 }
 
 #[test]

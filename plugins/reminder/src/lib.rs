@@ -198,12 +198,16 @@ mod tests {
     }
 
     #[test]
-    fn passivation_cancels_pending_reminders() {
+    fn pending_reminders_survive_passivation() {
         let mut reminder = Harness::<Reminder>::new(Address::new("reminder", "r-1"));
-        reminder.send(&remind(10, "lost")).unwrap();
+        reminder.send(&remind(10, "kept")).unwrap();
         reminder.deactivate();
         reminder.advance(Duration::from_secs(1));
-        assert!(reminder.fire_due().is_empty());
-        assert!(reminder.schedules()[0].cancelled);
+        assert_eq!(reminder.fire_due().len(), 1);
+        assert!(!reminder.schedules()[0].cancelled);
+        let Ok(Reply::Fired(log)) = reminder.send("Fired") else {
+            panic!("Fired replies with the log")
+        };
+        assert_eq!(log.notes, vec!["kept".to_string()]);
     }
 }

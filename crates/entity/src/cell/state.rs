@@ -263,6 +263,7 @@ impl CellState {
             entity_state_bytes: meta.state_bytes,
             last_timer: sequences.last_timer,
             interrupt: core.closing.clone(),
+            clock: core.clock.clone(),
         };
         // The pool is a cache of instances over durable state: when it is full, the least
         // recently used idle entity gives its instance back and this one waits for the slot,

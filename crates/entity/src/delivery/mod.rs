@@ -20,11 +20,11 @@ use config::is_retryable;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tessera_contract::{MessageMeta, MessageTrace, Origin};
-use tessera_state::{OutboxEntry, WriteSet};
+use tessera_contract::{EntityAddress, MessageError, MessageMeta, MessageTrace, Origin};
+use tessera_state::{CommitError, OutboxEntry, WriteSet};
 
 /// Starts delivering `sender`'s outbox, or notes that it has more if it is being delivered.
-pub(crate) fn wake(core: &Arc<Core>, sender: &tessera_contract::EntityAddress) {
+pub(crate) fn wake(core: &Arc<Core>, sender: &EntityAddress) {
     if !core.messaging_started.load(Ordering::Acquire) {
         // Delivery has not started; its first sweep finds this outbox.
         return;
@@ -83,7 +83,7 @@ fn sweep(core: &Arc<Core>) {
     }
 }
 
-async fn deliver_sender(weak: Weak<Core>, sender: tessera_contract::EntityAddress) {
+async fn deliver_sender(weak: Weak<Core>, sender: EntityAddress) {
     loop {
         let Some(core) = weak.upgrade() else { return };
         if !core.router.serves_here(&sender) {
@@ -127,9 +127,7 @@ async fn deliver_sender(weak: Weak<Core>, sender: tessera_contract::EntityAddres
         if acked.is_empty() {
             continue;
         }
-        let mut writes = WriteSet::new(sender.clone());
-        writes.messaging_mut().acked = acked;
-        if let Err(error) = core.state.commit(writes).await {
+        if let Err(error) = acknowledge(&core, &sender, acked).await {
             // The entries stay; they are sent again and dropped as duplicates.
             tracing::warn!(%sender, %error, "outbox acknowledgement failed");
             tokio::time::sleep(Duration::from_millis(core.config.delivery.retry_min_ms)).await;
@@ -137,65 +135,42 @@ async fn deliver_sender(weak: Weak<Core>, sender: tessera_contract::EntityAddres
     }
 }
 
+/// Removes the entries `seqs` of `sender`'s outbox: their receivers committed them (or they
+/// were given up).
+pub(crate) async fn acknowledge(
+    core: &Core,
+    sender: &EntityAddress,
+    seqs: Vec<u64>,
+) -> Result<(), CommitError> {
+    let mut writes = WriteSet::new(sender.clone());
+    writes.messaging_mut().acked = seqs;
+    core.state.commit(writes).await
+}
+
 /// Sends one entry until the receiver commits it (or it is given up). False if the directory
 /// is gone.
-async fn deliver_one(
-    weak: &Weak<Core>,
-    sender: &tessera_contract::EntityAddress,
-    entry: OutboxEntry,
-) -> bool {
+async fn deliver_one(weak: &Weak<Core>, sender: &EntityAddress, entry: OutboxEntry) -> bool {
     let started = Instant::now();
     let mut wait: Option<Duration> = None;
     loop {
         if let Some(wait) = wait {
             tokio::time::sleep(wait).await;
-        }
-        let Some(mut core) = weak.upgrade() else {
-            return false;
-        };
-        if wait.is_some() {
-            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
-        }
-        // Tells leave at the sender's tenant's message rate: a fan-out waits in the durable
-        // outbox instead of filling shared inboxes.
-        if let Some(binding) = core.types.get(&sender.type_key()) {
-            let limits = binding.limits;
-            let gate = core
-                .gates
-                .gate(&sender.tenant, limits.concurrent_guests_max.max(1));
-            drop(core);
-            let waited = gate
-                .take_message_token(limits.messages_per_second, limits.messages_burst)
-                .await;
-            let Some(again) = weak.upgrade() else {
+            let Some(core) = weak.upgrade() else {
                 return false;
             };
-            if waited {
-                again.stats.throttled_tells.fetch_add(1, Ordering::Relaxed);
-            }
-            core = again;
+            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
         }
+        let Some(attempt) = attempt(weak, sender, &entry).await else {
+            return false;
+        };
+        let Some(core) = weak.upgrade() else {
+            return false;
+        };
         let config = &core.config.delivery;
-        let link = LinkKey::Tell(sender.clone(), entry.seq);
-        let mut meta = MessageMeta::from_origin(Origin::Entity {
-            sender: sender.clone(),
-            seq: entry.seq,
-        });
-        if let Some(parent) = core.trace_links.get(&link) {
-            meta.trace = Some(Box::new(MessageTrace::new(Some(parent))));
-        }
-        let timeout = Duration::from_millis(config.ack_timeout_ms);
-        let reply = core
-            .router
-            .ask(entry.to.clone(), entry.payload.clone(), meta, timeout)
-            .await;
         let give_up_after = Duration::from_millis(config.give_up_after_ms);
-        match reply {
-            Ok(_) => {
-                core.trace_links.forget(&link);
-                return true;
-            }
-            Err(error) if is_retryable(error.kind) && started.elapsed() < give_up_after => {
+        match attempt {
+            TellAttempt::Acknowledged => return true,
+            TellAttempt::Retry(error) if started.elapsed() < give_up_after => {
                 let (min, max) = (config.retry_min_ms, config.retry_max_ms);
                 let next = wait.map_or(Duration::from_millis(min), |wait| {
                     (wait * 2).min(Duration::from_millis(max))
@@ -203,18 +178,95 @@ async fn deliver_one(
                 wait = Some(next);
                 tracing::debug!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell not acknowledged; retrying");
             }
-            Err(error) => {
-                core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-                let warning = EntityWarning::DeadLetter {
-                    receiver: entry.to.type_key(),
-                    kind: error.kind,
-                };
-                if core.warnings.first_in_window(&warning) {
-                    tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
-                }
-                core.trace_links.forget(&link);
+            TellAttempt::Retry(error) | TellAttempt::DeadLetter(error) => {
+                dead_letter(&core, sender, &entry, &error);
                 return true;
             }
         }
     }
+}
+
+/// What one attempt to deliver an outbox tell came to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TellAttempt {
+    /// The receiver committed it (now or before: a duplicate is acknowledged too).
+    Acknowledged,
+    /// It may succeed later (the receiver was busy, absent or unreachable): send it again.
+    Retry(MessageError),
+    /// The receiver answered the message itself with an error: it is given up (a dead letter).
+    DeadLetter(MessageError),
+}
+
+/// One attempt to deliver `entry` of `sender`'s outbox: waits for the sender's tenant's message
+/// rate, sends the tell with its origin (sender and sequence number, which the receiver's
+/// dedup keys on) and waits for the receiver's acknowledgement. `None` if the directory is gone.
+/// A dead letter is not counted here ([`dead_letter`]), since a retried one may be given up
+/// later too.
+pub(crate) async fn attempt(
+    weak: &Weak<Core>,
+    sender: &EntityAddress,
+    entry: &OutboxEntry,
+) -> Option<TellAttempt> {
+    let mut core = weak.upgrade()?;
+    // Tells leave at the sender's tenant's message rate: a fan-out waits in the durable
+    // outbox instead of filling shared inboxes.
+    if let Some(binding) = core.types.get(&sender.type_key()) {
+        let limits = binding.limits;
+        let gate = core
+            .gates
+            .gate(&sender.tenant, limits.concurrent_guests_max.max(1));
+        drop(core);
+        let waited = gate
+            .take_message_token(limits.messages_per_second, limits.messages_burst)
+            .await;
+        let again = weak.upgrade()?;
+        if waited {
+            again.stats.throttled_tells.fetch_add(1, Ordering::Relaxed);
+        }
+        core = again;
+    }
+    let link = LinkKey::Tell(sender.clone(), entry.seq);
+    let mut meta = MessageMeta::from_origin(Origin::Entity {
+        sender: sender.clone(),
+        seq: entry.seq,
+    });
+    if let Some(parent) = core.trace_links.get(&link) {
+        meta.trace = Some(Box::new(MessageTrace::new(Some(parent))));
+    }
+    let timeout = Duration::from_millis(core.config.delivery.ack_timeout_ms);
+    let router = core.router.clone();
+    drop(core);
+    let reply = router
+        .ask(entry.to.clone(), entry.payload.clone(), meta, timeout)
+        .await;
+    Some(match reply {
+        Ok(_) => {
+            if let Some(core) = weak.upgrade() {
+                core.trace_links.forget(&link);
+            }
+            TellAttempt::Acknowledged
+        }
+        Err(error) if is_retryable(error.kind) => TellAttempt::Retry(error),
+        Err(error) => TellAttempt::DeadLetter(error),
+    })
+}
+
+/// Gives up `entry`: counts it, warns (once per window and kind) and forgets its trace link.
+pub(crate) fn dead_letter(
+    core: &Core,
+    sender: &EntityAddress,
+    entry: &OutboxEntry,
+    error: &MessageError,
+) {
+    core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+    let warning = EntityWarning::DeadLetter {
+        receiver: entry.to.type_key(),
+        kind: error.kind,
+    };
+    if core.warnings.first_in_window(&warning) {
+        tracing::warn!(from = %sender, to = %entry.to, seq = entry.seq, %error, "tell given up (dead letter)");
+    }
+    core.trace_links
+        .forget(&LinkKey::Tell(sender.clone(), entry.seq));
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tessera_contract::EntityAddress;
 use tessera_state::DueReminder;
 use tokio::sync::Notify;
@@ -23,13 +23,6 @@ pub(crate) struct ReminderClock {
 pub(super) enum Busy {
     Firing,
     RetryAt { ms: u64, wait: Duration },
-}
-
-/// Milliseconds since the Unix epoch, the unit reminders are due in.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 impl ReminderClock {

@@ -20,11 +20,11 @@ use super::core::Core;
 use super::delivery::config::is_retryable;
 use super::warnings::EntityWarning;
 use crate::trace::links::LinkKey;
-use clock::{Busy, now_ms};
+use clock::Busy;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tessera_contract::{EntityAddress, MessageMeta, MessageTrace, Origin};
+use tessera_contract::{EntityAddress, ErrorKind, MessageError, MessageMeta, MessageTrace, Origin};
 use tessera_state::WriteSet;
 
 /// Reminders being fired at once.
@@ -60,7 +60,7 @@ pub(crate) fn start(core: &Arc<Core>) {
 
 /// Fires what is due and returns how long to sleep.
 fn tick(core: &Arc<Core>) -> Duration {
-    let now = now_ms();
+    let now = core.now_ms();
     let cursor = core.reminders.cursor().take();
     let due = match core
         .state
@@ -140,19 +140,56 @@ fn tick(core: &Arc<Core>) -> Duration {
 }
 
 async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration>) {
+    let (entity, timer) = &key;
+    let Some(attempt) = fire_once(&weak, entity, *timer).await else {
+        return;
+    };
     let Some(core) = weak.upgrade() else { return };
-    let (entity, timer) = key.clone();
-    let reminder = match core.state.reminder(&entity, timer) {
-        Ok(Some(reminder)) => reminder,
-        Ok(None) => {
-            // Cancelled or fired meanwhile.
-            core.reminders.busy().remove(&key);
-            return;
+    match attempt {
+        ReminderAttempt::Retry(error) => {
+            tracing::debug!(%entity, timer, %error, "reminder not acknowledged; retrying");
+            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
+            retry_later(&core, key, wait);
         }
+        ReminderAttempt::Fired | ReminderAttempt::Gone | ReminderAttempt::GivenUp(_) => {
+            core.reminders.busy().remove(&key);
+        }
+    }
+    core.reminders.ring();
+}
+
+/// What one attempt to fire a reminder came to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReminderAttempt {
+    /// The entity handled it and committed (its commit deleted the reminder).
+    Fired,
+    /// The reminder was no longer held (cancelled or fired meanwhile).
+    Gone,
+    /// It may succeed later (the entity was busy, absent or its store unreadable): fire again.
+    Retry(MessageError),
+    /// The entity answered it with an error: it was given up (a dead letter) and deleted.
+    GivenUp(MessageError),
+}
+
+/// One attempt to fire reminder `timer` of `entity`: sends its payload to the entity as a
+/// message whose origin names the timer, and carries out the outcome (counted as fired, or
+/// given up and deleted). A retry is left to the caller. `None` if the directory is gone.
+pub(crate) async fn fire_once(
+    weak: &Weak<Core>,
+    entity: &EntityAddress,
+    timer: u64,
+) -> Option<ReminderAttempt> {
+    let core = weak.upgrade()?;
+    let reminder = match core.state.reminder(entity, timer) {
+        Ok(Some(reminder)) => reminder,
+        Ok(None) => return Some(ReminderAttempt::Gone),
         Err(error) => {
             tracing::warn!(%entity, timer, %error, "reading a reminder failed");
-            retry_later(&core, key, wait);
-            return;
+            return Some(ReminderAttempt::Retry(MessageError::new(
+                ErrorKind::Internal,
+                error.to_string(),
+            )));
         }
     };
     let link = LinkKey::Reminder(entity.clone(), timer);
@@ -166,18 +203,14 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
     let reply = router
         .ask(entity.clone(), reminder.payload, meta, timeout)
         .await;
-    let Some(core) = weak.upgrade() else { return };
-    match reply {
+    let core = weak.upgrade()?;
+    Some(match reply {
         Ok(_) => {
             core.trace_links.forget(&link);
             core.stats.reminders_fired.fetch_add(1, Ordering::Relaxed);
-            core.reminders.busy().remove(&key);
+            ReminderAttempt::Fired
         }
-        Err(error) if is_retryable(error.kind) => {
-            tracing::debug!(%entity, timer, %error, "reminder not acknowledged; retrying");
-            core.stats.redeliveries.fetch_add(1, Ordering::Relaxed);
-            retry_later(&core, key, wait);
-        }
+        Err(error) if is_retryable(error.kind) => ReminderAttempt::Retry(error),
         Err(error) => {
             core.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
             let warning = EntityWarning::ReminderGivenUp {
@@ -193,10 +226,9 @@ async fn fire(weak: Weak<Core>, key: (EntityAddress, u64), wait: Option<Duration
                 tracing::warn!(%entity, timer, %error, "deleting a given-up reminder failed");
             }
             core.trace_links.forget(&link);
-            core.reminders.busy().remove(&key);
+            ReminderAttempt::GivenUp(error)
         }
-    }
-    core.reminders.ring();
+    })
 }
 
 fn retry_later(core: &Arc<Core>, key: (EntityAddress, u64), wait: Option<Duration>) {
@@ -204,7 +236,7 @@ fn retry_later(core: &Arc<Core>, key: (EntityAddress, u64), wait: Option<Duratio
     let wait = wait.map_or(Duration::from_millis(config.retry_min_ms), |wait| {
         (wait * 2).min(Duration::from_millis(config.retry_max_ms))
     });
-    let ms = now_ms() + wait.as_millis() as u64;
+    let ms = core.now_ms() + wait.as_millis() as u64;
     core.reminders
         .busy()
         .insert(key, Busy::RetryAt { ms, wait });

@@ -4,7 +4,6 @@
 
 use super::CellState;
 use crate::core::TellDelivery;
-use crate::reminders::clock::now_ms;
 use crate::trace::MessageSpan;
 use crate::trace::links::LinkKey;
 use std::sync::atomic::Ordering;
@@ -74,7 +73,7 @@ impl CellState {
                 ));
             }
         }
-        let now = now_ms();
+        let now = self.core.now_ms();
         let messaging = writes.messaging_mut();
         let outbox = if at_most_once {
             &[][..]
