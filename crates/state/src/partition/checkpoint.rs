@@ -8,7 +8,7 @@
 //! One image holds the partition's whole state in memory while it is taken or installed; a
 //! checkpoint streamed in bounded parts (as a shard transfer's are) is still to be built.
 
-use super::machine::STAMPS;
+use super::stamps::STAMPS;
 use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
 use crate::tables::{ENTITY_META, ENTITY_STATE, StateStore};

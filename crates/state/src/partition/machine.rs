@@ -11,21 +11,16 @@
 
 use super::checkpoint;
 use super::op::{PartitionOp, PartitionResult};
+use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::tables::{StateStore, apply_write_sets};
 use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableTable};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
 use tessera_contract::EntityAddress;
-
-/// Each entity's stamp: `(tenant, type, id) -> the stamp of the last write applied to it`.
-/// Kept after an entity's last key is removed, so its stamps go on: a write computed before
-/// the removal must still find another stamp.
-pub(super) const STAMPS: TableDefinition<(&str, &str, &str), u64> =
-    TableDefinition::new("partition_stamps");
 
 /// A partition's entities as the group's committed ops left them, in a redb database of its
 /// own.
@@ -64,18 +59,6 @@ impl std::fmt::Debug for PartitionMachine {
             .field("fault", &self.fault.get())
             .finish_non_exhaustive()
     }
-}
-
-fn key3(entity: &EntityAddress) -> (&str, &str, &str) {
-    (&entity.tenant, &entity.entity_type, &entity.id)
-}
-
-/// The stamp of the last write applied to `entity` in a partition's `store`; 0 if none.
-pub(super) fn read_stamp(store: &StateStore, entity: &EntityAddress) -> Result<u64, StoreError> {
-    let transaction = store.database().begin_read().map_err(StoreError::io)?;
-    let stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
-    let stamp = stamps.get(key3(entity)).map_err(StoreError::io)?;
-    Ok(stamp.map_or(0, |guard| guard.value()))
 }
 
 impl PartitionMachine {

@@ -34,6 +34,7 @@ mod routed;
 #[cfg(test)]
 mod routed_tests;
 mod served;
+mod stamps;
 #[cfg(test)]
 mod tests;
 

@@ -8,8 +8,8 @@
 //! its [`EntityState::barrier`] is the commit barrier a message that wrote nothing waits for
 //! before it answers.
 
-use super::machine::read_stamp;
 use super::op::{PartitionOp, PartitionResult};
+use super::stamps::read_stamp;
 use crate::backend::{CommitFuture, EntityMeta, EntityState};
 use crate::error::{CommitError, StoreError};
 use crate::messaging::{self, DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
