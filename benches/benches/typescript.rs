@@ -1,8 +1,9 @@
 //! The TypeScript counter (`plugins/counter-ts`, componentize-js) against the Rust counter, in
 //! the same run on the same engine: the component's size and compile time, activation time
-//! (the first message to a fresh entity: instantiate, `activate`, `handle`, commit), the time
-//! of a message to a live entity, and the resident memory each live entity holds. Printed as
-//! a table with the TypeScript/Rust ratio.
+//! (a `"Get"` to a fresh entity: instantiate, `activate` reading its state, `handle`; no write,
+//! so no commit in the time), the time of a `"Get"` to a live entity, and the resident memory
+//! each live entity holds after an `{"Add":1}` (which writes). Printed as a table with the
+//! TypeScript/Rust ratio.
 //!
 //! Not a criterion timing benchmark (the TypeScript component takes seconds to compile, and
 //! memory is not a time): it times each phase itself and reads the process's resident set
@@ -82,7 +83,7 @@ async fn measure(runtime: Arc<Runtime>, plugin: Arc<Plugin>, dir: &Path, name: &
     let timed = entities(runtime.clone(), plugin.clone(), &dir.join("timed"), name);
     let mut activations = Vec::with_capacity(ACTIVATIONS);
     for index in 0..ACTIVATIONS {
-        activations.push(ask(&timed, name, &format!("fresh-{index}"), &add).await);
+        activations.push(ask(&timed, name, &format!("fresh-{index}"), &get).await);
     }
     let mut messages = Vec::with_capacity(MESSAGES);
     for _ in 0..MESSAGES {
