@@ -131,3 +131,52 @@ fn default_target_dir(dir: &Path) -> Result<PathBuf, BuildError> {
     });
     Ok(workspace.unwrap_or(&dir).join("target"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(json: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("package.json"), json).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_package_name_names_the_component() {
+        let dir = package(r#"{"name":"counter-ts","scripts":{"build":"tessera-ts build"}}"#);
+        assert_eq!(package_name(dir.path()).unwrap(), "counter-ts");
+    }
+
+    #[test]
+    fn a_package_without_a_build_script_or_with_a_scoped_name_is_refused_clearly() {
+        let dir = package(r#"{"name":"counter-ts"}"#);
+        let error = package_name(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("has no `build` script"), "{error}");
+        let dir = package(r#"{"name":"@acme/counter","scripts":{"build":"x"}}"#);
+        let error = package_name(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("plain `name`"), "{error}");
+        let dir = package("not json");
+        let error = package_name(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("is not JSON"), "{error}");
+    }
+
+    #[test]
+    fn a_failure_keeps_the_end_of_the_output() {
+        let output = Command::new("sh")
+            .args([
+                "-c",
+                "printf 'x%.0s' $(seq 1 20000); echo; echo the cause >&2; exit 3",
+            ])
+            .output()
+            .unwrap();
+        let message = failure("npm run build failed", &output);
+        assert!(message.starts_with("npm run build failed:\n"));
+        assert!(
+            message.ends_with("the cause"),
+            "{}",
+            &message[message.len() - 40..]
+        );
+        assert!(message.len() <= BUILD_OUTPUT_BYTES_MAX + 64);
+    }
+}
