@@ -17,8 +17,17 @@ fn main() {
         .expect("the tests crate lives in the workspace root")
         .to_path_buf();
     let plugins_dir = root.join("plugins");
+    // The Rust plugins only (a new one is a new member in plugins/Cargo.toml): not the npm
+    // packages beside them, whose node_modules and dist/ change on every build of theirs.
+    for name in plugin_names(&plugins_dir) {
+        println!(
+            "cargo:rerun-if-changed={}",
+            plugins_dir.join(name).display()
+        );
+    }
     for watched in [
-        "plugins",
+        "plugins/Cargo.toml",
+        "plugins/Cargo.lock",
         "guest-sdk/src",
         "guest-sdk/Cargo.toml",
         "guest-sdk/macros",

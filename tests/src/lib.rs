@@ -1,7 +1,8 @@
 //! Test support shared by the integration tests and benchmarks: the paths of the plugin
 //! components (built by `build.rs` for `wasm32-wasip2`) and a small local node to run them in;
 //! clusters of processes (`cluster`), a plane on a transport of its own (`plane`), a rogue
-//! peer that forges what nodes send each other (`rogue`) and a headless browser (`browser`).
+//! peer that forges what nodes send each other (`rogue`), a headless browser (`browser`) and
+//! the TypeScript example entity, built through npm (`typescript`).
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
@@ -10,6 +11,7 @@ pub mod cluster;
 pub mod plane;
 pub mod processes;
 pub mod rogue;
+pub mod typescript;
 
 use serde_json::Value as Json;
 use std::collections::HashMap;

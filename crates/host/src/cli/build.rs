@@ -1,16 +1,20 @@
 //! `tessera build`: a plugin crate to a `wasm32-wasip2` component, written under the crate's
-//! own cargo target directory.
+//! own cargo target directory; or a TypeScript/JavaScript entity (a directory with a
+//! `package.json`) to a component through npm (`npm`).
 
 use super::output::outln;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+mod npm;
 
 /// The compilation target of every plugin.
 pub const PLUGIN_TARGET: &str = "wasm32-wasip2";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct BuildArgs {
-    /// The plugin crate's directory (holding its Cargo.toml).
+    /// The plugin's directory: a crate (holding its Cargo.toml) or a TypeScript/JavaScript
+    /// entity (holding its package.json, built by its `build` script).
     crate_dir: PathBuf,
     /// Where to write the component [default: `plugins/` in the crate's cargo target
     /// directory, wherever the command runs].
@@ -22,9 +26,19 @@ pub(crate) struct BuildArgs {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// The directory has no Cargo.toml.
-    #[error("{0} is not a crate directory (no Cargo.toml)")]
+    /// The directory has neither a Cargo.toml nor a package.json.
+    #[error("{0} is not a plugin directory (no Cargo.toml, no package.json)")]
     NotACrate(PathBuf),
+    /// The directory is an npm package and npm cannot be run.
+    #[error(
+        "npm is not installed (or not on PATH): install Node.js 18 or newer to build a \
+         TypeScript/JavaScript entity"
+    )]
+    NpmMissing,
+    /// npm failed (installing the package's tools or running its build script), with its
+    /// output.
+    #[error("{0}")]
+    Npm(String),
     /// The wasm target is missing and rustup could not add it.
     #[error("the {PLUGIN_TARGET} target is missing: run `rustup target add {PLUGIN_TARGET}`")]
     TargetMissing,
@@ -54,6 +68,12 @@ pub(crate) fn run(args: BuildArgs) -> ExitCode {
 /// cargo target directory of the crate (its workspace's, or `CARGO_TARGET_DIR`), not of the
 /// directory the command runs in — returning that path.
 ///
+/// A directory with a `package.json` (and no Cargo.toml) is a TypeScript/JavaScript entity:
+/// npm installs its tools when `node_modules` is missing (`npm ci` with a lockfile), its
+/// `build` script writes `dist/<package name>.wasm`, and that is copied to
+/// `<out_dir>/<package name>.wasm`, by default in the target directory a Rust plugin beside it
+/// would use.
+///
 /// ```no_run
 /// let wasm = tessera_host::cli::build_plugin("plugins/counter".as_ref(), None).unwrap();
 /// assert!(wasm.ends_with("plugins/target/plugins/counter.wasm"));
@@ -61,6 +81,9 @@ pub(crate) fn run(args: BuildArgs) -> ExitCode {
 pub fn build_plugin(crate_dir: &Path, out_dir: Option<&Path>) -> Result<PathBuf, BuildError> {
     let manifest = crate_dir.join("Cargo.toml");
     if !manifest.exists() {
+        if crate_dir.join("package.json").exists() {
+            return npm::build(crate_dir, out_dir);
+        }
         return Err(BuildError::NotACrate(crate_dir.to_path_buf()));
     }
     ensure_target()?;
