@@ -25,7 +25,7 @@ use crate::lease::ReassignGuard;
 use crate::link::{CoordinatorCommand, LinkMessage, Switchboard};
 use crate::membership::{MemberSet, MemberStatus};
 use crate::rebalance::{self, RebalanceHistory, RebalanceReason, RebalanceRound, ShardMovement};
-use tessera_contract::{Allocation, AllocationTable, NodeId, ShardKey};
+use tessera_contract::{Allocation, AllocationTable, NodeId, ShardId, ShardKey};
 use tessera_metadata::{MetadataError, MetadataPlane};
 
 /// Allocation requests folded into one catalog commit.
@@ -398,16 +398,27 @@ impl Coordinator {
     }
 
     /// The least-loaded eligible node for `key` (ties to the smallest id), counting the
-    /// placements of this batch.
+    /// placements of this batch: the shards of its type, and with the partition plane serving
+    /// those of its partition only, as its rebalance evens them out (else a shard placed by
+    /// the type's count would be moved right away by its partition's).
     fn place(
         &self,
         key: &ShardKey,
         eligible: &[NodeId],
         batch: &BTreeMap<ShardKey, (NodeId, Vec<NodeId>)>,
     ) -> Option<NodeId> {
-        let mut counts = rebalance::shard_counts(&self.table, &key.type_key, eligible);
-        for (other, (node, _)) in batch {
-            if other.type_key == key.type_key
+        let partition = self.partition_of(key);
+        let alike = |other: &ShardKey| {
+            other.type_key == key.type_key && self.partition_of(other) == partition
+        };
+        let mut counts: BTreeMap<NodeId, usize> =
+            eligible.iter().map(|node| (node.clone(), 0)).collect();
+        let first = ShardKey::new(key.type_key.clone(), 0);
+        let last = ShardKey::new(key.type_key.clone(), ShardId::MAX);
+        let placed = self.table.range(first..=last).map(|(k, a)| (k, &a.node));
+        let batched = batch.iter().map(|(k, (node, _))| (k, node));
+        for (other, node) in placed.chain(batched) {
+            if alike(other)
                 && let Some(count) = counts.get_mut(node)
             {
                 *count += 1;
