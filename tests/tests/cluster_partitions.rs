@@ -155,22 +155,38 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         placement(&cluster, 0)
     });
     let before = agreed(&cluster, &[0, 1, 2], None);
+    // `/v1/cluster` shows each placed partition's group as the answering node's replica sees
+    // it (read again until it matches the agreement: a view change may come between reads).
+    eventually("/v1/cluster shows every group's primary", &cluster, || {
+        let status = cluster_status(&cluster, 0)?;
+        let shown: BTreeMap<u64, (String, u64)> = status["partitions"]
+            .as_array()?
+            .iter()
+            .map(|placed| {
+                let group = &placed["group"];
+                let primary = group["primary"].as_str()?.to_string();
+                Some((
+                    placed["partition"].as_u64()?,
+                    (primary, group["view"].as_u64()?),
+                ))
+            })
+            .collect::<Option<_>>()?;
+        (shown == agreed(&cluster, &[0, 1, 2], None)).then_some(())
+    });
     eventually("primaries report their replicas' lag", &cluster, || {
         (0..NODES.len())
             .all(|index| reports_lag_where_it_leads(&cluster, index))
             .then_some(())
     });
-    let cli = tessera_host::cli::run_from(
-        ["tessera", "partition", "status", "--url"]
-            .into_iter()
-            .map(str::to_string)
-            .chain([cluster.url(0), "--token".into(), ADMIN.into()]),
-    );
-    assert_eq!(
-        cli,
-        std::process::ExitCode::SUCCESS,
-        "tessera partition status"
-    );
+    for command in [["partition", "status"], ["cluster", "status"]] {
+        let cli = tessera_host::cli::run_from(
+            ["tessera", command[0], command[1], "--url"]
+                .into_iter()
+                .map(str::to_string)
+                .chain([cluster.url(0), "--token".into(), ADMIN.into()]),
+        );
+        assert_eq!(cli, std::process::ExitCode::SUCCESS, "tessera {command:?}");
+    }
     // The metrics count the groups each node runs and leads (read again until they match the
     // replicas' agreement: a view change may come between two reads).
     eventually(

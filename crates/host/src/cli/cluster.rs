@@ -197,19 +197,30 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
     let partitions = status["partitions"].as_array().cloned().unwrap_or_default();
     if !partitions.is_empty() {
         outln!(
-            "{:<10} {:<11} REPLICAS (preferred primary first)",
+            "{:<10} {:<11} {:<20} {:<6} {:<8} {:<12} REPLICAS (preferred primary first)",
             "PARTITION",
-            "GENERATION"
+            "GENERATION",
+            "PRIMARY",
+            "VIEW",
+            "COMMIT",
+            "LAG"
         );
         for partition in partitions {
             let replicas: Vec<String> = partition["replicas"]
                 .as_array()
                 .map(|replicas| replicas.iter().map(text).collect())
                 .unwrap_or_default();
+            // The group as the answering node's replica sees it; `-` where it holds none.
+            let group = &partition["group"];
+            let number = |value: &Json| value.as_u64().map_or("-".into(), |n| n.to_string());
             outln!(
-                "{:<10} {:<11} {}",
+                "{:<10} {:<11} {:<20} {:<6} {:<8} {:<12} {}",
                 partition["partition"].to_string(),
                 partition["generation"].to_string(),
+                text(&group["primary"]),
+                number(&group["view"]),
+                number(&group["commit"]),
+                lag(&group["lag"]),
                 replicas.join(", ")
             );
         }

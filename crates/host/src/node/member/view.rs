@@ -55,7 +55,7 @@ pub struct ClusterStatus {
     pub partitions: Vec<PartitionView>,
 }
 
-/// One partition's committed placement.
+/// One partition's committed placement, and its group as this node's replica sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PartitionView {
     /// The partition.
@@ -64,6 +64,9 @@ pub struct PartitionView {
     pub replicas: Vec<String>,
     /// The placement's generation.
     pub generation: u64,
+    /// Its group as this node's replica sees it — primary, view, commit, and where this node
+    /// is the primary each replica's lag; `None` where this node holds no replica of it.
+    pub group: Option<tessera_consensus::group::GroupStatus>,
 }
 
 impl Node {
@@ -117,6 +120,11 @@ impl Node {
         } else {
             (plane.voters, plane.primary)
         };
+        let mut groups: BTreeMap<u32, _> = self
+            .partitions_here()
+            .into_iter()
+            .map(|here| (here.partition, here.status))
+            .collect();
         let partitions = self
             .plane
             .store()
@@ -126,6 +134,7 @@ impl Node {
                 partition,
                 replicas: placed.replicas,
                 generation: placed.generation,
+                group: groups.remove(&partition),
             })
             .collect();
         Ok(ClusterStatus {
