@@ -384,6 +384,21 @@ pub fn wait_bound(cluster: &Cluster, index: usize, token: &str, entity_type: &st
     );
 }
 
+/// Counter `id`'s value once every node of `cluster` reads the same one through the API.
+pub fn agreed_counter(cluster: &Cluster, token: &str, id: &str) -> u64 {
+    eventually(&format!("the nodes agree on {id}"), cluster, || {
+        let mut read = Vec::new();
+        for index in 0..cluster.members.len() {
+            let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
+            let reply = post_json(&url, token, &json!("Get"))?;
+            read.push((reply.status == 200).then(|| reply.json().as_u64())??);
+        }
+        read.windows(2)
+            .all(|pair| pair[0] == pair[1])
+            .then(|| read[0])
+    })
+}
+
 /// Asks counter `id` to add `add`, through node `index`.
 pub fn ask_counter(cluster: &Cluster, index: usize, token: &str, id: &str, add: u64) -> Reply {
     let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));

@@ -115,17 +115,7 @@ fn a_stalled_metadata_primary_never_makes_two_owners() {
     // Every node reads each counter alike, and no acknowledged add is lost.
     for (id, values) in &seen {
         let last = *values.last().expect("at least one value");
-        let agreed = eventually(&format!("the nodes agree on {id}"), &cluster, || {
-            let mut read = Vec::new();
-            for index in 0..VOTERS.len() {
-                let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
-                let reply = post_json(&url, &token, &json!("Get"))?;
-                read.push((reply.status == 200).then(|| reply.json().as_u64())??);
-            }
-            read.windows(2)
-                .all(|pair| pair[0] == pair[1])
-                .then(|| read[0])
-        });
+        let agreed = agreed_counter(&cluster, &token, id);
         assert!(
             agreed >= last,
             "counter {id} reads {agreed}, acknowledged {last}"

@@ -52,8 +52,9 @@ fn value_through(cluster: &Cluster, index: usize, token: &str, id: usize) -> u64
     reply.json().as_u64().expect("a counter's value")
 }
 
-#[test]
-fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
+/// Three nodes with the partition plane serving, every partition's group with a primary, and
+/// the counter deployed and bound everywhere for tenant `acme`; the cluster and the token.
+fn serving_cluster() -> (Cluster, String) {
     let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
         .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
     cluster.start_until_up(NODES.len());
@@ -67,6 +68,12 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
     for index in 0..NODES.len() {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
+    (cluster, token)
+}
+
+#[test]
+fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
+    let (cluster, token) = serving_cluster();
 
     // Adds through every node, one at a time: each answers the previous value plus its amount.
     let mut acknowledged: BTreeMap<usize, u64> = BTreeMap::new();
@@ -169,19 +176,7 @@ fn client(
 
 #[test]
 fn a_stalled_node_serves_no_stale_state_when_it_wakes() {
-    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
-    cluster.start_until_up(NODES.len());
-    for index in 0..NODES.len() {
-        eventually("every partition's group has a primary", &cluster, || {
-            groups_ready(&cluster, index)
-        });
-    }
-    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
-    deploy_counter(&cluster, 0, &token, "counter", "");
-    for index in 0..NODES.len() {
-        wait_bound(&cluster, index, &token, "counter", 1);
-    }
+    let (cluster, token) = serving_cluster();
     // The stalled node serves some counters and leads some partitions first: read every
     // counter through it, so its instances hold values the others will then move past.
     let stalled = 2;
@@ -246,36 +241,14 @@ fn a_stalled_node_serves_no_stale_state_when_it_wakes() {
     // is lost.
     for (id, values) in &seen {
         let last = *values.last().expect("at least one value");
-        let agreed = eventually(&format!("the nodes agree on {id}"), &cluster, || {
-            let mut read = Vec::new();
-            for index in 0..NODES.len() {
-                let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
-                let reply = post_json(&url, &token, &json!("Get"))?;
-                read.push((reply.status == 200).then(|| reply.json().as_u64())??);
-            }
-            read.windows(2)
-                .all(|pair| pair[0] == pair[1])
-                .then(|| read[0])
-        });
+        let agreed = agreed_counter(&cluster, &token, id);
         assert!(agreed >= last, "{id} reads {agreed}, acknowledged {last}");
     }
 }
 
 #[test]
 fn a_killed_nodes_counters_are_served_by_the_others_without_waiting_for_it() {
-    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
-    cluster.start_until_up(NODES.len());
-    for index in 0..NODES.len() {
-        eventually("every partition's group has a primary", &cluster, || {
-            groups_ready(&cluster, index)
-        });
-    }
-    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
-    deploy_counter(&cluster, 0, &token, "counter", "");
-    for index in 0..NODES.len() {
-        wait_bound(&cluster, index, &token, "counter", 1);
-    }
+    let (cluster, token) = serving_cluster();
     let mut acknowledged: BTreeMap<usize, u64> = BTreeMap::new();
     for id in 0..COUNTERS {
         let reply = ask_counter(&cluster, id % NODES.len(), &token, &format!("c{id}"), 2);
