@@ -21,7 +21,7 @@ use crate::link::{
     WireEnvelope, WireReply,
 };
 use tessera_contract::NodeId;
-use tessera_contract::{Allocation, MessageError, Reply, ReplyPort};
+use tessera_contract::{Allocation, ErrorKind, MessageError, Reply, ReplyPort};
 
 /// An ask forwarded to another region, waiting for its reply message.
 struct PendingAsk {
@@ -147,10 +147,23 @@ impl Forwarder {
         }
     }
 
-    /// Drops the ports of asks whose deadline passed (their askers gave up).
+    /// Answers the asks whose deadline passed with a timeout and forgets them. They were sent,
+    /// so their outcome is unknown: a dropped port would read as a refusal (`unavailable`,
+    /// which a client may retry) whenever this tick beats the asker's own timer.
     pub(crate) fn forget_expired(&mut self, now: Instant) {
-        self.pending_asks
-            .retain(|_, pending| pending.deadline > now);
+        let expired: Vec<u64> = self
+            .pending_asks
+            .iter()
+            .filter(|(_, pending)| pending.deadline <= now)
+            .map(|(request_id, _)| *request_id)
+            .collect();
+        for request_id in expired {
+            if let Some(pending) = self.pending_asks.remove(&request_id) {
+                let _ = pending.port.send(Err(outcome_unknown(
+                    "no reply from the owner by the ask's deadline",
+                )));
+            }
+        }
     }
 
     /// Sends `item` to the region of `allocation.node`, keeping a local ask's port until its
@@ -258,6 +271,26 @@ impl Forwarder {
     }
 }
 
+impl Drop for Forwarder {
+    /// The region stopped: asks still waiting were sent, so they end with an unknown outcome,
+    /// never a refusal.
+    fn drop(&mut self) {
+        for (_, pending) in self.pending_asks.drain() {
+            let _ = pending.port.send(Err(outcome_unknown(
+                "the region stopped before the owner replied",
+            )));
+        }
+    }
+}
+
+/// The error of a forwarded ask that got no reply: a timeout, as the message may have run.
+fn outcome_unknown(why: &str) -> MessageError {
+    MessageError::new(
+        ErrorKind::Timeout,
+        format!("{why}; the message may have run"),
+    )
+}
+
 /// Where the owner's answer to an envelope goes: the asker named by a forwarded ask, or this
 /// node under `request_id` for an ask made here (whose port and deadline are kept until the
 /// answer comes); nowhere for a tell.
@@ -278,5 +311,48 @@ fn wire_reply(
             };
             (Some(reply_to), Some((port, deadline)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::sync::oneshot;
+
+    fn pending(
+        forwarder: &mut Forwarder,
+        request_id: u64,
+        deadline: Instant,
+    ) -> oneshot::Receiver<Reply> {
+        let (port, receiver) = oneshot::channel();
+        forwarder
+            .pending_asks
+            .insert(request_id, PendingAsk { port, deadline });
+        receiver
+    }
+
+    /// A sent ask past its deadline may have run: its asker must hear a timeout (an unknown
+    /// outcome), never `unavailable`, which a client takes as "not run" and sends again.
+    #[tokio::test]
+    async fn an_expired_forwarded_ask_ends_with_an_unknown_outcome_not_a_refusal() {
+        let mut forwarder = Forwarder::new();
+        let now = Instant::now();
+        let mut expired = pending(&mut forwarder, 1, now);
+        let mut waiting = pending(&mut forwarder, 2, now + Duration::from_secs(60));
+        forwarder.forget_expired(now);
+        let answer = expired.try_recv().expect("the expired ask was answered");
+        let error = answer.expect_err("an error");
+        assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+        assert!(
+            waiting.try_recv().is_err(),
+            "an ask within its deadline still waits"
+        );
+
+        drop(forwarder);
+        let answer = waiting
+            .try_recv()
+            .expect("a stopped region answers what waits");
+        assert_eq!(answer.expect_err("an error").kind, ErrorKind::Timeout);
     }
 }
