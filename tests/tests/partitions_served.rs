@@ -256,20 +256,43 @@ fn a_killed_nodes_counters_are_served_by_the_others_without_waiting_for_it() {
         acknowledged.insert(id, reply.json().as_u64().expect("a value"));
     }
 
-    // n3 is killed and stays dead: nobody removes it. Its counters move to the others once the
-    // failure detector sees it gone, not when it comes back.
+    // n3 is killed and stays dead: nobody removes it. Its counters move to the others as soon
+    // as their partitions elect new primaries, not when it comes back. Each counter is read
+    // through a survivor by a client of its own with a short ask timeout (an ask that reached
+    // n3 before the kill ends in a timeout, its outcome unknown); when each answers again is
+    // what the failover costs.
     let victim = 2;
     let killed = std::time::Instant::now();
     cluster.kill(victim);
-    for id in 0..COUNTERS {
-        assert_eq!(
-            value_through(&cluster, id % 2, &token, id),
-            acknowledged[&id],
-            "c{id} after n3's death"
-        );
+    let mut served: Vec<(usize, u64, f64)> = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..COUNTERS)
+            .map(|id| {
+                let (cluster, token) = (&cluster, &token);
+                scope.spawn(move || {
+                    let url = format!(
+                        "{}/v1/entities/counter/c{id}/ask?timeout_ms=500",
+                        cluster.url(id % 2)
+                    );
+                    let reply = eventually(&format!("c{id} served again"), cluster, || {
+                        post_json(&url, token, &json!("Get")).filter(|reply| reply.status == 200)
+                    });
+                    let value = reply.json().as_u64().expect("a counter's value");
+                    (id, value, killed.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|reader| reader.join().expect("a reader"))
+            .collect()
+    });
+    for (id, value, _) in &served {
+        assert_eq!(*value, acknowledged[id], "c{id} after n3's death");
     }
+    served.sort_by(|left, right| left.2.total_cmp(&right.2));
     eprintln!(
-        "every counter answered again {:.1} s after the kill",
-        killed.elapsed().as_secs_f64()
+        "counters served again after the kill: p50 {:.2} s, max {:.2} s",
+        served[COUNTERS / 2].2,
+        served[COUNTERS - 1].2
     );
 }

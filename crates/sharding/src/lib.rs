@@ -36,7 +36,7 @@ pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
 pub use link::{
     CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, FORWARD_PAYLOAD_BYTES_MAX, LinkMessage,
-    RemoteLinks, Switchboard,
+    PRIMARY_REPORT_INTERVAL, PRIMARY_REPORT_SILENCE, RemoteLinks, Switchboard,
 };
 pub use local::{LocalCell, LocalEntities, StateRead};
 pub use membership::{Member, MemberSet, MemberStatus, Membership};

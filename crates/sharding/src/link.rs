@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 use tessera_contract::{
@@ -225,7 +226,27 @@ pub enum CoordinatorCommand {
         /// The new owner; must be eligible.
         to: NodeId,
     },
+    /// With the partition plane serving: the partitions whose groups `node` leads, each with
+    /// its view, sent every [`PRIMARY_REPORT_INTERVAL`] (empty when it leads none). A
+    /// partition's shards follow its primary; a node silent for longer than
+    /// [`PRIMARY_REPORT_SILENCE`] gives up its partitioned shards without a handoff.
+    PartitionPrimaries {
+        /// The reporting node.
+        node: NodeId,
+        /// `(partition, view)` for each group it is the primary of, at most
+        /// [`PARTITIONS_MAX`](tessera_metadata::PARTITIONS_MAX).
+        led: Vec<(u32, u64)>,
+    },
 }
+
+/// How often a node with the partition plane serving tells the coordinator which partitions'
+/// groups it leads: a primary elected by a view change is heard of within this.
+pub const PRIMARY_REPORT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A node whose primaries report the coordinator has not heard for this long is taken to be
+/// gone for its partitioned shards: they go to their partitions' primaries at once, not by a
+/// handoff it would never answer. Safety does not rest on it (a stale copy cannot commit).
+pub const PRIMARY_REPORT_SILENCE: Duration = Duration::from_millis(1000);
 
 /// Why a link could not take a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -18,6 +18,8 @@ pub enum RebalanceReason {
     DeadOwner,
     /// Shards were spread to even out load across eligible nodes.
     GracefulSpread,
+    /// A partition's shards went to its group's primary (the partition plane serving).
+    FollowPrimary,
 }
 
 /// One shard moved by a round.

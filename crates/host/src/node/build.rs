@@ -176,6 +176,7 @@ impl Node {
                     routed,
                     Arc::downgrade(&plane),
                     status.clone(),
+                    switchboard.clone(),
                 )?;
                 let parts = SeatParts {
                     plane: plane.clone(),

@@ -1,8 +1,9 @@
 //! Listing a type's entities across the cluster: the ids that have state or are remembered, in
 //! id order, one bounded page at a time (`GET /v1/types/{type}/entities`, `tessera entities`).
 //!
-//! Each node answers for the shards its applied catalog gives it, and for those it is handing
-//! off (its copy is whole until the handoff completes): [`EntityListing::answer`] reads one page
+//! Each node answers for the shards its applied catalog gives it, except those still being
+//! handed to it, and for those it is handing off (its copy is whole until the handoff
+//! completes), so each shard is counted once: [`EntityListing::answer`] reads one page
 //! of them from its own database and the replicas of the partitions it holds
 //! (`tessera_state`'s listing). The node that takes the request
 //! asks every other node that owns or hands off a shard of the type (a query over the mesh,
@@ -16,10 +17,10 @@ pub use super::member::query_data::{ListAnswer, ListRequest};
 use super::member::query_data::{PeerAnswer, PeerQuery};
 use super::{Node, NodeError};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_contract::{ENTITY_ID_BYTES_MAX, MessageError, NodeId, ShardId, TypeKey};
+use tessera_contract::{ENTITY_ID_BYTES_MAX, MessageError, NodeId, ShardId, ShardKey, TypeKey};
 use tessera_metadata::MetadataStore;
 use tessera_sharding::{FnvExtractor, ShardExtractor};
 use tessera_state::partition::RoutedState;
@@ -119,18 +120,29 @@ impl EntityListing {
         let Some(node) = &self.node else {
             return Ok(None);
         };
+        // A shard in a handoff is answered for by the node handing it off (its copy is whole),
+        // never by both sides: each shard is counted once.
+        let handoffs: BTreeMap<ShardKey, NodeId> = self
+            .catalog
+            .shard_handoffs()?
+            .into_iter()
+            .filter(|(key, _)| key.type_key == *type_key)
+            .collect();
         let mut shards: BTreeSet<ShardId> = self
             .catalog
             .shard_table()?
             .into_iter()
-            .filter(|(key, allocation)| key.type_key == *type_key && allocation.node == *node)
+            .filter(|(key, allocation)| {
+                key.type_key == *type_key
+                    && allocation.node == *node
+                    && handoffs.get(key).is_none_or(|from| from == node)
+            })
             .map(|(key, _)| key.shard)
             .collect();
         shards.extend(
-            self.catalog
-                .shard_handoffs()?
+            handoffs
                 .into_iter()
-                .filter(|(key, from)| key.type_key == *type_key && from == node)
+                .filter(|(_, from)| from == node)
                 .map(|(key, _)| key.shard),
         );
         Ok(Some(shards))

@@ -79,6 +79,7 @@ impl Coordinator {
         let resend_after = self.config.request_timeout * 4;
         // With the partition plane serving, every shard's state is in its partition.
         let partitioned = self.partitions_serve();
+        let now = Instant::now();
         let mut settle = Vec::new();
         let mut retarget = Vec::new();
         for (key, handoff) in &mut self.handoffs {
@@ -96,8 +97,9 @@ impl Coordinator {
             }
             let from = {
                 let members = self.members.borrow();
+                let silent = partitioned && self.primaries.is_silent(&handoff.from, now);
                 match members.get(&handoff.from) {
-                    Some(member) if member.is_serving() => Owner::Serving,
+                    Some(member) if member.is_serving() && !silent => Owner::Serving,
                     // A partitioned shard's state is in its partition, not with its owner: a
                     // handoff from one that is down or cut off settles without it.
                     Some(member) if member.status != MemberStatus::Removed && !partitioned => {

@@ -94,6 +94,8 @@ pub struct Coordinator {
     plane: Arc<dyn MetadataPlane>,
     /// When gone owners' leases have run out (state held by owners only).
     guard: Option<ReassignGuard>,
+    /// The partitions' primaries as nodes report them (the partition plane serving).
+    primaries: primaries::Primaries,
     started: Instant,
 }
 
@@ -110,6 +112,7 @@ mod handle;
 mod handoffs;
 mod partitioned;
 mod partitions;
+mod primaries;
 
 impl Coordinator {
     /// Validates `config`, reads the committed allocation table, starts the coordinator task
@@ -175,6 +178,7 @@ impl Coordinator {
             switchboard,
             plane,
             guard,
+            primaries: primaries::Primaries::new(Instant::now()),
             started: Instant::now(),
         };
         tokio::spawn(async move {
@@ -266,9 +270,13 @@ impl Coordinator {
         commands: &mut mpsc::Receiver<CoordinatorCommand>,
     ) {
         let mut requests = Vec::new();
+        let mut primaries_changed = false;
         let mut next = Some(first);
         while let Some(command) = next.take() {
             match command {
+                CoordinatorCommand::PartitionPrimaries { node, led } => {
+                    primaries_changed |= self.on_primaries(&node, &led);
+                }
                 CoordinatorCommand::Allocate { key, requester } => requests.push((key, requester)),
                 CoordinatorCommand::HandoffComplete { key, generation } => {
                     if self
@@ -287,6 +295,9 @@ impl Coordinator {
         }
         if !requests.is_empty() {
             self.allocate(requests).await;
+        }
+        if primaries_changed {
+            self.rebalance().await;
         }
     }
 
@@ -490,10 +501,13 @@ impl Coordinator {
         }
         if self.partitions_serve() {
             let cap = self.config.rebalance_per_round;
-            let (dead, spread) = self.plan_partitioned_moves(&eligible, &skip, cap);
-            let recorded = self.apply_moves(dead).await;
+            let moves = self.plan_partitioned_moves(&eligible, &skip, cap);
+            let recorded = self.apply_moves(moves.dead).await;
             self.history.record(RebalanceReason::DeadOwner, recorded);
-            let recorded = self.apply_moves(spread).await;
+            let recorded = self.apply_moves(moves.follow).await;
+            self.history
+                .record(RebalanceReason::FollowPrimary, recorded);
+            let recorded = self.apply_moves(moves.spread).await;
             self.history
                 .record(RebalanceReason::GracefulSpread, recorded);
             self.place_partitions(&eligible).await;

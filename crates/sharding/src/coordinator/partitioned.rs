@@ -1,15 +1,29 @@
 //! Shards that follow their partitions, once the partition plane serves (a cluster with
 //! `partitions.count > 0`): a shard's entities live in its partition (the shard modulo the
-//! partition count), so the shard is placed only on a replica of that partition, and moved
-//! only among its replicas. And its state is not held by its owner: an owner that is down or
-//! cut off does not keep its partitioned shards waiting for it — they move to another replica
-//! at once, since a node that still serves them cannot commit or answer a read from a stale
-//! copy (the partition's group fences it; `docs/partitions.md`).
+//! partition count), so the shard is placed only on a replica of that partition — its group's
+//! primary, once a node reports leading it (`primaries.rs`) — and moved to that primary when
+//! another replica is elected. Before any primary is reported, a partition's shards are
+//! spread among its replicas. And a shard's state is not held by its owner: an owner that is
+//! down, cut off, or silent does not keep its partitioned shards waiting for it — they move at
+//! once, with no handoff, since a node that still serves them cannot commit or answer a read
+//! from a stale copy (the partition's group fences it; `docs/partitions.md`).
 
 use super::{Coordinator, Owner};
 use crate::rebalance::{self, ShardMovement};
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_contract::{AllocationTable, NodeId, ShardKey};
+use tokio::time::Instant;
+
+/// A partitioned rebalance round's moves, by why they are made.
+#[derive(Debug, Default)]
+pub(super) struct PartitionedMoves {
+    /// Shards of an owner that cannot serve them, to another replica.
+    pub(super) dead: Vec<ShardMovement>,
+    /// Shards to their partition's primary.
+    pub(super) follow: Vec<ShardMovement>,
+    /// Shards evened out among their partition's replicas (no primary known).
+    pub(super) spread: Vec<ShardMovement>,
+}
 
 impl Coordinator {
     /// Whether the partition plane serves: entity state in the partitions' groups.
@@ -24,12 +38,33 @@ impl Coordinator {
     }
 
     /// What `node` is to shard `key`: as [`Coordinator::owner`] says, except that a
-    /// partitioned shard's owner that is down or cut off holds nothing the shard needs.
+    /// partitioned shard's owner that is down, cut off or silent (no primaries report for
+    /// [`PRIMARY_REPORT_SILENCE`](crate::link::PRIMARY_REPORT_SILENCE)) holds nothing the shard
+    /// needs and would not answer a handoff.
     pub(super) fn owner_of(&self, key: &ShardKey, node: &str) -> Owner {
-        match self.owner(node) {
-            Owner::Held if self.partition_of(key).is_some() => Owner::Lost,
-            owner => owner,
+        if self.partition_of(key).is_none() {
+            return self.owner(node);
         }
+        match self.owner(node) {
+            Owner::Serving if !self.primaries.is_silent(node, Instant::now()) => Owner::Serving,
+            _ => Owner::Lost,
+        }
+    }
+
+    /// Takes `node`'s report of the partitions it leads; whether a partition's primary
+    /// changed (its shards then follow at once).
+    pub(super) fn on_primaries(&mut self, node: &NodeId, led: &[(u32, u64)]) -> bool {
+        if !self.partitions_serve() {
+            return false;
+        }
+        let count = self.config.partitions.count;
+        self.primaries.report(node, led, count, Instant::now())
+    }
+
+    /// The primary of `key`'s partition, if one is reported and it is among `candidates`.
+    fn primary_among<'a>(&self, key: &ShardKey, candidates: &'a [NodeId]) -> Option<&'a NodeId> {
+        let primary = self.primaries.of(self.partition_of(key)?)?;
+        candidates.iter().find(|node| *node == primary)
     }
 
     /// Each partition's committed replicas (empty while the plane does not serve, or before
@@ -50,8 +85,8 @@ impl Coordinator {
         }
     }
 
-    /// The nodes of `eligible` that may own `key`: all of them for a shard outside the plane,
-    /// its partition's replicas among them otherwise.
+    /// The nodes of `eligible` that may own `key`: all of them for a shard outside the plane;
+    /// otherwise its partition's primary if it is eligible, else its eligible replicas.
     pub(super) fn candidates(
         &self,
         key: &ShardKey,
@@ -64,24 +99,29 @@ impl Coordinator {
                 let Some(replicas) = replicas.get(&partition) else {
                     return Vec::new();
                 };
-                eligible
+                let here: Vec<NodeId> = eligible
                     .iter()
                     .filter(|node| replicas.contains(node))
                     .cloned()
-                    .collect()
+                    .collect();
+                match self.primary_among(key, &here) {
+                    Some(primary) => vec![primary.clone()],
+                    None => here,
+                }
             }
         }
     }
 
-    /// A rebalance round's moves while the plane serves: the dead-owner and spread moves of
-    /// each partition's shards among its eligible replicas, at most `cap` spread moves in
-    /// all.
+    /// A rebalance round's moves while the plane serves, per partition: to its primary where
+    /// one is reported and eligible (a move from an owner that cannot serve is made at once,
+    /// the others by handoff); else the dead-owner and spread moves among its eligible
+    /// replicas, at most `cap` spread moves in all.
     pub(super) fn plan_partitioned_moves(
         &self,
         eligible: &[NodeId],
         skip: &BTreeSet<ShardKey>,
         cap: usize,
-    ) -> (Vec<ShardMovement>, Vec<ShardMovement>) {
+    ) -> PartitionedMoves {
         let replicas = self.partition_replicas();
         let mut by_partition: BTreeMap<u32, AllocationTable> = BTreeMap::new();
         for (key, allocation) in &self.table {
@@ -90,7 +130,7 @@ impl Coordinator {
                 table.insert(key.clone(), allocation.clone());
             }
         }
-        let (mut dead, mut spread) = (Vec::new(), Vec::new());
+        let mut moves = PartitionedMoves::default();
         for (partition, mut table) in by_partition {
             let Some(placed) = replicas.get(&partition) else {
                 continue;
@@ -100,6 +140,26 @@ impl Coordinator {
                 .filter(|node| placed.contains(node))
                 .cloned()
                 .collect();
+            let primary = self
+                .primaries
+                .of(partition)
+                .filter(|primary| here.contains(primary));
+            if let Some(primary) = primary {
+                moves.follow.extend(
+                    table
+                        .iter()
+                        .filter(|(key, allocation)| {
+                            allocation.node != *primary && !skip.contains(*key)
+                        })
+                        .map(|(key, allocation)| ShardMovement {
+                            key: key.clone(),
+                            from: allocation.node.clone(),
+                            to: primary.clone(),
+                            generation: 0,
+                        }),
+                );
+                continue;
+            }
             if here.is_empty() {
                 continue;
             }
@@ -107,12 +167,12 @@ impl Coordinator {
             // A shard moved by this round is not moved again by its spread.
             let mut settled = skip.clone();
             settled.extend(moved.iter().map(|movement| movement.key.clone()));
-            dead.extend(moved);
-            let left = cap.saturating_sub(spread.len());
-            spread.extend(rebalance::plan_spread_moves(
+            moves.dead.extend(moved);
+            let left = cap.saturating_sub(moves.spread.len());
+            moves.spread.extend(rebalance::plan_spread_moves(
                 &mut table, &here, &settled, left,
             ));
         }
-        (dead, spread)
+        moves
     }
 }

@@ -4,9 +4,11 @@
 //! places nothing.
 
 use super::*;
+use crate::CoordinatorCommand;
 use crate::PartitionConfig;
 use std::collections::BTreeSet;
 use tessera_metadata::{Command, PartitionReplicas};
+use tokio::time::Instant;
 
 async fn join_catalog(plane: &Arc<dyn MetadataPlane>, node: &str) {
     plane
@@ -121,4 +123,182 @@ async fn with_no_partitions_configured_nothing_is_placed() {
         tokio::time::sleep(test_config().coordinator_tick).await;
     }
     assert!(plane.store().partitions().expect("reads").is_empty());
+}
+
+/// What each node says it leads: `(partition, view)`s per node.
+type Leads = Arc<std::sync::Mutex<BTreeMap<String, Vec<(u32, u64)>>>>;
+
+/// Reports, every [`PRIMARY_REPORT_INTERVAL`](crate::PRIMARY_REPORT_INTERVAL) until aborted, what each of `leads` says it
+/// leads: live nodes, as far as the coordinator can tell.
+fn keep_reporting(switchboard: &Arc<Switchboard>, leads: Leads) -> tokio::task::JoinHandle<()> {
+    let switchboard = switchboard.clone();
+    tokio::spawn(async move {
+        loop {
+            let reports = leads.lock().unwrap().clone();
+            for (node, led) in reports {
+                let _ = switchboard
+                    .send_to_coordinator(CoordinatorCommand::PartitionPrimaries { node, led });
+            }
+            tokio::time::sleep(crate::PRIMARY_REPORT_INTERVAL).await;
+        }
+    })
+}
+
+async fn table_until(
+    coordinator: &CoordinatorHandle,
+    what: &str,
+    done: impl Fn(&AllocationTable) -> bool,
+) -> AllocationTable {
+    let poll = async {
+        loop {
+            let table = coordinator
+                .allocation_table()
+                .await
+                .expect("the coordinator runs");
+            if done(&table) {
+                return table;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, poll)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// With the plane serving, a partition's shards follow its group's primary as nodes report
+/// it; when a primary falls silent (killed: the failure detector still calls it up) and
+/// another replica reports leading in a later view, the shards go to it at once — no handoff
+/// to the silent node — within the report silence, not the failure detector's verdict. A node
+/// that keeps reporting hands its shards off gracefully instead.
+#[tokio::test(start_paused = true)]
+async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_a_handoff() {
+    let lease = crate::lease::LeaseConfig {
+        duration_ms: 60_000,
+        renew_every_ms: 1_000,
+        drift_ppm: 1_000,
+        margin_ms: 100,
+    };
+    let config = ShardingConfig {
+        moves: crate::ShardMoves::OwnerHoldsState(lease),
+        partitions: PartitionConfig {
+            count: 2,
+            replication_factor: 3,
+        },
+        ..test_config()
+    };
+    let directory = tempfile::tempdir().unwrap();
+    let plane = test_plane(&directory);
+    let membership = Membership::new();
+    for node in ["n1", "n2", "n3"] {
+        join_catalog(&plane, node).await;
+        membership.join(node, Vec::<String>::new());
+    }
+    let switchboard = Arc::new(Switchboard::new());
+    let coordinator = Coordinator::start(
+        config,
+        membership.subscribe(),
+        switchboard.clone(),
+        plane.clone(),
+    )
+    .unwrap();
+    placed_until(&plane, "two partitions of three", |placed| {
+        placed.len() == 2
+    })
+    .await;
+    let leads: Leads = Arc::new(std::sync::Mutex::new(BTreeMap::from([
+        ("n1".to_string(), vec![]),
+        ("n2".to_string(), vec![(0, 1)]),
+        ("n3".to_string(), vec![(1, 1)]),
+    ])));
+    let reporting = keep_reporting(&switchboard, leads.clone());
+    let partition_of = |key: &ShardKey| key.shard % 2;
+    let keys: Vec<ShardKey> = (0..8)
+        .map(|shard| ShardKey::new(TypeKey::new("acme", "counter"), shard))
+        .collect();
+    for key in &keys {
+        let allocate = CoordinatorCommand::Allocate {
+            key: key.clone(),
+            requester: "n1".into(),
+        };
+        coordinator.command(allocate).await.unwrap();
+    }
+    let leader = |partition: u32, leads: &BTreeMap<String, Vec<(u32, u64)>>| {
+        leads
+            .iter()
+            .find(|(_, led)| led.iter().any(|(p, _)| *p == partition))
+            .map(|(node, _)| node.clone())
+    };
+    let follows = |table: &AllocationTable, leads: &BTreeMap<String, Vec<(u32, u64)>>| {
+        keys.iter().all(|key| {
+            table.get(key).map(|a| Some(a.node.clone())) == Some(leader(partition_of(key), leads))
+        })
+    };
+    let now_leading = leads.lock().unwrap().clone();
+    table_until(
+        &coordinator,
+        "every shard on its partition's primary",
+        |table| follows(table, &now_leading),
+    )
+    .await;
+    assert!(
+        coordinator.moving_shards().await.unwrap().is_empty(),
+        "placed, not moved"
+    );
+
+    // n2 dies: it stops reporting, but the membership still says it is up. n1 is elected
+    // partition 0's primary in view 2.
+    {
+        let mut leads = leads.lock().unwrap();
+        leads.remove("n2");
+        leads.insert("n1".into(), vec![(0, 2)]);
+    }
+    let now_leading = leads.lock().unwrap().clone();
+    let before = Instant::now();
+    table_until(&coordinator, "partition 0's shards on n1", |table| {
+        follows(table, &now_leading)
+    })
+    .await;
+    // Its move may start as a handoff (n2 was heard from a moment ago); it settles without
+    // n2 once n2 is silent, as no handoff from it would ever end.
+    let settled = async {
+        while !coordinator.moving_shards().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, settled)
+        .await
+        .expect("the silent owner's shards settle on the new primary");
+    assert!(
+        before.elapsed() <= crate::PRIMARY_REPORT_SILENCE + Duration::from_millis(500),
+        "settled {:?} after the primary changed",
+        before.elapsed()
+    );
+
+    // n3, alive and reporting, loses partition 1 to n1: its shards are handed off, and the
+    // handoff waits for n3 (no region answers here), past the silence.
+    leads
+        .lock()
+        .unwrap()
+        .insert("n1".into(), vec![(0, 2), (1, 2)]);
+    leads.lock().unwrap().insert("n3".into(), vec![]);
+    let of_partition_1 = |moving: &std::collections::BTreeSet<ShardKey>| {
+        keys.iter()
+            .filter(|key| partition_of(key) == 1)
+            .all(|key| moving.contains(key))
+    };
+    let handed_off = async {
+        while !of_partition_1(&coordinator.moving_shards().await.unwrap()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(WAIT_LIMIT, handed_off)
+        .await
+        .expect("a live owner's shards are handed off to the new primary");
+    tokio::time::sleep(crate::PRIMARY_REPORT_SILENCE * 3).await;
+    assert!(
+        of_partition_1(&coordinator.moving_shards().await.unwrap()),
+        "a live owner is waited for"
+    );
+    reporting.abort();
 }

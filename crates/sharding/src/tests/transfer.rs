@@ -4,7 +4,7 @@
 //! stalled, and completes once the refusal ends.
 
 use super::*;
-use crate::{CoordinatorCommand, RegionCounters, TRANSFER_STALL_ATTEMPTS};
+use crate::{CoordinatorCommand, LinkMessage, RegionCounters, TRANSFER_STALL_ATTEMPTS};
 use std::time::Instant;
 use tessera_state::{
     EntityState, GroupCommitConfig, LocalState, SHARD_PART_BYTES_MAX, ShardPart, ShardScope,
@@ -41,6 +41,7 @@ struct Pair {
     stores: [Arc<LocalState>; 2],
     regions: [RegionHandle; 2],
     coordinator: CoordinatorHandle,
+    switchboard: Arc<Switchboard>,
     _membership: Membership,
     _directory: tempfile::TempDir,
 }
@@ -71,6 +72,7 @@ async fn pair(config: &ShardingConfig, register: bool) -> Pair {
         stores,
         regions: [first, second],
         coordinator,
+        switchboard,
         _membership: membership,
         _directory: directory,
     }
@@ -224,4 +226,71 @@ async fn a_transfer_that_cannot_progress_is_counted_and_completes_once_it_can() 
         .unwrap();
     settled(&pair, &key, Duration::from_secs(20)).await;
     assert_eq!(export_all(&pair.stores[1], &key), before);
+}
+
+/// A region still sending a handoff's state when the coordinator announces the move settled
+/// without it (it took the node for gone) stops sending and sends what waited for the shard
+/// to its new home, instead of holding the shard forever for a transfer nobody will take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_the_coordinator_settled_without_this_region_is_abandoned() {
+    let config = ShardingConfig {
+        request_timeout: Duration::from_millis(40),
+        ..test_config()
+    };
+    // node-1 does not know the type: it refuses every part, so the transfer never ends.
+    let pair = pair(&config, false).await;
+    let id = "abandoned";
+    write_state(&pair.stores[0], id, 1, 1 << 10).await;
+    let key = move_to_second(&pair, id).await;
+    let refusing = async {
+        while pair.regions[1].counters().shard_parts_refused == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), refusing)
+        .await
+        .expect("node-1 refuses the first part");
+    // An ask waits in node-0's handoff buffer.
+    let region = pair.regions[0].clone();
+    let asked = tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = region
+            .ask(
+                counter().entity(id),
+                b"after".to_vec(),
+                Some(Duration::from_secs(30)),
+            )
+            .await;
+        (reply, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!asked.is_finished(), "the ask waits for the handoff");
+
+    // The coordinator settles the move without node-0 and announces it.
+    let table = pair.coordinator.allocation_table().await.unwrap();
+    let announced = LinkMessage::Allocated {
+        key: key.clone(),
+        allocation: table[&key].clone(),
+    };
+    pair.switchboard
+        .send_to_region("node-0", announced)
+        .unwrap();
+    let (reply, waited) = tokio::time::timeout(Duration::from_secs(10), asked)
+        .await
+        .expect("the waiting ask is sent on")
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+    // node-1 does not know the type: the ask reached it and was refused there.
+    let error = reply.expect_err("node-1 refuses the type");
+    assert_ne!(error.kind, tessera_contract::ErrorKind::Timeout, "{error}");
+    let refused = pair.regions[1].counters().shard_parts_refused;
+    tokio::time::sleep(config.request_timeout * 10).await;
+    assert_eq!(
+        pair.regions[1].counters().shard_parts_refused,
+        refused,
+        "no part is sent after the handoff was abandoned"
+    );
 }

@@ -13,7 +13,9 @@
 //!   its acknowledgement only from the node it moves to; envelopes only from a member, each
 //!   with an allocation the catalog gave;
 //! - a command to the coordinator only from a member (a completed handoff only from the node
-//!   handing the shard off), progress reports only from members and voters;
+//!   handing the shard off; a report of the partitions it leads only from the node it names,
+//!   for partitions it is a committed replica of), progress reports only from members and
+//!   voters;
 //! - a partition group's frames only from one of the partition's committed replicas, to
 //!   another (this node);
 //! - a request to hold a plugin blob only from a voter or a member the catalog has committed
@@ -69,6 +71,7 @@ pub(crate) enum Kind {
     Allocate,
     HandoffComplete,
     MoveShard,
+    PartitionPrimaries,
     Progress,
     BlobRequest,
     BlobReply,
@@ -78,7 +81,7 @@ pub(crate) enum Kind {
 
 impl Kind {
     /// Every kind, in the order `/metrics` lists them.
-    pub(crate) const ALL: [Kind; 21] = [
+    pub(crate) const ALL: [Kind; 22] = [
         Kind::Replica,
         Kind::Submit,
         Kind::Reply,
@@ -95,6 +98,7 @@ impl Kind {
         Kind::Allocate,
         Kind::HandoffComplete,
         Kind::MoveShard,
+        Kind::PartitionPrimaries,
         Kind::Progress,
         Kind::BlobRequest,
         Kind::BlobReply,
@@ -127,6 +131,7 @@ impl Kind {
                 CoordinatorCommand::Allocate { .. } => Kind::Allocate,
                 CoordinatorCommand::HandoffComplete { .. } => Kind::HandoffComplete,
                 CoordinatorCommand::MoveShard { .. } => Kind::MoveShard,
+                CoordinatorCommand::PartitionPrimaries { .. } => Kind::PartitionPrimaries,
             },
             PeerMessage::Progress { .. } => Kind::Progress,
             PeerMessage::BlobHold { .. } | PeerMessage::BlobRead { .. } => Kind::BlobRequest,
@@ -158,6 +163,7 @@ impl Kind {
             Kind::Allocate => "unauthorized_allocate",
             Kind::HandoffComplete => "unauthorized_handoff_complete",
             Kind::MoveShard => "unauthorized_move_shard",
+            Kind::PartitionPrimaries => "unauthorized_partition_primaries",
             Kind::Progress => "unauthorized_progress",
             Kind::BlobRequest => "unauthorized_blob_request",
             Kind::BlobReply => "unauthorized_blob_reply",
@@ -363,6 +369,17 @@ fn coordinator(from: &str, command: &CoordinatorCommand, known: &Knowledge<'_>) 
         }
         // An operator's move, through the member whose API took it.
         CoordinatorCommand::MoveShard { .. } => known.member(from),
+        // A member's own report, of partitions it is a committed replica of.
+        CoordinatorCommand::PartitionPrimaries { node, led } => Vouched::from_bool(node == from)
+            .and(|| known.member(from))
+            .and(|| {
+                led.iter().fold(Vouched::Yes, |vouched, (partition, _)| {
+                    vouched.and(|| match known.catalog.partition_replicas(*partition) {
+                        None => Vouched::NotYet,
+                        Some(replicas) => Vouched::from_bool(replicas.iter().any(|r| r == from)),
+                    })
+                })
+            }),
     }
 }
 

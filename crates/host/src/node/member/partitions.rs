@@ -2,13 +2,13 @@
 //! here, started when its placement is applied (frames that came first were parked by the
 //! mesh's group router and go to it in order), each with its journal under
 //! `<data dir>/partitions/` and the partition machine (`tessera_state::partition`), ticking and
-//! electing primaries over the mesh like the metadata plane's group. A partition placed away
-//! from this node stops here (its journal stays: a later placement back starts from it).
+//! electing primaries over the mesh like the metadata plane's group, its voters in an order
+//! every node derives alike from the replica set ([`voter_order`]).
 //!
 //! Each running group is held in the node's [`RoutedState`]: the entities of its partition are
 //! read from this replica and committed through the group. A group keeps the replicas it
-//! started with — a placement that changes them is shown beside the running set
-//! ([`PartitionHere`]) until moves (VSR reconfiguration) are built.
+//! started with — a placement that changes them, or drops this node, is shown beside the
+//! running set ([`PartitionHere`]) until moves (VSR reconfiguration) are built.
 
 use super::mesh::Mesh;
 use crate::node::{ClusterConfig, NodeConfig, NodeError};
@@ -21,7 +21,9 @@ use tessera_consensus::group::{
 };
 use tessera_contract::EntityAddress;
 use tessera_metadata::{MetadataPlane, PlaneStatus, partition_group};
-use tessera_sharding::{FnvExtractor, ShardExtractor};
+use tessera_sharding::{
+    CoordinatorCommand, FnvExtractor, PRIMARY_REPORT_INTERVAL, ShardExtractor, Switchboard,
+};
 use tessera_state::partition::{
     PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, RoutedState,
 };
@@ -44,8 +46,8 @@ pub struct PartitionHere {
     pub replicas: Vec<String>,
     /// The placement generation it started under.
     pub generation: u64,
-    /// The committed placement, when it differs from `replicas` (a move not applied: moves
-    /// are not built yet).
+    /// The committed placement, when it names other nodes than `replicas` (empty: the
+    /// partition is no longer placed): a move not applied, as moves are not built yet.
     pub placed: Option<Vec<String>>,
     /// The group as this replica sees it: view, commit, primary, contact.
     pub status: GroupStatus,
@@ -57,6 +59,30 @@ pub struct PartitionHere {
 pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf {
     let shards = FnvExtractor::new(num_shards);
     Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
+}
+
+/// The order of `partition`'s voters in its group: its replica set sorted, then rotated by
+/// the partition number. Every node derives the same order from the same set, whatever order
+/// the placement lists it in (the placement reorders replicas to even out preferred
+/// primaries, which moves no data): a group's voters must be in one order on every member,
+/// as a voter's index in it names it in the protocol. The rotation spreads the primaries of
+/// view 0 over the nodes.
+fn voter_order(partition: u32, replicas: &[String]) -> Vec<String> {
+    let mut voters = replicas.to_vec();
+    voters.sort();
+    voters.dedup();
+    if !voters.is_empty() {
+        let turn = partition as usize % voters.len();
+        voters.rotate_left(turn);
+    }
+    voters
+}
+
+/// Whether two replica lists name the same nodes.
+fn same_set(left: &[String], right: &[String]) -> bool {
+    let left: std::collections::BTreeSet<&String> = left.iter().collect();
+    let right: std::collections::BTreeSet<&String> = right.iter().collect();
+    left == right
 }
 
 /// A running partition group.
@@ -79,6 +105,26 @@ pub(in crate::node) struct PartitionGroups {
     running: Mutex<BTreeMap<u32, Running>>,
 }
 
+/// Tells the coordinator, every [`PRIMARY_REPORT_INTERVAL`], which partitions' groups this
+/// node leads (their shards follow their primaries), until the node is gone. The report is
+/// sent even when it leads none: it is also how the coordinator knows the node is alive.
+async fn report_primaries(groups: Weak<PartitionGroups>, switchboard: Arc<Switchboard>) {
+    let mut interval = tokio::time::interval(PRIMARY_REPORT_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(groups) = groups.upgrade() else {
+            return;
+        };
+        let led = groups.led();
+        let node = groups.node.clone();
+        drop(groups);
+        // The coordinator may be moving (a metadata view change): the next report gets there.
+        let _ =
+            switchboard.send_to_coordinator(CoordinatorCommand::PartitionPrimaries { node, led });
+    }
+}
+
 /// Nothing observes a partition's applied writes: the entity layer reads the replica's tables
 /// when it needs them.
 struct Unobserved;
@@ -91,7 +137,9 @@ impl GroupObserver<PartitionApplied> for Unobserved {
 
 impl PartitionGroups {
     /// Starts following the placement through `plane` (re-read at every catalog commit
-    /// `status` shows, and every [`PLACEMENT_RECHECK`]).
+    /// `status` shows, and every [`PLACEMENT_RECHECK`]) and, when the plane serves
+    /// (`partitions.count` above 0), reporting the groups this node leads to the coordinator
+    /// through `switchboard`.
     pub(in crate::node) fn start(
         config: &NodeConfig,
         cluster: &ClusterConfig,
@@ -99,6 +147,7 @@ impl PartitionGroups {
         routed: Arc<RoutedState>,
         plane: Weak<dyn MetadataPlane>,
         status: watch::Receiver<PlaneStatus>,
+        switchboard: Arc<Switchboard>,
     ) -> Result<Arc<PartitionGroups>, NodeError> {
         let dir = config.data_dir.join("partitions");
         std::fs::create_dir_all(&dir).map_err(|source| NodeError::DataDir {
@@ -115,6 +164,9 @@ impl PartitionGroups {
             running: Mutex::default(),
         });
         tokio::spawn(follow_placement(Arc::downgrade(&groups), plane, status));
+        if config.sharding.partitions.count > 0 {
+            tokio::spawn(report_primaries(Arc::downgrade(&groups), switchboard));
+        }
         Ok(groups)
     }
 
@@ -132,58 +184,61 @@ impl PartitionGroups {
             .collect()
     }
 
+    /// The partitions whose groups this node leads, with the view it leads each in.
+    fn led(&self) -> Vec<(u32, u64)> {
+        self.lock()
+            .iter()
+            .filter_map(|(partition, running)| {
+                let status = running.group.status();
+                (status.primary.as_deref() == Some(self.node.as_str()))
+                    .then_some((*partition, status.view))
+            })
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Running>> {
         self.running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Starts the groups of partitions placed here, stops those placed away, and notes
-    /// placements that would move a running group's replicas.
+    /// Starts the groups of partitions placed here and notes placements that would change a
+    /// running group's replicas. A running group is never stopped by the placement: until
+    /// moves (VSR reconfiguration) are built its voters are fixed, and a placement that drops
+    /// this node — a failure detector's verdict while it was stalled, say — must not take a
+    /// voter away from a group that still counts on it. A node that leaves for good stops
+    /// its groups with its process.
     fn reconcile(&self, placement: &BTreeMap<u32, (Vec<String>, u64)>) {
         let mut running = self.lock();
-        let gone: Vec<u32> = running
-            .keys()
-            .filter(|partition| {
-                placement
-                    .get(partition)
-                    .is_none_or(|(replicas, _)| !replicas.contains(&self.node))
-            })
-            .copied()
-            .collect();
-        for partition in gone {
-            self.routed.release(partition);
-            running.remove(&partition);
-            self.mesh.groups.remove(partition_group(partition));
-            tracing::info!(
-                partition,
-                "this node's replica of the partition stopped: placed away"
-            );
+        for (partition, here) in running.iter_mut() {
+            let placed = placement.get(partition).map(|(replicas, _)| replicas);
+            let moved = match placed {
+                Some(replicas) if same_set(replicas, &here.replicas) => None,
+                Some(replicas) => Some(replicas.clone()),
+                None => Some(Vec::new()),
+            };
+            if moved.is_some() && here.placed != moved {
+                tracing::warn!(
+                    partition,
+                    running = ?here.replicas,
+                    placed = ?moved,
+                    "the placement moves this partition's replicas; moves are not built yet, \
+                     so its group keeps its replicas"
+                );
+            }
+            here.placed = moved;
         }
         for (partition, (replicas, generation)) in placement {
-            if !replicas.contains(&self.node) {
+            if !replicas.contains(&self.node) || running.contains_key(partition) {
                 continue;
             }
-            if let Some(here) = running.get_mut(partition) {
-                let moved = (here.replicas != *replicas).then(|| replicas.clone());
-                if moved.is_some() && here.placed != moved {
-                    tracing::warn!(
-                        partition,
-                        running = ?here.replicas,
-                        placed = ?replicas,
-                        "the placement moves this partition's replicas; moves are not built yet, \
-                         so its group keeps its replicas"
-                    );
-                }
-                here.placed = moved;
-                continue;
-            }
-            match self.start_group(*partition, replicas) {
+            let voters = voter_order(*partition, replicas);
+            match self.start_group(*partition, &voters) {
                 Ok(group) => {
                     running.insert(
                         *partition,
                         Running {
-                            replicas: replicas.clone(),
+                            replicas: voters,
                             generation: *generation,
                             placed: None,
                             group,

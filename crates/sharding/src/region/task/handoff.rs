@@ -7,7 +7,7 @@ use super::RegionTask;
 use crate::handoff::ShardBuffer;
 use crate::link::CoordinatorCommand;
 use crate::region::Internal;
-use crate::region::homes::Home;
+use crate::region::homes::{Home, RegisteredType};
 use crate::region::route::{Caller, Routed, route_in_slot};
 use crate::region::transfer;
 use tessera_contract::{Allocation, ShardKey};
@@ -135,6 +135,38 @@ impl RegionTask {
                 }
             });
         }
+    }
+
+    /// A handoff this region is still sending whose move the coordinator announces settled
+    /// (`allocation` at its generation or later): the coordinator finished it without this
+    /// region — it took this node for gone (down, cut off, or silent; say a stalled process
+    /// that read the handoff only when it woke) — and the new owner will take no part of it.
+    /// The transfer stops and what waited goes where the shard lives now: the shard waits as
+    /// if allocating, which `learn` then resolves.
+    pub(super) fn abandon_settled_handoff(
+        &mut self,
+        key: &ShardKey,
+        ty: &RegisteredType,
+        allocation: &Allocation,
+    ) {
+        {
+            let Some(mut home) = ty.slot(key.shard) else {
+                return;
+            };
+            let settled = matches!(&*home, Home::HandingOff { to, .. } if allocation.generation >= to.generation);
+            if !settled {
+                return;
+            }
+            let Home::HandingOff { buffer, .. } = std::mem::take(&mut *home) else {
+                return;
+            };
+            *home = Home::Allocating {
+                since: tokio::time::Instant::now(),
+                buffer,
+            };
+        }
+        self.transfers.cancel(key);
+        tracing::info!(%key, to = %allocation.node, "a handoff settled without this node: abandoned");
     }
 
     pub(super) fn complete_handoff(&self, key: ShardKey, generation: u64) {

@@ -344,6 +344,7 @@ impl RegionTask {
         let Some(ty) = self.registered(&key.type_key) else {
             return;
         };
+        self.abandon_settled_handoff(key, &ty, &allocation);
         let ours = allocation.node == self.shared.node;
         let news = ty.slot(key.shard).is_some_and(|home| {
             home.known_generation()

@@ -522,6 +522,38 @@ fn commands_to_the_coordinator_come_from_members_and_a_completion_from_the_losin
 }
 
 #[test]
+fn a_report_of_partitions_led_comes_from_the_node_it_names_for_partitions_it_replicates() {
+    let report = |node: &str, led: Vec<(u32, u64)>| {
+        PeerMessage::Coordinator(CoordinatorCommand::PartitionPrimaries {
+            node: node.into(),
+            led,
+        })
+    };
+    assert_eq!(verdict("n2", report("n2", vec![(0, 3)])), Verdict::Accept);
+    assert_eq!(
+        verdict("n2", report("n2", vec![])),
+        Verdict::Accept,
+        "leads none"
+    );
+    assert_eq!(
+        verdict("n1", report("n2", vec![(0, 3)])),
+        Verdict::Refuse,
+        "for another node"
+    );
+    assert_eq!(
+        verdict("n2", report("n2", vec![(0, 3), (1, 3)])),
+        Verdict::Refuse,
+        "a partition it is no replica of"
+    );
+    assert_eq!(
+        verdict("n2", report("n2", vec![(7, 1)])),
+        Verdict::Hold,
+        "a partition not placed yet here"
+    );
+    assert_eq!(verdict("rogue", report("rogue", vec![])), Verdict::Hold);
+}
+
+#[test]
 fn progress_comes_from_members_and_voters() {
     let progress = || PeerMessage::Progress { commit: 1_000_000 };
     assert_eq!(verdict("n4", progress()), Verdict::Accept);
