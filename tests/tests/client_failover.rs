@@ -1,5 +1,7 @@
 //! `tessera-client` against a three-node cluster in which a node is killed with `kill -9`
-//! while clients ask counters through all three addresses (and the node is later restarted):
+//! while clients ask counters through all three addresses (and the node is later restarted),
+//! with entity state on its owners' disks and with the partition plane serving (the node
+//! killed then is the primary of the most partitions):
 //! every ask ends — in a value or an error — and no acknowledged add is lost or applied twice
 //! (each counter's answers strictly increase, by one per add unless an earlier ask ended with an
 //! unknown outcome); tells whose idempotency keys are sent twice run once. Each node is this
@@ -21,7 +23,7 @@ const TOLD: &str = "told";
 
 /// Not a test of its own: a child process's node, run by the command line until killed.
 #[test]
-#[ignore = "run by asks_through_a_killed_node_end_and_count_once as its child processes"]
+#[ignore = "run by the tests below as their child processes"]
 fn failover_child_node() {
     run_child_if_asked();
 }
@@ -56,6 +58,9 @@ struct Ledger {
     /// Asks that ended with an unknown outcome (the add may have run) since that answer.
     unknown_since: i64,
     answered: usize,
+    /// The longest time between two answers (or from the start to the first): how long the
+    /// counter was not served.
+    longest_gap: Duration,
     /// Errors by kind, for the report.
     errors: BTreeMap<String, usize>,
 }
@@ -63,6 +68,7 @@ struct Ledger {
 /// Asks counter `id` to add one until `stop`, checking every answer against the last.
 async fn ask_until(client: Client, id: String, stop: Arc<AtomicBool>) -> Ledger {
     let mut ledger = Ledger::default();
+    let mut last_answer = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let asked = client
             .ask::<_, i64>("counter", &id, &serde_json::json!({"Add": 1}))
@@ -81,6 +87,8 @@ async fn ask_until(client: Client, id: String, stop: Arc<AtomicBool>) -> Ledger 
                 ledger.acknowledged = value;
                 ledger.unknown_since = 0;
                 ledger.answered += 1;
+                ledger.longest_gap = ledger.longest_gap.max(last_answer.elapsed());
+                last_answer = Instant::now();
             }
             Err(error) => {
                 let kind = match &error {
@@ -142,17 +150,55 @@ fn an_owner_not_primary(cluster: &Cluster) -> usize {
 fn asks_through_a_killed_node_end_and_count_once() {
     let cluster = Cluster::new(&NODES, NODES.len(), "failover_child_node");
     cluster.start_until_up(NODES.len());
-    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
-    deploy_counter(&cluster, 0, &token, "counter", "");
+    asks_end_and_count_once(&cluster, an_owner_not_primary);
+}
+
+/// Partitions of three replicas, the killed node the primary of the most of them, mid-load.
+const PARTITIONS: usize = 6;
+
+#[test]
+fn asks_through_a_killed_partition_primary_end_and_count_once() {
+    let cluster = Cluster::new(&NODES, NODES.len(), "failover_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    asks_end_and_count_once(&cluster, the_primary_of_the_most_partitions);
+}
+
+/// The node that leads the most partitions' groups, as every group's replicas agree.
+fn the_primary_of_the_most_partitions(cluster: &Cluster) -> usize {
+    let led = eventually("every partition's group has a primary", cluster, || {
+        let url = format!("{}/v1/cluster/partitions", cluster.url(0));
+        let answer = get(&url, ADMIN)?.json();
+        let groups = answer["partitions"].as_array()?;
+        let primaries: Vec<&str> = groups
+            .iter()
+            .filter_map(|here| here["status"]["primary"].as_str())
+            .collect();
+        (groups.len() == PARTITIONS && primaries.len() == PARTITIONS).then(|| {
+            (0..NODES.len())
+                .map(|index| primaries.iter().filter(|p| **p == NODES[index]).count())
+                .collect::<Vec<usize>>()
+        })
+    });
+    (0..NODES.len())
+        .max_by_key(|index| led[*index])
+        .expect("three nodes")
+}
+
+/// Clients ask counters through every node while `victim(cluster)` is killed and restarted:
+/// every ask ends, no acknowledged add is lost or applied twice, keyed tells run once.
+fn asks_end_and_count_once(cluster: &Cluster, victim: fn(&Cluster) -> usize) {
+    let token = eventually("a tenant", cluster, || create_tenant(cluster, 0, "acme"));
+    deploy_counter(cluster, 0, &token, "counter", "");
     for index in 0..NODES.len() {
-        wait_bound(&cluster, index, &token, "counter", 1);
+        wait_bound(cluster, index, &token, "counter", 1);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    let clients = clients(&cluster, &token);
+    let clients = clients(cluster, &token);
     let stop = Arc::new(AtomicBool::new(false));
     let askers: Vec<_> = (0..COUNTERS)
         .map(|counter| {
@@ -168,21 +214,21 @@ fn asks_through_a_killed_node_end_and_count_once() {
         std::thread::sleep(Duration::from_secs(2));
     };
     phase("asking");
-    let victim = an_owner_not_primary(&cluster);
+    let victim = victim(cluster);
     cluster.kill(victim);
     phase("killed");
     let survivor = (victim + 1) % NODES.len();
-    eventually("the killed node seen unreachable", &cluster, || {
-        let status = cluster_status(&cluster, survivor)?;
+    eventually("the killed node seen unreachable", cluster, || {
+        let status = cluster_status(cluster, survivor)?;
         (reachable(&status, NODES[victim]) == Some(false)).then_some(())
     });
     phase("seen unreachable");
     cluster.start(victim);
-    eventually("the restarted node reachable", &cluster, || {
-        let status = cluster_status(&cluster, survivor)?;
+    eventually("the restarted node reachable", cluster, || {
+        let status = cluster_status(cluster, survivor)?;
         (reachable(&status, NODES[victim]) == Some(true)).then_some(())
     });
-    wait_bound(&cluster, victim, &token, "counter", 1);
+    wait_bound(cluster, victim, &token, "counter", 1);
     phase("restarted");
     stop.store(true, Ordering::Relaxed);
 
@@ -211,7 +257,11 @@ fn asks_through_a_killed_node_end_and_count_once() {
         );
     }
     let answered: usize = ledgers.iter().map(|ledger| ledger.answered).sum();
-    eprintln!("{answered} asks answered; tells: {committed} keys committed, {failed} failed");
+    let longest = ledgers.iter().map(|ledger| ledger.longest_gap).max();
+    eprintln!(
+        "{answered} asks answered; tells: {committed} keys committed, {failed} failed; the \
+         longest a counter went unanswered: {longest:?}"
+    );
 
     // Keys sent twice ran once.
     assert!(committed > 0, "tells were committed");
