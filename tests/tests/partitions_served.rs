@@ -2,16 +2,18 @@
 //! counters asked through every node. Their state is committed through the partitions' groups,
 //! so when a node is killed (`kill -9`) and its disk is lost, and the operator removes it, the
 //! counters it served come back on the others with every acknowledged add — where, with the
-//! plane off, they restart empty. The type's entities are listed as before. And a node stalled
+//! plane off, they restart empty. The type's entities are listed as before, and a backup
+//! read from the partitions' replicas restores them into a fresh node. And a node stalled
 //! (SIGSTOP) for 15 s while clients add through the others serves nothing stale when it wakes:
 //! each counter's acknowledged values only grow, and every node then reads the same value, no
 //! smaller than the last acknowledged. A node killed and left dead (not removed) does not keep
-//! its counters waiting: the others serve them, with every acknowledged add, once the failure
-//! detector sees it gone. Each node is this test binary re-run as a child
+//! its counters waiting: the others serve them, with every acknowledged add, once their
+//! partitions' new primaries take their shards over. Each node is this test binary re-run as a child
 //! (`tessera_tests::processes`).
 
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use tessera_tests::cluster::*;
 use tessera_tests::processes::run_child_if_asked;
 
@@ -41,6 +43,10 @@ fn groups_ready(cluster: &Cluster, index: usize) -> Option<()> {
                     .is_some_and(|age| age < 1_000)
         });
     ready.then_some(())
+}
+
+fn cli(args: &[&str]) -> ExitCode {
+    tessera_host::cli::run_from(std::iter::once("tessera").chain(args.iter().copied()))
 }
 
 /// Counter `id`'s value read through node `index`, once it answers.
@@ -120,9 +126,38 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
     .expect("the listing answers")
     .json();
     assert_eq!(page["total"], json!(COUNTERS), "{page}");
-    // Backups do not read the partitions' replicas yet: refused, not silently partial.
-    let backup = get(&format!("{}/v1/backup", cluster.url(0)), ADMIN).expect("answers");
-    assert_eq!(backup.status, 409, "{}", backup.body);
+    // A backup reads each shard from its owner's replica of its partition: restored into a
+    // fresh node with the plane off, every counter holds its acknowledged value. A restore
+    // into a cluster whose plane serves is refused: it does not write through the groups yet.
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("partitioned.tsrbak").display().to_string();
+    let backed_up = cli(&[
+        "backup",
+        "--out",
+        &file,
+        "--url",
+        &cluster.url(0),
+        "--token",
+        ADMIN,
+    ]);
+    assert_eq!(backed_up, ExitCode::SUCCESS, "the backup succeeded");
+    let refused = cli(&["restore", &file, "--url", &cluster.url(1), "--token", ADMIN]);
+    assert_ne!(
+        refused,
+        ExitCode::SUCCESS,
+        "a restore into the plane is refused"
+    );
+    let target = Cluster::new(&["b1"], 1, "partitions_served_child_node");
+    target.start_until_up(1);
+    let restored = cli(&["restore", &file, "--url", &target.url(0), "--token", ADMIN]);
+    assert_eq!(restored, ExitCode::SUCCESS, "the restore succeeded");
+    for id in 0..COUNTERS {
+        assert_eq!(
+            value_through(&target, 0, &token, id),
+            acknowledged[&id],
+            "c{id} restored from the partitions' replicas"
+        );
+    }
     // And they go on from there.
     for id in 0..COUNTERS {
         let reply = ask_counter(&cluster, id % 2, &token, &format!("c{id}"), 1);

@@ -32,7 +32,7 @@ pub use backend::{CommitFuture, EntityMeta, EntityState, RememberStore, ShardPar
 pub use commit::{GroupCommitConfig, GroupCommitStats, GroupCommitter};
 pub use error::{CommitError, StoreError};
 pub use listing::{entity_count_across, entity_ids_across};
-pub use local::LocalState;
+pub use local::{LocalState, export_shard};
 pub use messaging::{DueReminder, MessagingWrites, OutboxEntry, Receipt, Reminder, Sequences};
 pub use shard_transfer::{
     SHARD_PART_BYTES_MAX, ShardExport, ShardFilter, ShardPart, ShardScope,

@@ -183,9 +183,30 @@ impl LocalState {
     /// The shard's state as parts cut on demand from a snapshot taken now
     /// ([`ShardStates::export`]).
     pub fn export_snapshot(&self, scope: &ShardScope) -> Result<ShardExport, StoreError> {
-        let transaction = self.store.database().begin_read().map_err(StoreError::io)?;
-        Ok(ShardExport::new(transaction, scope.clone()))
+        export_shard(&self.store, scope)
     }
+}
+
+/// `scope`'s shard in `store` (a node's own tables, or a partition replica's) as parts cut on
+/// demand from a snapshot taken now.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tessera_contract::TypeKey;
+/// use tessera_state::{ShardScope, StateStore, export_shard};
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = StateStore::open(&dir.path().join("s.redb")).unwrap();
+/// let scope = ShardScope {
+///     type_key: TypeKey::new("acme", "counter"),
+///     shard: 0,
+///     contains: Arc::new(|_: &str| true),
+/// };
+/// let parts: Vec<_> = export_shard(&store, &scope).unwrap().collect();
+/// assert_eq!(parts.len(), 1, "an empty shard is one last, empty part");
+/// ```
+pub fn export_shard(store: &StateStore, scope: &ShardScope) -> Result<ShardExport, StoreError> {
+    let transaction = store.database().begin_read().map_err(StoreError::io)?;
+    Ok(ShardExport::new(transaction, scope.clone()))
 }
 
 impl ShardStates for LocalState {

@@ -43,24 +43,59 @@ const RESTORE_ALLOCATION_POLL: Duration = Duration::from_millis(20);
 pub type BackupFrame = Result<Vec<u8>, NodeError>;
 
 impl Node {
-    /// Refuses a backup or restore of a cluster whose partition plane serves: its entities'
-    /// state is in the partitions' replicas, which backups do not read or write yet, and a
-    /// backup without them would look whole.
+    /// Refuses a restore into a cluster whose partition plane serves: its entities' state is
+    /// written through the partitions' groups, which a restore does not do yet (a backup of
+    /// such a cluster restores into one with the plane off, or a single node).
     fn refuse_partitioned(&self, what: &str) -> Result<(), NodeError> {
         let partitions = self.config.sharding.partitions.count;
         if self.config.cluster.is_some() && partitions > 0 {
             return Err(NodeError::Conflict(format!(
-                "a cluster whose partition plane serves ({partitions} partitions) cannot be                  {what} yet: backups do not read its partitions' replicas                  (docs/partitions.md, \"Still to build\")"
+                "a cluster whose partition plane serves ({partitions} partitions) cannot be \
+                 {what} yet: a restore does not write through its partitions' groups \
+                 (docs/partitions.md, \"Still to build\")"
             )));
         }
         Ok(())
+    }
+
+    /// The partition `key`'s entity state lives in, while the partition plane serves.
+    fn partition_of(&self, key: &ShardKey) -> Option<u32> {
+        let count = self.config.sharding.partitions.count;
+        (self.config.cluster.is_some() && count > 0).then(|| key.shard % count)
+    }
+
+    /// `key`'s parts, from one snapshot of where its entities live: this node's tables, or,
+    /// for a partitioned shard, this node's replica of its partition — the owner's, which
+    /// has applied every write the owner acknowledged — followed by the ids remembered in this
+    /// node's own tables, numbered on as one sequence.
+    fn shard_parts(
+        &self,
+        key: &ShardKey,
+    ) -> Result<Box<dyn Iterator<Item = Result<ShardPart, tessera_state::StoreError>>>, NodeError>
+    {
+        let scope = self.scope(key);
+        let Some(partition) = self.partition_of(key) else {
+            return Ok(ShardStates::export(&*self.state, &scope)?);
+        };
+        let replica = self
+            .partitions
+            .as_ref()
+            .and_then(|partitions| partitions.replica_store(partition))
+            .ok_or_else(|| {
+                NodeError::Message(tessera_contract::MessageError::shard_unavailable(format!(
+                    "shard {key} is served here but this node holds no replica of its \
+                     partition {partition}"
+                )))
+            })?;
+        let replicated = tessera_state::export_shard(&replica, &scope)?;
+        let remembered = ShardStates::export(&*self.state, &scope)?;
+        Ok(Box::new(chain_parts(replicated, remembered)))
     }
 
     /// The catalog (after a barrier, so it holds every change acknowledged before) and the
     /// owner of every allocated shard, at one commit; a tenant sees only its own types and
     /// shards and no tenant records.
     pub async fn backup_plan(&self, principal: &Principal) -> Result<BackupPlan, NodeError> {
-        self.refuse_partitioned("backed up")?;
         self.sync_catalog().await?;
         let tenant = tenant_of(principal);
         let store = self.plane.store();
@@ -158,15 +193,13 @@ impl Node {
         tenant: Option<&str>,
         frames: &mpsc::Sender<BackupFrame>,
     ) -> Result<(), NodeError> {
-        self.refuse_partitioned("backed up")?;
         let cut = self.plane.store().cut(tenant)?;
         let mut summary = Summary::default();
         for (key, allocation) in cut.shards {
             if allocation.node != self.config.node_id || !self.region.owns(&key) {
                 continue;
             }
-            let scope = self.scope(&key);
-            for part in ShardStates::export(&*self.state, &scope)? {
+            for part in self.shard_parts(&key)? {
                 let record = ShardRecord {
                     tenant: key.type_key.tenant.clone(),
                     entity_type: key.type_key.entity_type.clone(),
@@ -360,6 +393,26 @@ fn leap_sequences(part: &mut ShardPart) {
 }
 
 /// The tenant a principal is limited to (`None`: the admin, every tenant).
+/// `first`'s parts, then `second`'s, numbered as one sequence whose last part is `second`'s
+/// last (each source's own numbering starts at 0, and an install clears the shard at part 0).
+fn chain_parts(
+    first: impl Iterator<Item = Result<ShardPart, tessera_state::StoreError>>,
+    second: impl Iterator<Item = Result<ShardPart, tessera_state::StoreError>>,
+) -> impl Iterator<Item = Result<ShardPart, tessera_state::StoreError>> {
+    let first = first.map(|part| {
+        part.map(|mut part| {
+            part.last = false;
+            part
+        })
+    });
+    first.chain(second).enumerate().map(|(index, part)| {
+        part.map(|mut part| {
+            part.index = u32::try_from(index).unwrap_or(u32::MAX);
+            part
+        })
+    })
+}
+
 fn tenant_of(principal: &Principal) -> Option<&str> {
     match principal {
         Principal::Admin => None,

@@ -83,6 +83,13 @@ impl RoutedState {
         self.read().keys().copied().collect()
     }
 
+    /// The tables of this node's replica of `partition`, if it holds one.
+    pub fn store_of(&self, partition: u32) -> Option<StateStore> {
+        self.read()
+            .get(&partition)
+            .map(|state| state.store().clone())
+    }
+
     /// The tables of every replica this node holds (for reads that span entities).
     pub fn held_stores(&self) -> Vec<StateStore> {
         self.read()

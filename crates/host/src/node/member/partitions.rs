@@ -184,6 +184,14 @@ impl PartitionGroups {
             .collect()
     }
 
+    /// The tables of this node's replica of `partition`, if it runs one.
+    pub(in crate::node) fn replica_store(
+        &self,
+        partition: u32,
+    ) -> Option<tessera_state::StateStore> {
+        self.routed.store_of(partition)
+    }
+
     /// The partitions whose groups this node leads, with the view it leads each in.
     fn led(&self) -> Vec<(u32, u64)> {
         self.lock()
