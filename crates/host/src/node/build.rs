@@ -19,9 +19,9 @@ use tessera_metadata::{BlobStore, LocalPlane, MetadataStore};
 use tessera_runtime::{Runtime, RuntimeConfig};
 use tessera_sharding::lease::{LeaseConfig, NodeLease};
 use tessera_sharding::{LocalEntities, Membership, Region, RegionParts, ShardMoves, Switchboard};
-use tessera_state::partition::RoutedState;
+use tessera_state::partition::{RoutedRemember, RoutedState};
 use tessera_state::remember::RememberWriter;
-use tessera_state::{EntityState, LocalState, ShardStates, StateStore};
+use tessera_state::{EntityState, LocalState, RememberStore, ShardStates, StateStore};
 
 impl Node {
     /// Opens the node's data directory, loads its tenants and types and makes it ready to
@@ -53,9 +53,16 @@ impl Node {
             state.clone(),
             partition_of(config.sharding.num_shards, partitions_count),
         ));
-        let entity_state: Arc<dyn EntityState> = if config.cluster.is_some() && partitions_count > 0
-        {
+        let plane_serves = config.cluster.is_some() && partitions_count > 0;
+        let entity_state: Arc<dyn EntityState> = if plane_serves {
             routed.clone()
+        } else {
+            state.clone()
+        };
+        // Remembered ids of partitioned entities are replicated with their partitions, so the
+        // next owner of a shard finds them whichever node it is.
+        let remember_store: Arc<dyn RememberStore> = if plane_serves {
+            Arc::new(RoutedRemember::new(state.clone(), routed.clone()))
         } else {
             state.clone()
         };
@@ -69,7 +76,7 @@ impl Node {
         );
         let blobs = BlobStore::open(database)?;
         let runtime = Arc::new(open_runtime(&config)?);
-        let remember = RememberWriter::start(state.clone(), &config.sharding.remember);
+        let remember = RememberWriter::start(remember_store, &config.sharding.remember);
         let types = Arc::new(TypeTable::default());
         let mut entity_config = config.entities.clone();
         if entity_config.active_entities_max.is_none() {

@@ -2,8 +2,8 @@
 //! table a partition op writes (state keys, entity metadata, outbox, receipts, client keys,
 //! reminders, sequence counters, stamps), in key order, so replicas in the same state encode
 //! the same bytes (checkpoints are compared by checksum). The reminders' due-time index is not
-//! carried: it is rebuilt from the reminders. Remembered ids are not written by partition ops
-//! and are not carried.
+//! carried: it is rebuilt from the reminders. Remembered ids (`PartitionOp::Remember`) are
+//! carried too.
 //!
 //! One image holds the partition's whole state in memory while it is taken or installed; a
 //! checkpoint streamed in bounded parts (as a shard transfer's are) is still to be built.
@@ -11,7 +11,7 @@
 use super::stamps::STAMPS;
 use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
-use crate::tables::{ENTITY_META, ENTITY_STATE, StateStore};
+use crate::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES, StateStore};
 use redb::{Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -20,7 +20,8 @@ use tessera_consensus::state_machine::RestoreError;
 /// An entity's key, owned.
 type Entity = (String, String, String);
 
-/// Every row of a partition machine, table by table, each in key order.
+/// Every row of a partition machine, table by table, each in key order (MessagePack structs
+/// are positional: a field is only ever added last, with a default).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Image {
     state: Vec<(Entity, String, ByteBuf)>,
@@ -31,6 +32,9 @@ struct Image {
     reminders: Vec<(Entity, u64, u64, ByteBuf)>,
     sequences: Vec<(Entity, (u64, u64, u64, u64))>,
     stamps: Vec<(Entity, u64)>,
+    /// `(tenant, type, shard, id)` of each remembered entity.
+    #[serde(default)]
+    remembered: Vec<(String, String, u32, String)>,
 }
 
 fn owned(tenant: &str, entity_type: &str, id: &str) -> Entity {
@@ -154,6 +158,21 @@ pub(super) fn encode(store: &StateStore) -> Result<Vec<u8>, StoreError> {
             .stamps
             .push((owned(tenant, entity_type, id), value.value()));
     }
+    for row in transaction
+        .open_table(REMEMBERED_ENTITIES)
+        .map_err(io)?
+        .iter()
+        .map_err(io)?
+    {
+        let (key, _) = row.map_err(io)?;
+        let (tenant, entity_type, shard, id) = key.value();
+        image.remembered.push((
+            tenant.to_string(),
+            entity_type.to_string(),
+            shard,
+            id.to_string(),
+        ));
+    }
     rmp_serde::to_vec(&image).map_err(io)
 }
 
@@ -168,10 +187,12 @@ fn clear_tables(transaction: &WriteTransaction) -> Result<(), StoreError> {
     transaction.delete_table(REMINDERS_DUE).map_err(io)?;
     transaction.delete_table(SEQUENCES).map_err(io)?;
     transaction.delete_table(STAMPS).map_err(io)?;
+    transaction.delete_table(REMEMBERED_ENTITIES).map_err(io)?;
     transaction.open_table(ENTITY_STATE).map_err(io)?;
     transaction.open_table(ENTITY_META).map_err(io)?;
     crate::messaging::create_tables(transaction)?;
     transaction.open_table(STAMPS).map_err(io)?;
+    transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
     Ok(())
 }
 
@@ -265,6 +286,11 @@ fn install(transaction: &WriteTransaction, image: &Image) -> Result<(), StoreErr
     for ((tenant, entity_type, id), stamp) in &image.stamps {
         let row = (tenant.as_str(), entity_type.as_str(), id.as_str());
         stamps.insert(row, *stamp).map_err(io)?;
+    }
+    let mut remembered = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+    for (tenant, entity_type, shard, id) in &image.remembered {
+        let row = (tenant.as_str(), entity_type.as_str(), *shard, id.as_str());
+        remembered.insert(row, ()).map_err(io)?;
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupFrame, GroupId, GroupInbound, GroupObserver,
     GroupOutbox, ObserverFuture,
 };
-use tessera_contract::EntityAddress;
+use tessera_contract::{EntityAddress, TypeKey};
 use tokio::sync::mpsc;
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
@@ -290,4 +290,92 @@ async fn a_served_partition_commits_through_its_group_and_refuses_a_stale_copy()
         Err(CommitError::Storage(_))
     ));
     assert_eq!(value(n2), Some(vec![1]));
+}
+
+/// A partitioned entity's remembered id is committed through its partition's group: every
+/// replica lists it (so the next owner of its shard restarts it, whichever node that is),
+/// the node's local store does not, and an id of a partition with no replica here is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_ids_of_partitioned_entities_are_on_every_replica() {
+    use crate::remember::{RememberOp, RememberedId};
+    use crate::{GroupCommitConfig, LocalState, RememberStore};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let network = Arc::new(Network::default());
+    let local = |node: &str| {
+        let store =
+            StateStore::open(&dir.path().join(format!("{node}-local.redb"))).expect("opens");
+        Arc::new(LocalState::new(store, GroupCommitConfig::default()))
+    };
+    // Counters live in partition 0, everything else locally.
+    let partition_of: crate::partition::PartitionOf =
+        Arc::new(|entity: &EntityAddress| (entity.entity_type == "counter").then_some(0));
+    let mut remembers = Vec::new();
+    let mut locals = Vec::new();
+    for node in VOTERS {
+        let (group, _, store) = start(node, &network, &dir);
+        let local = local(node);
+        let routed = Arc::new(RoutedState::new(local.clone(), partition_of.clone()));
+        routed.hold(0, Arc::new(PartitionState::new(store, Arc::new(group))));
+        remembers.push(RoutedRemember::new(local.clone(), routed));
+        locals.push(local);
+    }
+    let id = |entity_type: &str, id: &str| {
+        RememberedId::new(&EntityAddress::new("t", entity_type, id), 1)
+    };
+    let batch = vec![
+        RememberOp::Started(id("counter", "c1")),
+        RememberOp::Started(id("relay", "r1")),
+    ];
+    let applied = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match remembers[0].apply(batch.clone()).await {
+                Err(CommitError::Unavailable(_)) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                done => return done,
+            }
+        }
+    });
+    applied
+        .await
+        .expect("the group answers")
+        .expect("remembered");
+    let counters = TypeKey::new("t", "counter");
+    for (index, remember) in remembers.iter().enumerate() {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while remember.list_ids(&counters, 1).expect("lists") != vec!["c1".to_string()] {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replica {index} never lists c1"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(remember.list_shards(&counters), Ok(vec![1]));
+        assert_eq!(
+            locals[index].list_ids(&counters, 1),
+            Ok(Vec::new()),
+            "not in node {index}'s local store"
+        );
+    }
+    let relays = TypeKey::new("t", "relay");
+    assert_eq!(
+        remembers[0].list_ids(&relays, 1),
+        Ok(vec!["r1".to_string()])
+    );
+    assert_eq!(
+        remembers[1].list_ids(&relays, 1),
+        Ok(Vec::new()),
+        "local to node 0"
+    );
+
+    // No replica of partition 5 here: refused.
+    let elsewhere: crate::partition::PartitionOf = Arc::new(|_: &EntityAddress| Some(5));
+    let routed = Arc::new(RoutedState::new(locals[0].clone(), elsewhere));
+    let refused = RoutedRemember::new(locals[0].clone(), routed)
+        .apply(vec![RememberOp::Started(id("counter", "c9"))])
+        .await;
+    assert!(
+        matches!(refused, Err(CommitError::Unavailable(_))),
+        "{refused:?}"
+    );
 }

@@ -13,7 +13,8 @@ use super::checkpoint;
 use super::op::{PartitionOp, PartitionResult};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
-use crate::tables::{StateStore, apply_write_sets};
+use crate::remember::RememberOp;
+use crate::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
 use redb::{Database, Durability, ReadableTable};
@@ -140,6 +141,7 @@ impl PartitionMachine {
                 reply,
             } => self.apply_write(expect, stamp, at_ms, &writes, reply),
             PartitionOp::Settle { at_ms, writes } => self.apply_settle(at_ms, &writes),
+            PartitionOp::Remember { ops } => self.apply_remember(&ops),
             PartitionOp::Check {
                 entity,
                 expect,
@@ -216,6 +218,20 @@ impl PartitionMachine {
             .set_durability(Durability::None)
             .map_err(StoreError::io)?;
         apply_write_sets(&transaction, std::iter::once(writes), at_ms)?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
+    }
+
+    fn apply_remember(&self, ops: &[RememberOp]) -> Result<PartitionResult, StoreError> {
+        let mut transaction = self
+            .store
+            .database()
+            .begin_write()
+            .map_err(StoreError::io)?;
+        transaction
+            .set_durability(Durability::None)
+            .map_err(StoreError::io)?;
+        apply_remember_ops(&transaction, ops.iter())?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply: Vec::new() })
     }

@@ -29,6 +29,7 @@ mod checkpoint;
 mod group_tests;
 mod machine;
 mod op;
+mod remembered;
 mod replica;
 mod routed;
 #[cfg(test)]
@@ -40,6 +41,7 @@ mod tests;
 
 pub use machine::PartitionMachine;
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
+pub use remembered::RoutedRemember;
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};
 pub use routed::{PartitionOf, RoutedState};
 pub use served::PartitionState;

@@ -1,5 +1,6 @@
 //! The operations a partition group orders and what applying one answers.
 
+use crate::remember::RememberOp;
 use crate::write_set::WriteSet;
 use serde::{Deserialize, Serialize};
 use tessera_contract::EntityAddress;
@@ -48,6 +49,13 @@ pub enum PartitionOp {
         /// The message's reply.
         #[serde(with = "serde_bytes")]
         reply: Vec<u8>,
+    },
+    /// Changes to the remembered ids of the partition's entities (`remember_entities`: the
+    /// entities started again when their shard comes up), applied in order whatever the
+    /// stamps: a new owner of a shard reads them from its replica.
+    Remember {
+        /// The changes, in the order they were made.
+        ops: Vec<RememberOp>,
     },
 }
 

@@ -95,7 +95,9 @@ impl StateMachine for PartitionReplica {
         };
         let written = match &op {
             PartitionOp::Write { writes, stamp, .. } => Some((writes.entity().clone(), *stamp)),
-            PartitionOp::Settle { .. } | PartitionOp::Check { .. } => None,
+            PartitionOp::Settle { .. }
+            | PartitionOp::Check { .. }
+            | PartitionOp::Remember { .. } => None,
         };
         let result = self.machine.apply_op(op);
         if let (PartitionResult::Applied { .. }, Some((entity, stamp))) = (&result, written) {

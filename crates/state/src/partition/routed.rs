@@ -121,6 +121,16 @@ impl RoutedState {
         }
     }
 
+    /// Where `entity` lives: `None` in the local store, else its partition and this node's
+    /// replica of it (`None`: no replica here).
+    pub(super) fn replica_for(
+        &self,
+        entity: &EntityAddress,
+    ) -> Option<(u32, Option<Arc<PartitionState>>)> {
+        let partition = (self.partition_of)(entity)?;
+        Some((partition, self.read().get(&partition).cloned()))
+    }
+
     /// Every store to scan: the local one, then each replica's.
     fn stores(&self) -> Vec<Arc<dyn EntityState>> {
         let mut stores: Vec<Arc<dyn EntityState>> = vec![self.local.clone()];
@@ -131,7 +141,7 @@ impl RoutedState {
     }
 }
 
-fn missing(partition: u32) -> String {
+pub(super) fn missing(partition: u32) -> String {
     format!("partition {partition} has no replica on this node")
 }
 

@@ -13,6 +13,7 @@ use super::stamps::read_stamp;
 use crate::backend::{CommitFuture, EntityMeta, EntityState};
 use crate::error::{CommitError, StoreError};
 use crate::messaging::{self, DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
+use crate::remember::RememberOp;
 use crate::tables::StateStore;
 use crate::write_set::{WriteSet, WriteStamps};
 use std::sync::Arc;
@@ -57,6 +58,13 @@ impl PartitionState {
     /// The replica's tables (for reads that span entities, such as listing a type's ids).
     pub fn store(&self) -> &StateStore {
         &self.store
+    }
+
+    /// Submits changes to the partition's remembered ids; resolves once a quorum holds them
+    /// and this replica applied them.
+    pub fn remember(&self, ops: Vec<RememberOp>) -> CommitFuture {
+        let submitted = self.group.submit(PartitionOp::Remember { ops }.encode());
+        Box::pin(async move { answer(submitted.await) })
     }
 }
 

@@ -234,3 +234,33 @@ fn every_shape_of_write_set_survives_the_ops_encoding() {
         assert_eq!(decoded, op);
     }
 }
+
+#[test]
+fn remembered_ids_are_applied_in_order_and_carried_by_snapshots() {
+    use crate::remember::{RememberOp, RememberedId};
+    let mut machine = machine();
+    let id = |id: &str| RememberedId::new(&EntityAddress::new("t", "counter", id), 3);
+    let ops = vec![
+        RememberOp::Started(id("c1")),
+        RememberOp::Started(id("c2")),
+        RememberOp::Forgotten(id("c1")),
+    ];
+    let applied = machine.apply(&PartitionOp::Remember { ops }.encode());
+    assert!(matches!(
+        PartitionResult::decode(&applied),
+        PartitionResult::Applied { .. }
+    ));
+    let type_key = counter().type_key();
+    assert_eq!(
+        machine.store().remembered_ids(&type_key, 3),
+        Ok(vec!["c2".to_string()])
+    );
+    let mut copy = self::machine();
+    copy.restore(&machine.snapshot())
+        .expect("a snapshot restores");
+    assert_eq!(
+        copy.store().remembered_ids(&type_key, 3),
+        Ok(vec!["c2".to_string()])
+    );
+    assert_eq!(copy.snapshot(), machine.snapshot());
+}
