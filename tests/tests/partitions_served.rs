@@ -126,9 +126,10 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
     .expect("the listing answers")
     .json();
     assert_eq!(page["total"], json!(COUNTERS), "{page}");
-    // A backup reads each shard from its owner's replica of its partition: restored into a
-    // fresh node with the plane off, every counter holds its acknowledged value. A restore
-    // into a cluster whose plane serves is refused: it does not write through the groups yet.
+    // A backup reads each shard from its owner's replica of its partition. Restored into a
+    // fresh node with the plane off, and into a fresh three-node cluster whose plane serves
+    // (each part written through its partition's group), every counter holds its
+    // acknowledged value.
     let dir = tempfile::tempdir().expect("a directory");
     let file = dir.path().join("partitioned.tsrbak").display().to_string();
     let backed_up = cli(&[
@@ -141,22 +142,26 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
         ADMIN,
     ]);
     assert_eq!(backed_up, ExitCode::SUCCESS, "the backup succeeded");
-    let refused = cli(&["restore", &file, "--url", &cluster.url(1), "--token", ADMIN]);
-    assert_ne!(
-        refused,
-        ExitCode::SUCCESS,
-        "a restore into the plane is refused"
-    );
-    let target = Cluster::new(&["b1"], 1, "partitions_served_child_node");
-    target.start_until_up(1);
-    let restored = cli(&["restore", &file, "--url", &target.url(0), "--token", ADMIN]);
-    assert_eq!(restored, ExitCode::SUCCESS, "the restore succeeded");
-    for id in 0..COUNTERS {
-        assert_eq!(
-            value_through(&target, 0, &token, id),
-            acknowledged[&id],
-            "c{id} restored from the partitions' replicas"
-        );
+    let single = Cluster::new(&["b1"], 1, "partitions_served_child_node");
+    single.start_until_up(1);
+    let plane = Cluster::new(&["p1", "p2", "p3"], 3, "partitions_served_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    plane.start_until_up(3);
+    for index in 0..3 {
+        eventually("every partition's group has a primary", &plane, || {
+            groups_ready(&plane, index)
+        });
+    }
+    for target in [&single, &plane] {
+        let restored = cli(&["restore", &file, "--url", &target.url(0), "--token", ADMIN]);
+        assert_eq!(restored, ExitCode::SUCCESS, "the restore succeeded");
+        for id in 0..COUNTERS {
+            assert_eq!(
+                value_through(target, id % target.members.len(), &token, id),
+                acknowledged[&id],
+                "c{id} restored from the partitions' replicas"
+            );
+        }
     }
     // And they go on from there.
     for id in 0..COUNTERS {

@@ -43,10 +43,29 @@ pub enum CommitError {
         /// The entity's stamp now.
         stamp: u64,
     },
-    /// A replicated partition could not order the writes now (no quorum, a view change, too
-    /// many in flight). They may or may not have been written: read before running again.
+    /// A replicated partition could not take the writes now (too many in flight, no replica
+    /// here): nothing was sent, nothing was written; the message may run again.
     #[error("the partition could not commit: {0}")]
     Unavailable(String),
+    /// A replicated partition did not answer in time (no quorum, a view change): the writes
+    /// were sent and may still commit. Whoever waits for the message must not take it as
+    /// not run (see [`CommitError::may_have_committed`]).
+    #[error("the partition did not confirm the commit, which may still land: {0}")]
+    Unknown(String),
+}
+
+impl CommitError {
+    /// Whether the writes may have been (or may yet be) made durable despite the error: an
+    /// answer that said "not run" would let a sender run the message twice.
+    ///
+    /// ```
+    /// use tessera_state::CommitError;
+    /// assert!(CommitError::Unknown("no quorum".into()).may_have_committed());
+    /// assert!(!CommitError::Stale { stamp: 3 }.may_have_committed());
+    /// ```
+    pub fn may_have_committed(&self) -> bool {
+        matches!(self, CommitError::Unknown(_))
+    }
 }
 
 impl From<StoreError> for CommitError {
@@ -62,9 +81,9 @@ impl From<CommitError> for StoreError {
     fn from(error: CommitError) -> Self {
         match error {
             CommitError::Closed => StoreError::Closed,
-            CommitError::Storage(message) | CommitError::Unavailable(message) => {
-                StoreError::Io(message)
-            }
+            CommitError::Storage(message)
+            | CommitError::Unavailable(message)
+            | CommitError::Unknown(message) => StoreError::Io(message),
             stale @ CommitError::Stale { .. } => StoreError::Io(stale.to_string()),
         }
     }

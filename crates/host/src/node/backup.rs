@@ -4,7 +4,9 @@
 //! read from one redb read transaction, the same snapshot a handoff sends. A restore creates
 //! tenants with their token hashes, deploys each version from its plugin bytes, and installs
 //! each shard part on whichever node owns the shard in the restoring cluster
-//! ([`Node::restore_shard`]), as a handoff installs it. A tenant token sees and writes only its
+//! ([`Node::restore_shard`]), as a handoff installs it. With the partition plane serving, a
+//! shard is read from its owner's replica of its partition and restored through that
+//! partition's group (`docs/partitions.md`). A tenant token sees and writes only its
 //! own tenant: the callers pass the tenant its token names, never one from a body.
 
 use super::{Node, NodeError, Principal};
@@ -43,22 +45,8 @@ const RESTORE_ALLOCATION_POLL: Duration = Duration::from_millis(20);
 pub type BackupFrame = Result<Vec<u8>, NodeError>;
 
 impl Node {
-    /// Refuses a restore into a cluster whose partition plane serves: its entities' state is
-    /// written through the partitions' groups, which a restore does not do yet (a backup of
-    /// such a cluster restores into one with the plane off, or a single node).
-    fn refuse_partitioned(&self, what: &str) -> Result<(), NodeError> {
-        let partitions = self.config.sharding.partitions.count;
-        if self.config.cluster.is_some() && partitions > 0 {
-            return Err(NodeError::Conflict(format!(
-                "a cluster whose partition plane serves ({partitions} partitions) cannot be \
-                 {what} yet: a restore does not write through its partitions' groups \
-                 (docs/partitions.md, \"Still to build\")"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The partition `key`'s entity state lives in, while the partition plane serves.
+    /// The partition `key`'s entity state lives in, while the partition plane serves: its
+    /// shards are backed up from, and restored into, this node's replica of it.
     fn partition_of(&self, key: &ShardKey) -> Option<u32> {
         let count = self.config.sharding.partitions.count;
         (self.config.cluster.is_some() && count > 0).then(|| key.shard % count)
@@ -285,7 +273,6 @@ impl Node {
         tenant: &str,
         record: ShardRecord,
     ) -> Result<ShardRestored, NodeError> {
-        self.refuse_partitioned("restored into")?;
         if record.shard >= self.config.sharding.num_shards {
             return Err(NodeError::BadRequest(format!(
                 "shard {} of the backup is past this cluster's {} shards per type",
@@ -326,14 +313,51 @@ impl Node {
         }
         let mut part = record.part;
         leap_sequences(&mut part);
-        ShardStates::install(&*self.state, scope, allocation.generation, part)
-            .await
-            .map_err(tessera_state::StoreError::from)?;
+        match self.partition_of(&key) {
+            None => ShardStates::install(&*self.state, scope, allocation.generation, part)
+                .await
+                .map_err(tessera_state::StoreError::from)?,
+            Some(partition) => self.restore_into_partition(&key, partition, part).await?,
+        }
         Ok(ShardRestored {
             installed: true,
             owner: allocation.node,
             api_address: None,
         })
+    }
+
+    /// Writes a restored part of partitioned shard `key` through this node's replica of its
+    /// partition (a group op, so every replica holds it), its entities restamped.
+    async fn restore_into_partition(
+        &self,
+        key: &ShardKey,
+        partition: u32,
+        part: ShardPart,
+    ) -> Result<(), NodeError> {
+        if part.entities.iter().any(|record| !record.chunks.is_empty()) {
+            return Err(NodeError::Conflict(format!(
+                "shard {key} holds a state value larger than a backup part: it cannot be \
+                 restored into a cluster whose partition plane serves yet (restore it into \
+                 one with the plane off)"
+            )));
+        }
+        let replica = self
+            .partitions
+            .as_ref()
+            .and_then(|partitions| partitions.replica_state(partition))
+            .ok_or_else(|| {
+                NodeError::Message(tessera_contract::MessageError::shard_unavailable(format!(
+                    "shard {key} is served here but this node holds no replica of its \
+                     partition {partition}"
+                )))
+            })?;
+        // A stamp no write of the partition has: 63 random bits, never 0.
+        let stamp = rand::random::<u64>() | 1;
+        replica
+            .install(stamp, key.type_key.clone(), key.shard, part)
+            .await
+            .map_err(tessera_state::StoreError::from)?;
+        Ok(())
     }
 
     /// The shard's allocation once it has one and, if it is this node's, once this node

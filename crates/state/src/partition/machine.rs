@@ -14,6 +14,7 @@ use super::op::{PartitionOp, PartitionResult};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::remember::RememberOp;
+use crate::shard_transfer::{ShardPart, ShardScope, install_rows};
 use crate::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
@@ -21,7 +22,7 @@ use redb::{Database, Durability, ReadableTable};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
-use tessera_contract::EntityAddress;
+use tessera_contract::{EntityAddress, TypeKey};
 
 /// A partition's entities as the group's committed ops left them, in a redb database of its
 /// own.
@@ -142,6 +143,12 @@ impl PartitionMachine {
             } => self.apply_write(expect, stamp, at_ms, &writes, reply),
             PartitionOp::Settle { at_ms, writes } => self.apply_settle(at_ms, &writes),
             PartitionOp::Remember { ops } => self.apply_remember(&ops),
+            PartitionOp::Install {
+                stamp,
+                type_key,
+                shard,
+                part,
+            } => self.apply_install(stamp, type_key, shard, &part),
             PartitionOp::Check {
                 entity,
                 expect,
@@ -232,6 +239,53 @@ impl PartitionMachine {
             .set_durability(Durability::None)
             .map_err(StoreError::io)?;
         apply_remember_ops(&transaction, ops.iter())?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
+    }
+
+    fn apply_install(
+        &self,
+        stamp: u64,
+        type_key: TypeKey,
+        shard: u32,
+        part: &ShardPart,
+    ) -> Result<PartitionResult, StoreError> {
+        if stamp == 0 {
+            return Ok(PartitionResult::Malformed(
+                "an install's stamp must not be 0".into(),
+            ));
+        }
+        if part.entities.iter().any(|record| !record.chunks.is_empty()) {
+            return Ok(PartitionResult::Malformed(
+                "a state value larger than a part cannot be restored into a partition yet".into(),
+            ));
+        }
+        let mut transaction = self
+            .store
+            .database()
+            .begin_write()
+            .map_err(StoreError::io)?;
+        transaction
+            .set_durability(Durability::None)
+            .map_err(StoreError::io)?;
+        // The restoring node checked the part's ids against the shard (its shard function).
+        let scope = ShardScope {
+            type_key: type_key.clone(),
+            shard,
+            contains: Arc::new(|_: &str| true),
+        };
+        install_rows(&transaction, &scope, part)?;
+        {
+            let mut stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
+            for record in &part.entities {
+                let entity = (
+                    type_key.tenant.as_str(),
+                    type_key.entity_type.as_str(),
+                    record.id.as_str(),
+                );
+                stamps.insert(entity, stamp).map_err(StoreError::io)?;
+            }
+        }
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply: Vec::new() })
     }

@@ -1,9 +1,10 @@
 //! The operations a partition group orders and what applying one answers.
 
 use crate::remember::RememberOp;
+use crate::shard_transfer::ShardPart;
 use crate::write_set::WriteSet;
 use serde::{Deserialize, Serialize};
-use tessera_contract::EntityAddress;
+use tessera_contract::{EntityAddress, TypeKey};
 use thiserror::Error;
 
 /// An operation of a partition group, as the primary submits it.
@@ -56,6 +57,23 @@ pub enum PartitionOp {
     Remember {
         /// The changes, in the order they were made.
         ops: Vec<RememberOp>,
+    },
+    /// One part of a shard's rows restored from a backup (`tessera restore`) into the
+    /// partition: its entities' rows and remembered ids are written as a handoff's part would
+    /// write them, and each entity's stamp becomes `stamp`, so an instance built from what
+    /// was there before cannot commit. The restoring node checked the part belongs to the
+    /// shard; a part carrying pieces of a value larger than a part is refused as
+    /// [`PartitionResult::Malformed`] (not restorable into the plane yet).
+    Install {
+        /// The stamp every entity of the part takes: unique among the partition's writes,
+        /// never 0.
+        stamp: u64,
+        /// The entity type the shard is of.
+        type_key: TypeKey,
+        /// The shard.
+        shard: u32,
+        /// The rows.
+        part: ShardPart,
     },
 }
 

@@ -93,15 +93,34 @@ impl StateMachine for PartitionReplica {
                 return PartitionResult::Malformed(reason).encode();
             }
         };
-        let written = match &op {
-            PartitionOp::Write { writes, stamp, .. } => Some((writes.entity().clone(), *stamp)),
+        let written: Vec<(EntityAddress, u64)> = match &op {
+            PartitionOp::Write { writes, stamp, .. } => vec![(writes.entity().clone(), *stamp)],
+            PartitionOp::Install {
+                stamp,
+                type_key,
+                part,
+                ..
+            } => part
+                .entities
+                .iter()
+                .map(|record| {
+                    let entity = EntityAddress::new(
+                        type_key.tenant.as_str(),
+                        type_key.entity_type.as_str(),
+                        record.id.as_str(),
+                    );
+                    (entity, *stamp)
+                })
+                .collect(),
             PartitionOp::Settle { .. }
             | PartitionOp::Check { .. }
-            | PartitionOp::Remember { .. } => None,
+            | PartitionOp::Remember { .. } => Vec::new(),
         };
         let result = self.machine.apply_op(op);
-        if let (PartitionResult::Applied { .. }, Some((entity, stamp))) = (&result, written) {
-            self.note(PartitionApplied::Written { entity, stamp });
+        if let PartitionResult::Applied { .. } = &result {
+            for (entity, stamp) in written {
+                self.note(PartitionApplied::Written { entity, stamp });
+            }
         }
         result.encode()
     }

@@ -83,6 +83,11 @@ impl RoutedState {
         self.read().keys().copied().collect()
     }
 
+    /// This node's replica of `partition` as the entity layer uses it, if it holds one.
+    pub fn state_of(&self, partition: u32) -> Option<Arc<PartitionState>> {
+        self.read().get(&partition).cloned()
+    }
+
     /// The tables of this node's replica of `partition`, if it holds one.
     pub fn store_of(&self, partition: u32) -> Option<StateStore> {
         self.read()

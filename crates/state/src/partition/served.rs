@@ -14,11 +14,12 @@ use crate::backend::{CommitFuture, EntityMeta, EntityState};
 use crate::error::{CommitError, StoreError};
 use crate::messaging::{self, DueReminder, OutboxEntry, Receipt, Reminder, Sequences};
 use crate::remember::RememberOp;
+use crate::shard_transfer::ShardPart;
 use crate::tables::StateStore;
 use crate::write_set::{WriteSet, WriteStamps};
 use std::sync::Arc;
 use tessera_consensus::group::{Group, SubmitError};
-use tessera_contract::EntityAddress;
+use tessera_contract::{EntityAddress, TypeKey};
 
 /// This node's view of one partition's entities: reads from its replica, commits through the
 /// group.
@@ -60,6 +61,26 @@ impl PartitionState {
         &self.store
     }
 
+    /// Submits one part of `type_key`'s shard `shard` restored from a backup (see
+    /// [`PartitionOp::Install`]); resolves once a quorum holds it and this replica applied it.
+    /// The caller checked the part against the shard.
+    pub fn install(
+        &self,
+        stamp: u64,
+        type_key: TypeKey,
+        shard: u32,
+        part: ShardPart,
+    ) -> CommitFuture {
+        let op = PartitionOp::Install {
+            stamp,
+            type_key,
+            shard,
+            part,
+        };
+        let submitted = self.group.submit(op.encode());
+        Box::pin(async move { answer(submitted.await) })
+    }
+
     /// Submits changes to the partition's remembered ids; resolves once a quorum holds them
     /// and this replica applied them.
     pub fn remember(&self, ops: Vec<RememberOp>) -> CommitFuture {
@@ -68,9 +89,14 @@ impl PartitionState {
     }
 }
 
-/// What a submitted op's outcome means to the writer.
+/// What a submitted op's outcome means to the writer. Only a submission refused before it
+/// was sent is certainly not committed; one that timed out or lost its answer was sent, and
+/// its session may still get it committed.
 fn answer(submitted: Result<Vec<u8>, SubmitError>) -> Result<(), CommitError> {
-    let bytes = submitted.map_err(|error| CommitError::Unavailable(error.to_string()))?;
+    let bytes = submitted.map_err(|error| match error {
+        SubmitError::Busy => CommitError::Unavailable(error.to_string()),
+        other => CommitError::Unknown(other.to_string()),
+    })?;
     match PartitionResult::decode(&bytes) {
         PartitionResult::Applied { .. } | PartitionResult::Checked { .. } => Ok(()),
         PartitionResult::Conflict { stamp } => Err(CommitError::Stale { stamp }),
@@ -178,5 +204,29 @@ impl EntityState for PartitionState {
 
     fn reminder(&self, entity: &EntityAddress, timer: u64) -> Result<Option<Reminder>, StoreError> {
         self.store.reminder(entity, timer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A submission that was sent and not answered may still commit: its writer must not be
+    /// told "not written" (a client would run the message again); one refused before it was
+    /// sent was not written.
+    #[test]
+    fn only_a_submission_refused_before_it_was_sent_is_known_not_committed() {
+        let refused = answer(Err(SubmitError::Busy)).expect_err("an error");
+        assert!(!refused.may_have_committed(), "{refused}");
+        let unanswered = [
+            SubmitError::TimedOut(Duration::from_secs(10)),
+            SubmitError::NoAnswer,
+            SubmitError::Stopped,
+        ];
+        for error in unanswered {
+            let unknown = answer(Err(error)).expect_err("an error");
+            assert!(unknown.may_have_committed(), "{unknown}");
+        }
     }
 }

@@ -264,3 +264,67 @@ fn remembered_ids_are_applied_in_order_and_carried_by_snapshots() {
     );
     assert_eq!(copy.snapshot(), machine.snapshot());
 }
+
+#[test]
+fn a_restored_part_writes_its_rows_and_restamps_its_entities_so_a_stale_write_conflicts() {
+    use crate::shard_transfer::{EntityRecord, ShardPart, StateRow, ValueChunk};
+    let mut machine = machine();
+    put(&mut machine, 0, 5, 1);
+    let record = EntityRecord {
+        id: "c1".into(),
+        meta: Some((1, 1)),
+        state: vec![StateRow {
+            key: "value".into(),
+            value: vec![42],
+        }],
+        ..EntityRecord::default()
+    };
+    let part = ShardPart {
+        index: 0,
+        last: true,
+        entities: vec![record.clone()],
+        remembered: vec!["c1".into()],
+    };
+    let install = |stamp, part: &ShardPart| PartitionOp::Install {
+        stamp,
+        type_key: counter().type_key(),
+        shard: 3,
+        part: part.clone(),
+    };
+    let applied = machine.apply(&install(9, &part).encode());
+    assert!(matches!(
+        PartitionResult::decode(&applied),
+        PartitionResult::Applied { .. }
+    ));
+    assert_eq!(value(&machine), Some(vec![42]));
+    assert_eq!(machine.stamp(&counter()), Ok(9));
+    assert_eq!(
+        machine.store().remembered_ids(&counter().type_key(), 3),
+        Ok(vec!["c1".to_string()])
+    );
+    // An instance built before the restore read stamp 5: its write is refused.
+    assert_eq!(
+        put(&mut machine, 5, 6, 2),
+        PartitionResult::Conflict { stamp: 9 }
+    );
+    assert_eq!(value(&machine), Some(vec![42]));
+
+    // A part carrying pieces of a larger value is refused, and changes nothing.
+    let mut chunked = part.clone();
+    chunked.entities[0].chunks.push(ValueChunk {
+        key: "big".into(),
+        offset: 0,
+        total: 2,
+        bytes: vec![1],
+    });
+    let refused = machine.apply(&install(10, &chunked).encode());
+    assert!(matches!(
+        PartitionResult::decode(&refused),
+        PartitionResult::Malformed(_)
+    ));
+    assert_eq!(machine.stamp(&counter()), Ok(9));
+    assert!(matches!(
+        PartitionResult::decode(&machine.apply(&install(0, &part).encode())),
+        PartitionResult::Malformed(_)
+    ));
+}

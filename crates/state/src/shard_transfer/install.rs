@@ -229,7 +229,7 @@ pub(crate) fn install(
 }
 
 /// Writes the part's rows; a chunk is staged, and its value written once whole.
-fn install_rows(
+pub(crate) fn install_rows(
     transaction: &WriteTransaction,
     scope: &ShardScope,
     part: &ShardPart,

@@ -25,7 +25,7 @@ mod install;
 mod tests;
 
 pub use export::ShardExport;
-pub(crate) use install::{begin_lineage, discard, install};
+pub(crate) use install::{begin_lineage, discard, install, install_rows};
 
 /// The most bytes one [`ShardPart`] may hold, as [`ShardPart::bytes`] counts them (an upper
 /// bound on its MessagePack): small against the mesh's frame limit, so a part always crosses

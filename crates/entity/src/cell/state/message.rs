@@ -393,7 +393,7 @@ impl CellState {
             // Ordered reads: a copy that missed a write cannot answer from it.
             let barrier = self.core.state.barrier(&self.address, self.stamp).await;
             if let Err(error) = barrier {
-                let error = commit_failure(error);
+                let error = commit_failure(error, false);
                 self.discard_instance(&error);
                 self.finish(port, Err(error));
                 return;
@@ -422,7 +422,7 @@ impl CellState {
         }
         if let Err(error) = committed {
             // The instance saw writes that did not land: start afresh from durable state.
-            let error = commit_failure(error);
+            let error = commit_failure(error, true);
             self.discard_instance(&error);
             self.finish(port, Err(error));
             return;
@@ -567,12 +567,16 @@ fn kept_for_later(error: MessageError, receipt: Option<&Receipt>) -> MessageErro
     MessageError::unavailable(format!("kept for a version that activates: {error}"))
 }
 
-/// What a message whose commit (or read barrier) failed answers: `unavailable`, which
-/// senders retry, when the state was ordered elsewhere (a stale copy) or could not be ordered
-/// now; an internal failure otherwise.
-fn commit_failure(error: CommitError) -> MessageError {
+/// What a message whose commit (or read barrier, `wrote` false) failed answers: a `timeout`
+/// (outcome unknown) when its writes may still land; `unavailable`, which senders retry, when
+/// they were refused (a stale copy) or not sent, or a read could not be ordered now; an
+/// internal failure otherwise.
+fn commit_failure(error: CommitError, wrote: bool) -> MessageError {
     match error {
-        CommitError::Stale { .. } | CommitError::Unavailable(_) => {
+        _ if wrote && error.may_have_committed() => {
+            MessageError::new(ErrorKind::Timeout, error.to_string())
+        }
+        CommitError::Stale { .. } | CommitError::Unavailable(_) | CommitError::Unknown(_) => {
             MessageError::unavailable(error.to_string())
         }
         other => MessageError::new(ErrorKind::Internal, other.to_string()),

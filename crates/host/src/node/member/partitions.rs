@@ -184,6 +184,14 @@ impl PartitionGroups {
             .collect()
     }
 
+    /// This node's replica of `partition`, to commit through, if it runs one.
+    pub(in crate::node) fn replica_state(
+        &self,
+        partition: u32,
+    ) -> Option<Arc<tessera_state::partition::PartitionState>> {
+        self.routed.state_of(partition)
+    }
+
     /// The tables of this node's replica of `partition`, if it runs one.
     pub(in crate::node) fn replica_store(
         &self,
