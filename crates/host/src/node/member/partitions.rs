@@ -20,7 +20,7 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
 use tessera_contract::EntityAddress;
-use tessera_metadata::{MetadataPlane, PlaneStatus, partition_group};
+use tessera_metadata::{MetadataPlane, PlaneStatus, group_voters, partition_group};
 use tessera_sharding::{FnvExtractor, ShardExtractor};
 use tessera_state::partition::{
     PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, RoutedState,
@@ -40,7 +40,8 @@ const PARTITION_SESSIONS: usize = 8;
 pub struct PartitionHere {
     /// The partition.
     pub partition: u32,
-    /// The replicas its group runs with (the placement it started under).
+    /// The voters its group runs with, in their replica order ([`group_voters`] of the
+    /// placement it started under).
     pub replicas: Vec<String>,
     /// The placement generation it started under.
     pub generation: u64,
@@ -165,7 +166,8 @@ impl PartitionGroups {
                 continue;
             }
             if let Some(here) = running.get_mut(partition) {
-                let moved = (here.replicas != *replicas).then(|| replicas.clone());
+                let moved =
+                    (here.replicas != group_voters(*partition, replicas)).then(|| replicas.clone());
                 if moved.is_some() && here.placed != moved {
                     tracing::warn!(
                         partition,
@@ -183,7 +185,7 @@ impl PartitionGroups {
                     running.insert(
                         *partition,
                         Running {
-                            replicas: replicas.clone(),
+                            replicas: group_voters(*partition, replicas),
                             generation: *generation,
                             placed: None,
                             group,
@@ -199,11 +201,12 @@ impl PartitionGroups {
 
     fn start_group(&self, partition: u32, replicas: &[String]) -> Result<Arc<Group>, String> {
         let group = partition_group(partition);
+        let voters = group_voters(partition, replicas);
         let config = GroupConfig {
             tick: self.tick,
             checkpoint_interval_ops: self.checkpoint_interval_ops,
             sessions: PARTITION_SESSIONS,
-            ..GroupConfig::new(group, replicas.to_vec(), self.node.clone())
+            ..GroupConfig::new(group, voters.clone(), self.node.clone())
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
         let journal = self.dir.join(format!("p{partition}.journal"));
@@ -225,7 +228,7 @@ impl PartitionGroups {
         self.mesh.groups.materialise(group, queue);
         tracing::info!(
             partition,
-            ?replicas,
+            ?voters,
             "this node's replica of the partition started"
         );
         Ok(started)
