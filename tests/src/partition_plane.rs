@@ -8,32 +8,27 @@ use crate::cluster::{
     ADMIN, Cluster, create_tenant, deploy_counter, eventually, get, post_json, wait_bound,
 };
 use serde_json::{Value as Json, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Partitions of the test clusters: two led by each node when placement is even.
 pub const PARTITIONS: usize = 6;
 
-/// Three nodes (`nodes`, all voters) with `PARTITIONS` partitions of three replicas serving,
-/// every partition's group with a primary on every node, and the counter deployed and bound
-/// everywhere for tenant `acme`; `configure` sees the cluster before it starts. The cluster
-/// and the tenant's token.
-pub fn serving_cluster(
-    nodes: &[&'static str],
-    child_test: &'static str,
-    configure: impl FnOnce(Cluster) -> Cluster,
-) -> (Cluster, String) {
-    let cluster = Cluster::new(nodes, nodes.len(), child_test)
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
-    let cluster = configure(cluster);
-    cluster.start_until_up(nodes.len());
-    for index in 0..nodes.len() {
+/// `cluster` (three nodes, all voters, not started yet) with [`PARTITIONS`] partitions of
+/// three replicas serving, every partition's group with a primary on every node, and the
+/// counter deployed and bound everywhere for tenant `acme`; the cluster and the tenant's
+/// token.
+pub fn serving_cluster(cluster: Cluster) -> (Cluster, String) {
+    let cluster = cluster.with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let nodes = cluster.members.len();
+    cluster.start_until_up(nodes);
+    for index in 0..nodes {
         eventually("every partition's group has a primary", &cluster, || {
             groups_ready(&cluster, index)
         });
     }
     let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
     deploy_counter(&cluster, 0, &token, "counter", "");
-    for index in 0..nodes.len() {
+    for index in 0..nodes {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
     (cluster, token)
@@ -62,17 +57,18 @@ pub fn groups_ready(cluster: &Cluster, index: usize) -> Option<()> {
     ready.then_some(())
 }
 
-/// How many partitions each node leads, as the node itself reports (a group's status on its
+/// The partitions each node leads, as the node itself reports (a group's status on its
 /// primary names that primary).
-pub fn led_by(cluster: &Cluster) -> BTreeMap<String, usize> {
+pub fn led_by(cluster: &Cluster) -> BTreeMap<usize, Vec<u64>> {
     let mut led = BTreeMap::new();
     for (index, member) in cluster.members.iter().enumerate() {
         let groups = groups_here(cluster, index).unwrap_or_default();
         let leads = groups
             .iter()
             .filter(|here| here["status"]["primary"] == member.id)
-            .count();
-        led.insert(member.id.to_string(), leads);
+            .filter_map(|here| here["partition"].as_u64())
+            .collect();
+        led.insert(index, leads);
     }
     led
 }
@@ -109,6 +105,49 @@ pub fn read_through(cluster: &Cluster, index: usize, token: &str, id: &str) -> O
     (reply.status == 200).then(|| reply.json().as_u64())?
 }
 
+/// Adds `add` to counter `id` through the nodes `through`, in turn, until one acknowledges it;
+/// every outcome is checked against `ledger`.
+pub fn acknowledged_add(
+    cluster: &Cluster,
+    token: &str,
+    ledger: &mut Ledger,
+    through: &[usize],
+    id: &str,
+    add: u64,
+) {
+    let mut attempt = 0;
+    eventually(&format!("{id} acknowledges adding {add}"), cluster, || {
+        let index = through[attempt % through.len()];
+        attempt += 1;
+        let outcome = add_through(cluster, index, token, id, add);
+        ledger.record(id, add, outcome);
+        matches!(outcome, Outcome::Acknowledged(_)).then_some(())
+    });
+}
+
+/// Adds to every counter of `ledger` once per round of `rounds` (1 to 5, by round and
+/// counter), each add through one of `nodes` in turn until acknowledged.
+pub fn add_rounds(
+    cluster: &Cluster,
+    token: &str,
+    ledger: &mut Ledger,
+    nodes: &[usize],
+    rounds: std::ops::Range<usize>,
+) {
+    for round in rounds {
+        for (number, id) in ledger.ids().iter().enumerate() {
+            let add = (round + number) as u64 % 5 + 1;
+            let first = (round + number) % nodes.len();
+            let through: Vec<usize> = nodes[first..]
+                .iter()
+                .chain(&nodes[..first])
+                .copied()
+                .collect();
+            acknowledged_add(cluster, token, ledger, &through, id, add);
+        }
+    }
+}
+
 /// One counter as its client knows it.
 #[derive(Debug, Default, Clone)]
 struct Known {
@@ -141,66 +180,87 @@ impl Ledger {
         self.counters.get(id).map_or(0, |known| known.value)
     }
 
-    /// Whether some add to `id` since its last acknowledged value has an unknown outcome.
-    pub fn uncertain(&self, id: &str) -> bool {
-        self.counters
-            .get(id)
-            .is_some_and(|known| !known.unknown.is_empty())
-    }
-
     /// The counters, in order.
     pub fn ids(&self) -> Vec<String> {
         self.counters.keys().cloned().collect()
     }
 
     /// Records the outcome of adding `add` to `id`; panics on an acknowledged value that is
-    /// not the last acknowledged one plus `add` plus some of the unknown adds since: an add
-    /// lost, doubled, or computed from a stale copy.
+    /// not the last acknowledged one plus `add` plus some of the adds of unknown outcome
+    /// since: an add lost, doubled, or computed from a stale copy. The unknown adds it
+    /// includes are known from then on; the others may still land later.
     pub fn record(&mut self, id: &str, add: u64, outcome: Outcome) {
         let known = self.counters.entry(id.to_string()).or_default();
         match outcome {
-            Outcome::Acknowledged(value) => {
-                let base = known.value + add;
-                assert!(
-                    value >= base && subset_sums(&known.unknown).contains(&(value - base)),
-                    "{id} answered {value} to adding {add}: acknowledged {} before, and the \
-                     adds of unknown outcome since were {:?}",
-                    known.value,
-                    known.unknown
-                );
-                known.value = value;
-                known.unknown.clear();
-            }
+            Outcome::Acknowledged(value) => known.settle(
+                value,
+                add,
+                &format!("{id} answered {value} to adding {add}"),
+            ),
             Outcome::Refused => {}
             Outcome::Unknown => known.unknown.push(add),
         }
     }
 
     /// Checks a value read of `id` that no add was in flight for: the last acknowledged one
-    /// (or, after unknown adds, the last acknowledged plus some of them), which it becomes.
+    /// plus some of the adds of unknown outcome since, which it becomes.
     pub fn check_read(&mut self, id: &str, value: u64, through: &str) {
         let known = self.counters.entry(id.to_string()).or_default();
-        assert!(
-            value >= known.value && subset_sums(&known.unknown).contains(&(value - known.value)),
-            "{id} read {value} through {through}: acknowledged {}, adds of unknown outcome \
-             since {:?}",
-            known.value,
-            known.unknown
-        );
-        known.value = value;
-        known.unknown.clear();
+        known.settle(value, 0, &format!("{id} read {value} through {through}"));
     }
 }
 
-/// Every sum of a subset of `amounts` (the unknown adds of one counter: small amounts, so
-/// the distinct sums are few).
-fn subset_sums(amounts: &[u64]) -> BTreeSet<u64> {
-    let mut sums = BTreeSet::from([0]);
-    for amount in amounts {
-        let more: Vec<u64> = sums.iter().map(|sum| sum + amount).collect();
-        sums.extend(more);
+impl Known {
+    /// Takes `value` as acknowledged after an add of `add` (0 for a read): it must be the
+    /// last acknowledged value plus `add` plus a subset of the unknown adds, which it removes.
+    fn settle(&mut self, value: u64, add: u64, what: &str) {
+        let landed = value
+            .checked_sub(self.value + add)
+            .and_then(|extra| subset_summing_to(&self.unknown, extra));
+        let Some(landed) = landed else {
+            panic!(
+                "{what}: acknowledged {} before, adds of unknown outcome since {:?}",
+                self.value, self.unknown
+            );
+        };
+        for position in landed.into_iter().rev() {
+            self.unknown.remove(position);
+        }
+        self.value = value;
     }
-    sums
+}
+
+/// The positions (ascending) of a subset of `amounts` that sums to `total`, if one does.
+fn subset_summing_to(amounts: &[u64], total: u64) -> Option<Vec<usize>> {
+    // Each reachable sum with the positions of one subset reaching it: the unknown adds of
+    // one counter are few, and their sums fewer still.
+    let mut reachable: BTreeMap<u64, Vec<usize>> = BTreeMap::from([(0, Vec::new())]);
+    for (position, amount) in amounts.iter().enumerate() {
+        let more: Vec<(u64, Vec<usize>)> = reachable
+            .iter()
+            .filter(|(sum, _)| !reachable.contains_key(&(*sum + amount)))
+            .map(|(sum, positions)| {
+                let mut positions = positions.clone();
+                positions.push(position);
+                (sum + amount, positions)
+            })
+            .collect();
+        reachable.extend(more);
+    }
+    reachable.remove(&total)
+}
+/// The partition of each of the counters `ids`: its shard (the shard function over the
+/// cluster's `num_shards`, as node `index` reports it) modulo [`PARTITIONS`].
+pub fn counter_partitions(
+    cluster: &Cluster,
+    index: usize,
+    ids: &[String],
+) -> Option<BTreeMap<String, u64>> {
+    use tessera_sharding::{FnvExtractor, ShardExtractor};
+    let overview = get(&format!("{}/v1/overview", cluster.url(index)), ADMIN)?.json();
+    let shards = FnvExtractor::new(u32::try_from(overview["num_shards"].as_u64()?).ok()?);
+    let partition = |id: &String| u64::from(shards.shard_of(id)) % PARTITIONS as u64;
+    Some(ids.iter().map(|id| (id.clone(), partition(id))).collect())
 }
 
 /// Which node serves each of the counters `ids`, as node `index`'s catalog places their

@@ -23,48 +23,6 @@ fn partitions_rebuild_child_node() {
     run_child_if_asked();
 }
 
-/// Adds `add` to counter `id` through the nodes `through`, in turn, until one acknowledges it;
-/// every outcome is checked against `ledger`.
-fn acknowledged_add(
-    cluster: &Cluster,
-    token: &str,
-    ledger: &mut Ledger,
-    through: &[usize],
-    id: &str,
-    add: u64,
-) {
-    let mut attempt = 0;
-    eventually(&format!("{id} acknowledges adding {add}"), cluster, || {
-        let index = through[attempt % through.len()];
-        attempt += 1;
-        let outcome = add_through(cluster, index, token, id, add);
-        ledger.record(id, add, outcome);
-        matches!(outcome, Outcome::Acknowledged(_)).then_some(())
-    });
-}
-
-/// Adds to every counter `rounds` times, each add through one of `nodes` in turn.
-fn add_rounds(
-    cluster: &Cluster,
-    token: &str,
-    ledger: &mut Ledger,
-    nodes: &[usize],
-    rounds: std::ops::Range<usize>,
-) {
-    for round in rounds {
-        for id in 0..COUNTERS {
-            let add = (round + id) as u64 % 5 + 1;
-            let first = (round + id) % nodes.len();
-            let through: Vec<usize> = nodes[first..]
-                .iter()
-                .chain(&nodes[..first])
-                .copied()
-                .collect();
-            acknowledged_add(cluster, token, ledger, &through, &format!("c{id}"), add);
-        }
-    }
-}
-
 /// Node `index`'s group of `partition`, as it reports it.
 fn group_on(cluster: &Cluster, index: usize, partition: u64) -> Option<Json> {
     groups_here(cluster, index)?
@@ -111,8 +69,11 @@ fn caught_up(cluster: &Cluster, index: usize) -> Option<()> {
 
 #[test]
 fn a_node_restarted_on_an_empty_disk_rebuilds_its_replicas_from_the_others() {
-    let (cluster, token) =
-        serving_cluster(&NODES, "partitions_rebuild_child_node", |cluster| cluster);
+    let (cluster, token) = serving_cluster(Cluster::new(
+        &NODES,
+        NODES.len(),
+        "partitions_rebuild_child_node",
+    ));
     let all = [0, 1, 2];
     let mut ledger = Ledger::default();
     for id in 0..COUNTERS {
