@@ -246,14 +246,16 @@ fn a_node_cut_off_from_the_others_serves_nothing_and_the_majority_serves_everyth
             .fold(0.0, f64::max)
     };
     let cut_off = NODES[isolated];
+    let served_by_it = |id: &String| owners[id] == cut_off;
+    let led_by_it = |id: &String| isolated_led.contains(&partitions[id]);
     eprintln!(
         "after the cut, the majority served every counter within {:.1} s: those the cut-off \
-         node served within {:.1} s, those of the partitions it led within {:.1} s, the others \
-         within {:.1} s (each counter: {served_again:?})",
+         node served within {:.1} s, the others of the partitions it led within {:.1} s, the \
+         rest within {:.1} s (each counter: {served_again:?})",
         window(&|_| true),
-        window(&|id| owners[id] == cut_off),
-        window(&|id| isolated_led.contains(&partitions[id])),
-        window(&|id| owners[id] != cut_off && !isolated_led.contains(&partitions[id])),
+        window(&served_by_it),
+        window(&|id| !served_by_it(id) && led_by_it(id)),
+        window(&|id| !served_by_it(id) && !led_by_it(id)),
     );
 
     // The cut was real both ways: each side sees the other unreachable.
