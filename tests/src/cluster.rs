@@ -43,6 +43,9 @@ pub struct Cluster {
     extra_tables: String,
     /// Environment variables every node is started with ([`Cluster::with_env`]).
     env: Vec<(String, String)>,
+    /// The cluster address peers dial, where it is not the node's own
+    /// ([`Cluster::with_advertised`]).
+    advertised: std::collections::BTreeMap<usize, SocketAddr>,
 }
 
 impl Cluster {
@@ -69,6 +72,7 @@ impl Cluster {
             extra: (String::new(), String::new()),
             extra_tables: String::new(),
             env: Vec::new(),
+            advertised: std::collections::BTreeMap::new(),
         }
     }
 
@@ -89,6 +93,26 @@ impl Cluster {
     pub fn with_tables(mut self, toml: &str) -> Cluster {
         self.extra_tables = toml.to_string();
         self
+    }
+
+    /// The same cluster with node `index` reached by its peers at `address` (a proxy in
+    /// front of it, say): their seeds name it, and the node advertises it in the catalog.
+    pub fn with_advertised(mut self, index: usize, address: SocketAddr) -> Cluster {
+        self.advertised.insert(index, address);
+        self
+    }
+
+    /// The cluster address peers dial to reach node `index`.
+    pub fn advertised(&self, index: usize) -> SocketAddr {
+        self.advertised
+            .get(&index)
+            .copied()
+            .unwrap_or(self.members[index].cluster)
+    }
+
+    /// Node `index`'s process id, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.child(index).as_ref().map(Child::id)
     }
 
     /// Starts nodes `0..count` and waits until each of them sees `count` members up.
@@ -130,12 +154,11 @@ impl Cluster {
         // A voter is given every other voter; the joiner only one, and learns the rest from
         // the catalog.
         let joiner = self.joiners.contains(&index);
-        let seeds: Vec<&Member> = if joiner {
-            vec![&self.members[1]]
+        let seeds: Vec<usize> = if joiner {
+            vec![1]
         } else {
-            self.members
-                .iter()
-                .filter(|peer| self.voters.contains(&peer.id))
+            (0..self.members.len())
+                .filter(|peer| self.voters.contains(&self.members[*peer].id))
                 .collect()
         };
         if joiner {
@@ -143,7 +166,11 @@ impl Cluster {
         }
         for peer in seeds {
             args.push("--seed".into());
-            args.push(format!("{}={}", peer.id, peer.cluster));
+            args.push(format!(
+                "{}={}",
+                self.members[peer].id,
+                self.advertised(peer)
+            ));
         }
         let log = std::fs::File::create(dir.join(format!("{}.log", member.id))).expect("log");
         let harness = ["--exact", self.child_test, "--ignored", "--nocapture"];
@@ -164,9 +191,14 @@ impl Cluster {
             .map(|voter| format!("{voter:?}"))
             .collect();
         let (sharding, cluster) = &self.extra;
+        let advertise = self
+            .advertised
+            .get(&index)
+            .map(|address| format!("advertise = \"{address}\"\n"))
+            .unwrap_or_default();
         let config = format!(
             "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{cluster}\n{}",
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{advertise}{cluster}\n{}",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),
             voters.join(", "),

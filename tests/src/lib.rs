@@ -1,15 +1,19 @@
 //! Test support shared by the integration tests and benchmarks: the paths of the plugin
 //! components (built by `build.rs` for `wasm32-wasip2`) and a small local node to run them in;
-//! clusters of processes (`cluster`), a plane on a transport of its own (`plane`), a rogue
-//! peer that forges what nodes send each other (`rogue`), a headless browser (`browser`) and
-//! the TypeScript example entity, built through npm (`typescript`).
+//! clusters of processes (`cluster`), the partition plane's cluster and ledger of
+//! acknowledged counter values (`partition_plane`), a plane on a transport of its own
+//! (`plane`), a TCP forwarder whose links a test cuts (`proxy`), a rogue peer that forges what
+//! nodes send each other (`rogue`), a headless browser (`browser`) and the TypeScript example
+//! entity, built through npm (`typescript`).
 
 include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 
 pub mod browser;
 pub mod cluster;
+pub mod partition_plane;
 pub mod plane;
 pub mod processes;
+pub mod proxy;
 pub mod rogue;
 pub mod typescript;
 

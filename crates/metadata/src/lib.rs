@@ -43,7 +43,9 @@ pub use error::MetadataError;
 pub use limits::{NAME_BYTES_MAX, VERSIONS_PER_TYPE_MAX, quota_ceilings};
 pub use member_state::MemberState;
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord};
-pub use partitions::{PARTITION_REPLICAS_MAX, PARTITIONS_MAX, group_partition, partition_group};
+pub use partitions::{
+    PARTITION_REPLICAS_MAX, PARTITIONS_MAX, group_partition, group_voters, partition_group,
+};
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{
     PartitionReplicas, Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name,

@@ -35,6 +35,35 @@ pub fn partition_group(partition: u32) -> GroupId {
     GroupId(u64::from(partition) + 1)
 }
 
+/// The voters of `partition`'s group, in the order every member runs them, from its placed
+/// `replicas` in any order: sorted, then rotated by the partition number. A voter's index in
+/// this list is its replica index in the group (and the primary of view `v` is voter
+/// `v % len`), so every member must derive the same list. The placement's own order changes
+/// where a group's members do not (a preferred primary put first, a replica dropped while
+/// its node was down and placed back), and a member started after such a change — restarted,
+/// or rebuilding on an empty disk — would otherwise number the voters differently from the
+/// members that kept running. The rotation spreads the first view's primaries over the
+/// members as the placement spreads its preferred primaries.
+///
+/// ```
+/// use tessera_metadata::group_voters;
+/// let placed = ["n3", "n1", "n2"].map(String::from);
+/// let reordered = ["n1", "n2", "n3"].map(String::from);
+/// assert_eq!(group_voters(1, &placed), group_voters(1, &reordered));
+/// assert_eq!(group_voters(1, &placed), ["n2", "n3", "n1"]);
+/// assert_eq!(group_voters(3, &placed), group_voters(0, &placed));
+/// ```
+pub fn group_voters(partition: u32, replicas: &[NodeId]) -> Vec<NodeId> {
+    let mut voters = replicas.to_vec();
+    voters.sort();
+    voters.dedup();
+    if !voters.is_empty() {
+        let first = partition as usize % voters.len();
+        voters.rotate_left(first);
+    }
+    voters
+}
+
 /// The partition a group replicates, if it is a partition's group.
 pub fn group_partition(group: GroupId) -> Option<u32> {
     let partition = group.0.checked_sub(1)?;

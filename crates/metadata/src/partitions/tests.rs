@@ -140,3 +140,28 @@ fn placed_partitions_travel_in_the_catalog_snapshot() {
     );
     assert_eq!(backup.snapshot(), primary.snapshot());
 }
+
+#[test]
+fn every_order_of_a_replica_set_gives_its_group_the_same_voters() {
+    let nodes = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| name.to_string())
+            .collect::<Vec<_>>()
+    };
+    // As placed first, with n3 dropped while it was down, and placed back first.
+    let first = nodes(&["n2", "n1", "n3"]);
+    let placed_back = nodes(&["n3", "n2", "n1"]);
+    for partition in 0..6 {
+        assert_eq!(
+            group_voters(partition, &first),
+            group_voters(partition, &placed_back),
+            "partition {partition}"
+        );
+    }
+    // The first view's primaries (voter 0) spread over the members.
+    let leads: BTreeSet<NodeId> = (0..3)
+        .map(|partition| group_voters(partition, &first)[0].clone())
+        .collect();
+    assert_eq!(leads, nodes(&["n1", "n2", "n3"]).into_iter().collect());
+}

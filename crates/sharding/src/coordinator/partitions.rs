@@ -5,6 +5,7 @@
 //! many members are eligible as the replication factor asks.
 
 use super::Coordinator;
+use crate::membership::MemberStatus;
 use crate::placement::{self, Placement, PlacementInput};
 use std::collections::BTreeSet;
 use tessera_contract::NodeId;
@@ -32,6 +33,15 @@ impl Coordinator {
             .map(|(partition, placed)| (*partition, placed.replicas.clone()))
             .collect();
         let eligible: BTreeSet<NodeId> = eligible.iter().cloned().collect();
+        // Down or cut off, not removed nor leaving: they keep their replicas.
+        let holding: BTreeSet<NodeId> = self
+            .members
+            .borrow()
+            .members()
+            .filter(|member| matches!(member.status, MemberStatus::Up | MemberStatus::Down))
+            .map(|member| member.node.clone())
+            .filter(|node| !eligible.contains(node))
+            .collect();
         // A first placement is whole or nothing: a partition's group keeps the replicas it
         // starts with until moves are built, so it must not start on fewer than its factor.
         if current.is_empty() && eligible.len() < config.replication_factor {
@@ -46,6 +56,7 @@ impl Coordinator {
             partition_count: config.count,
             replication_factor: config.replication_factor,
             eligible: &eligible,
+            holding: &holding,
             current: &current,
             spread_moves_max: self.config.rebalance_per_round,
         });

@@ -3,8 +3,10 @@
 //! `docs/partitions.md`). A partition's replica set is ordered; its first node is the preferred
 //! primary.
 //!
-//! A round keeps every replica that is still on an eligible node, places the replicas that
-//! are missing (a member gone, a larger replication factor) on the members holding the fewest,
+//! A round keeps every replica that is still on an eligible node or on a member that holds its
+//! replicas while it is not eligible (down, or cut off: not removed, not leaving), places the
+//! replicas that are missing (a member gone, a larger replication factor) on the members
+//! holding the fewest,
 //! then evens out the replicas per node with at most `spread_moves_max` further moves (so a
 //! joining node fills over several rounds, as shards do), and last evens out the preferred
 //! primaries by reordering replica sets, which moves no data. So a member that leaves moves
@@ -32,6 +34,13 @@ pub struct PlacementInput<'a> {
     pub replication_factor: usize,
     /// Members that may hold replicas (up, with the role).
     pub eligible: &'a BTreeSet<NodeId>,
+    /// Members that are not eligible but keep the replicas they hold: down or cut off, not
+    /// removed and not leaving. Their replicas are still theirs (on their disks, in their
+    /// groups), and a group cannot move a replica yet: dropping one would have the member stop
+    /// it when it is back and start it again under another placement, and a round that sees
+    /// only itself eligible would leave each partition one replica — a group of one, which
+    /// commits alone on whatever its journal holds.
+    pub holding: &'a BTreeSet<NodeId>,
     /// The placement committed now.
     pub current: &'a Placement,
     /// Replicas moved only to even out the spread, at most, this round.
@@ -49,6 +58,7 @@ pub struct PlacementInput<'a> {
 ///     partition_count: 6,
 ///     replication_factor: 3,
 ///     eligible: &eligible,
+///     holding: &BTreeSet::new(),
 ///     current: &Placement::new(),
 ///     spread_moves_max: 8,
 /// });
@@ -61,7 +71,9 @@ pub fn place(input: &PlacementInput<'_>) -> Placement {
     if input.eligible.is_empty() {
         return input.current.clone();
     }
-    let replicas_wanted = input.replication_factor.clamp(1, input.eligible.len());
+    let keeps = |node: &NodeId| input.eligible.contains(node) || input.holding.contains(node);
+    let members = input.eligible.union(input.holding).count();
+    let replicas_wanted = input.replication_factor.clamp(1, members);
     let mut placement: Placement = (0..input.partition_count)
         .map(|partition| {
             let mut kept: Vec<NodeId> = input
@@ -69,7 +81,7 @@ pub fn place(input: &PlacementInput<'_>) -> Placement {
                 .get(&partition)
                 .into_iter()
                 .flatten()
-                .filter(|node| input.eligible.contains(*node))
+                .filter(|node| keeps(node))
                 .cloned()
                 .collect();
             kept.truncate(replicas_wanted);
@@ -205,7 +217,7 @@ fn even_out_primaries(placement: &mut Placement, eligible: &BTreeSet<NodeId>) {
         let Some((count, partition, position)) = best else {
             return;
         };
-        if count + 1 >= most_count {
+        if count.saturating_add(1) >= most_count {
             return;
         }
         if let Some(replicas) = placement.get_mut(&partition) {

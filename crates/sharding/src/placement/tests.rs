@@ -18,6 +18,7 @@ fn round(
         partition_count: partitions,
         replication_factor: factor,
         eligible,
+        holding: &BTreeSet::new(),
         current,
         spread_moves_max: usize::MAX,
     })
@@ -143,6 +144,7 @@ fn a_member_that_joins_takes_replicas_only_onto_itself_over_capped_rounds() {
             partition_count: 24,
             replication_factor: 3,
             eligible: &grown,
+            holding: &BTreeSet::new(),
             current: &placement,
             spread_moves_max: 4,
         });
@@ -179,6 +181,35 @@ fn fewer_members_than_the_factor_get_one_replica_each_and_more_are_added_later()
             .values()
             .all(|replicas| replicas.contains(&"n1".to_string()))
     );
+}
+
+#[test]
+fn a_member_down_or_cut_off_keeps_its_replicas() {
+    let eligible = nodes(3);
+    let before = round(6, 3, &eligible, &Placement::new());
+    let cut_off: BTreeSet<NodeId> = ["n3".to_string()].into();
+    let others: BTreeSet<NodeId> = ["n1".to_string(), "n2".to_string()].into();
+    let input = |eligible, holding| PlacementInput {
+        partition_count: 6,
+        replication_factor: 3,
+        eligible,
+        holding,
+        current: &before,
+        spread_moves_max: usize::MAX,
+    };
+    // Seen from the majority, and from the cut-off node when it sees only itself: without
+    // `holding`, every partition would lose n3's replica, or keep n3's alone.
+    for (eligible, holding) in [(&others, &cut_off), (&cut_off, &others)] {
+        let after = place(&input(eligible, holding));
+        for (partition, replicas) in &after {
+            let set = |replicas: &[NodeId]| replicas.iter().cloned().collect::<BTreeSet<_>>();
+            assert_eq!(
+                set(replicas),
+                set(&before[partition]),
+                "partition {partition}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -221,6 +252,7 @@ fn random_joins_and_leaves_keep_the_placement_valid_even_and_minimal() {
             partition_count: 32,
             replication_factor: 3,
             eligible: &eligible,
+            holding: &BTreeSet::new(),
             current: &before,
             spread_moves_max: 0,
         });

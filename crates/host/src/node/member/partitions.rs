@@ -3,7 +3,7 @@
 //! mesh's group router and go to it in order), each with its journal under
 //! `<data dir>/partitions/` and the partition machine (`tessera_state::partition`), ticking and
 //! electing primaries over the mesh like the metadata plane's group, its voters in an order
-//! every node derives alike from the replica set ([`voter_order`]).
+//! every node derives alike from the replica set ([`group_voters`]).
 //!
 //! Each running group is held in the node's [`RoutedState`]: the entities of its partition are
 //! read from this replica and committed through the group. A group keeps the replicas it
@@ -20,7 +20,7 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
 use tessera_contract::EntityAddress;
-use tessera_metadata::{MetadataPlane, PlaneStatus, partition_group};
+use tessera_metadata::{MetadataPlane, PlaneStatus, group_voters, partition_group};
 use tessera_sharding::{
     CoordinatorCommand, FnvExtractor, PRIMARY_REPORT_INTERVAL, ShardExtractor, Switchboard,
 };
@@ -42,7 +42,8 @@ const PARTITION_SESSIONS: usize = 8;
 pub struct PartitionHere {
     /// The partition.
     pub partition: u32,
-    /// The replicas its group runs with (the placement it started under).
+    /// The voters its group runs with, in their replica order ([`group_voters`] of the
+    /// placement it started under).
     pub replicas: Vec<String>,
     /// The placement generation it started under.
     pub generation: u64,
@@ -59,23 +60,6 @@ pub struct PartitionHere {
 pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf {
     let shards = FnvExtractor::new(num_shards);
     Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
-}
-
-/// The order of `partition`'s voters in its group: its replica set sorted, then rotated by
-/// the partition number. Every node derives the same order from the same set, whatever order
-/// the placement lists it in (the placement reorders replicas to even out preferred
-/// primaries, which moves no data): a group's voters must be in one order on every member,
-/// as a voter's index in it names it in the protocol. The rotation spreads the primaries of
-/// view 0 over the nodes.
-fn voter_order(partition: u32, replicas: &[String]) -> Vec<String> {
-    let mut voters = replicas.to_vec();
-    voters.sort();
-    voters.dedup();
-    if !voters.is_empty() {
-        let turn = partition as usize % voters.len();
-        voters.rotate_left(turn);
-    }
-    voters
 }
 
 /// Whether two replica lists name the same nodes.
@@ -248,7 +232,7 @@ impl PartitionGroups {
             if !replicas.contains(&self.node) || running.contains_key(partition) {
                 continue;
             }
-            let voters = voter_order(*partition, replicas);
+            let voters = group_voters(*partition, replicas);
             match self.start_group(*partition, &voters) {
                 Ok(group) => {
                     running.insert(
@@ -270,11 +254,12 @@ impl PartitionGroups {
 
     fn start_group(&self, partition: u32, replicas: &[String]) -> Result<Arc<Group>, String> {
         let group = partition_group(partition);
+        let voters = group_voters(partition, replicas);
         let config = GroupConfig {
             tick: self.tick,
             checkpoint_interval_ops: self.checkpoint_interval_ops,
             sessions: PARTITION_SESSIONS,
-            ..GroupConfig::new(group, replicas.to_vec(), self.node.clone())
+            ..GroupConfig::new(group, voters.clone(), self.node.clone())
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
         let journal = self.dir.join(format!("p{partition}.journal"));
@@ -296,7 +281,7 @@ impl PartitionGroups {
         self.mesh.groups.materialise(group, queue);
         tracing::info!(
             partition,
-            ?replicas,
+            ?voters,
             "this node's replica of the partition started"
         );
         Ok(started)
