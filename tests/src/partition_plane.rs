@@ -87,7 +87,21 @@ pub enum Outcome {
 
 /// Adds `add` to counter `id` through node `index`.
 pub fn add_through(cluster: &Cluster, index: usize, token: &str, id: &str, add: u64) -> Outcome {
-    let url = format!("{}/v1/entities/counter/{id}/ask", cluster.url(index));
+    add_within(cluster, index, token, id, add, None)
+}
+
+/// [`add_through`] with the ask's own timeout (the node's default, 5 s, if `None`): an ask
+/// that reached a node that cannot answer ends after it, its outcome unknown.
+pub fn add_within(
+    cluster: &Cluster,
+    index: usize,
+    token: &str,
+    id: &str,
+    add: u64,
+    timeout_ms: Option<u64>,
+) -> Outcome {
+    let query = timeout_ms.map_or(String::new(), |ms| format!("?timeout_ms={ms}"));
+    let url = format!("{}/v1/entities/counter/{id}/ask{query}", cluster.url(index));
     match post_json(&url, token, &json!({"Add": add})) {
         Some(reply) if reply.status == 200 => match reply.json().as_u64() {
             Some(value) => Outcome::Acknowledged(value),

@@ -50,6 +50,9 @@ fn isolate(cluster: &Cluster, proxies: &[Proxy], isolated: usize) {
 
 /// Adds to counter `id` through the majority's nodes, starting at the `turn`th, until one
 /// acknowledges it; every outcome is checked against `ledger`.
+/// The majority's asks' timeout after the cut.
+const MAJORITY_ASK_TIMEOUT_MS: u64 = 1_000;
+
 fn majority_add(
     cluster: &Cluster,
     token: &str,
@@ -63,7 +66,17 @@ fn majority_add(
     eventually(&format!("{id} served by the majority"), cluster, || {
         let through = majority[attempt % majority.len()];
         attempt += 1;
-        let outcome = add_through(cluster, through, token, id, add);
+        // A short ask timeout: an add forwarded to the cut-off node before its shards moved
+        // ends after it (outcome unknown), so the window measured is the failover's, not
+        // that of one unlucky ask's default 5 s.
+        let outcome = add_within(
+            cluster,
+            through,
+            token,
+            id,
+            add,
+            Some(MAJORITY_ASK_TIMEOUT_MS),
+        );
         ledger
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -3,9 +3,11 @@
 //! directory deleted, and it is started again empty under the same name and address, not
 //! removed from the cluster. Its replicas recover from their groups (they vote in nothing
 //! before) and catch up with the primaries' commits, while every counter goes on from its last
-//! acknowledged value. Then a *different* node dies with its disk and is removed: each
-//! partition is left with a majority of two of which one is the rebuilt replica, and every
-//! counter still answers its last acknowledged value — the rebuilt replicas hold the data.
+//! acknowledged value. Then a *different* node — of the other two, the one leading the most
+//! partitions — dies with its disk and is removed: each partition is left with a majority of
+//! two of which one is the rebuilt replica, its partitions elect new primaries, the rebuilt
+//! node among them, and every counter still answers its last acknowledged value, some served
+//! by the rebuilt node from its own tables — the rebuilt replicas hold the data.
 //! Each node is this test binary re-run as a child (`tessera_tests::processes`).
 
 use serde_json::Value as Json;
@@ -129,13 +131,35 @@ fn a_node_restarted_on_an_empty_disk_rebuilds_its_replicas_from_the_others() {
         serde_json::to_string(&replicas).unwrap_or_default()
     );
 
-    // n1 dies with its disk and is removed: each partition's majority is n2 and the rebuilt n3.
-    let other = 0;
+    // Another node dies with its disk and is removed: each partition's majority is the third
+    // node and the rebuilt n3. The one killed leads a partition whose next view's primary is
+    // n3 (the voter after it in the group's order), so n3 is elected there and serves that
+    // partition's counters (a partition's shards follow its primary) from its own tables.
+    let successor_is_rebuilt = |group: &Json| {
+        let status = &group["status"];
+        let voters: Vec<&str> = status["voters"]
+            .as_array()
+            .map(|voters| voters.iter().filter_map(Json::as_str).collect())
+            .unwrap_or_default();
+        let view = status["view"].as_u64().unwrap_or(0) as usize;
+        !voters.is_empty() && voters[(view + 1) % voters.len()] == NODES[rebuilt]
+    };
+    let other = (0..NODES.len())
+        .filter(|index| *index != rebuilt)
+        .find(|index| {
+            replicas.iter().any(|group| {
+                group["status"]["primary"] == NODES[*index] && successor_is_rebuilt(group)
+            })
+        })
+        .expect("a node leading a partition whose next primary is n3");
+    let survivor = (0..NODES.len())
+        .find(|index| *index != rebuilt && *index != other)
+        .expect("a third node");
     cluster.kill(other);
     cluster.lose_disk(other);
-    declare_lost(&cluster, 1, NODES[other]);
+    declare_lost(&cluster, survivor, NODES[other]);
     for id in ledger.ids() {
-        for index in [1, rebuilt] {
+        for index in [survivor, rebuilt] {
             let value = eventually(&format!("{id} read through node {index}"), &cluster, || {
                 read_through(&cluster, index, &token, &id)
             });
@@ -144,7 +168,7 @@ fn a_node_restarted_on_an_empty_disk_rebuilds_its_replicas_from_the_others() {
     }
     // Some of them are served by n3 itself, from its rebuilt replicas' tables.
     let served = eventually("the counters' owners", &cluster, || {
-        counters_served_by(&cluster, 1, &ledger.ids())
+        counters_served_by(&cluster, survivor, &ledger.ids())
     });
     eprintln!("served by: {served:?}");
     assert!(
@@ -152,5 +176,5 @@ fn a_node_restarted_on_an_empty_disk_rebuilds_its_replicas_from_the_others() {
         "n3 serves none of the counters: {served:?}"
     );
     // And they go on from there.
-    add_rounds(&cluster, &token, &mut ledger, &[1, rebuilt], 0..1);
+    add_rounds(&cluster, &token, &mut ledger, &[survivor, rebuilt], 0..1);
 }
