@@ -40,13 +40,21 @@ impl Coordinator {
     /// What `node` is to shard `key`: as [`Coordinator::owner`] says, except that a
     /// partitioned shard's owner that is down, cut off or silent (no primaries report for
     /// [`PRIMARY_REPORT_SILENCE`](crate::link::PRIMARY_REPORT_SILENCE)) holds nothing the shard
-    /// needs and would not answer a handoff.
+    /// needs and would not answer a handoff — unless it is the partition's reported primary, a
+    /// slow one, say, whose group has not replaced it: a dead primary is replaced by its group,
+    /// and its shards then follow the new one.
     pub(super) fn owner_of(&self, key: &ShardKey, node: &str) -> Owner {
-        if self.partition_of(key).is_none() {
+        let Some(partition) = self.partition_of(key) else {
             return self.owner(node);
-        }
+        };
+        let primary = self
+            .primaries
+            .of(partition)
+            .is_some_and(|primary| primary == node);
         match self.owner(node) {
-            Owner::Serving if !self.primaries.is_silent(node, Instant::now()) => Owner::Serving,
+            Owner::Serving if primary || !self.primaries.is_silent(node, Instant::now()) => {
+                Owner::Serving
+            }
             _ => Owner::Lost,
         }
     }

@@ -18,6 +18,7 @@ async fn region_with_store(
     switchboard: &Arc<Switchboard>,
     store: Arc<LocalState>,
     register: bool,
+    catalog: Option<tessera_metadata::MetadataStore>,
 ) -> RegionHandle {
     let local: Arc<dyn LocalEntities> = FakeEntities::new(None, None);
     let parts = RegionParts {
@@ -27,7 +28,7 @@ async fn region_with_store(
         remember: None,
         shard_states: Some(store as Arc<dyn ShardStates>),
         lease: None,
-        catalog: None,
+        catalog,
     };
     let (region, ()) = Region::start(parts, |_router| (local, ())).unwrap();
     if register {
@@ -42,12 +43,19 @@ struct Pair {
     regions: [RegionHandle; 2],
     coordinator: CoordinatorHandle,
     switchboard: Arc<Switchboard>,
+    plane: Arc<dyn MetadataPlane>,
     _membership: Membership,
     _directory: tempfile::TempDir,
 }
 
 /// node-0 and node-1 with stores of their own; node-1 registers the type if `register`.
 async fn pair(config: &ShardingConfig, register: bool) -> Pair {
+    pair_reading(config, register, false).await
+}
+
+/// [`pair`], with node-0's region reading the coordinator's catalog if `catalog` (as a node's
+/// region reads its applied catalog).
+async fn pair_reading(config: &ShardingConfig, register: bool, catalog: bool) -> Pair {
     let directory = tempfile::tempdir().unwrap();
     let open = |name: &str| {
         let store = StateStore::open(&directory.path().join(format!("{name}.redb"))).unwrap();
@@ -56,16 +64,33 @@ async fn pair(config: &ShardingConfig, register: bool) -> Pair {
     let stores = [open("node-0"), open("node-1")];
     let switchboard = Arc::new(Switchboard::new());
     let membership = Membership::new();
-    let first = region_with_store("node-0", config, &switchboard, stores[0].clone(), true).await;
-    let second =
-        region_with_store("node-1", config, &switchboard, stores[1].clone(), register).await;
+    let plane = test_plane(&directory);
+    let catalog = catalog.then(|| plane.store().clone());
+    let first = region_with_store(
+        "node-0",
+        config,
+        &switchboard,
+        stores[0].clone(),
+        true,
+        catalog,
+    )
+    .await;
+    let second = region_with_store(
+        "node-1",
+        config,
+        &switchboard,
+        stores[1].clone(),
+        register,
+        None,
+    )
+    .await;
     membership.join("node-0", Vec::<String>::new());
     membership.join("node-1", Vec::<String>::new());
     let coordinator = Coordinator::start(
         config.clone(),
         membership.subscribe(),
         Arc::clone(&switchboard),
-        test_plane(&directory),
+        plane.clone(),
     )
     .unwrap();
     Pair {
@@ -73,6 +98,7 @@ async fn pair(config: &ShardingConfig, register: bool) -> Pair {
         regions: [first, second],
         coordinator,
         switchboard,
+        plane,
         _membership: membership,
         _directory: directory,
     }
@@ -228,9 +254,11 @@ async fn a_transfer_that_cannot_progress_is_counted_and_completes_once_it_can() 
     assert_eq!(export_all(&pair.stores[1], &key), before);
 }
 
-/// A region still sending a handoff's state when the coordinator announces the move settled
-/// without it (it took the node for gone) stops sending and sends what waited for the shard
-/// to its new home, instead of holding the shard forever for a transfer nobody will take.
+/// A region still sending a handoff's state stops, and sends what waited for the shard to its
+/// new home, once its catalog says the coordinator settled the move without it (it took the
+/// node for gone) — instead of holding the shard forever for a transfer nobody will take. Until
+/// then, hearing of the new allocation (an announcement, a forwarded envelope) stops nothing:
+/// a handoff under way must finish, or the new owner starts without the state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_the_coordinator_settled_without_this_region_is_abandoned() {
     let config = ShardingConfig {
@@ -238,22 +266,25 @@ async fn a_handoff_the_coordinator_settled_without_this_region_is_abandoned() {
         ..test_config()
     };
     // node-1 does not know the type: it refuses every part, so the transfer never ends.
-    let pair = pair(&config, false).await;
+    let pair = pair_reading(&config, false, true).await;
     let id = "abandoned";
     write_state(&pair.stores[0], id, 1, 1 << 10).await;
     let key = move_to_second(&pair, id).await;
-    let refusing = async {
-        while pair.regions[1].counters().shard_parts_refused == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+    let receiver = pair.regions[1].clone();
+    let refused_at_least = move |count: u64| {
+        let receiver = receiver.clone();
+        async move {
+            while receiver.counters().shard_parts_refused < count {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
     };
-    tokio::time::timeout(Duration::from_secs(10), refusing)
+    tokio::time::timeout(Duration::from_secs(10), refused_at_least(1))
         .await
         .expect("node-1 refuses the first part");
     // An ask waits in node-0's handoff buffer.
     let region = pair.regions[0].clone();
     let asked = tokio::spawn(async move {
-        let started = Instant::now();
         let reply = region
             .ask(
                 counter().entity(id),
@@ -261,28 +292,42 @@ async fn a_handoff_the_coordinator_settled_without_this_region_is_abandoned() {
                 Some(Duration::from_secs(30)),
             )
             .await;
-        (reply, started.elapsed())
+        reply
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!asked.is_finished(), "the ask waits for the handoff");
-
-    // The coordinator settles the move without node-0 and announces it.
+    // The new allocation announced while the handoff is still in flight changes nothing: the
+    // transfer goes on.
     let table = pair.coordinator.allocation_table().await.unwrap();
-    let announced = LinkMessage::Allocated {
+    let allocation = table[&key].clone();
+    let announce = || LinkMessage::Allocated {
         key: key.clone(),
-        allocation: table[&key].clone(),
+        allocation: allocation.clone(),
     };
     pair.switchboard
-        .send_to_region("node-0", announced)
+        .send_to_region("node-0", announce())
         .unwrap();
-    let (reply, waited) = tokio::time::timeout(Duration::from_secs(10), asked)
+    let refused = pair.regions[1].counters().shard_parts_refused;
+    tokio::time::timeout(Duration::from_secs(10), refused_at_least(refused + 2))
+        .await
+        .expect("the transfer goes on after the announcement");
+    assert!(!asked.is_finished(), "the ask still waits for the handoff");
+
+    // The coordinator settles the move without node-0 (a committed completion) and announces
+    // it: node-0 abandons the transfer and sends the ask on.
+    let settle = tessera_metadata::Command::CompleteHandoff {
+        key: key.clone(),
+        generation: allocation.generation,
+    };
+    pair.plane
+        .submit(settle)
+        .await
+        .expect("the completion commits");
+    pair.switchboard
+        .send_to_region("node-0", announce())
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), asked)
         .await
         .expect("the waiting ask is sent on")
         .unwrap();
-    assert!(
-        waited < Duration::from_secs(10),
-        "answered after {waited:?}"
-    );
     // node-1 does not know the type: the ask reached it and was refused there.
     let error = reply.expect_err("node-1 refuses the type");
     assert_ne!(error.kind, tessera_contract::ErrorKind::Timeout, "{error}");

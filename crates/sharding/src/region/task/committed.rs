@@ -46,6 +46,18 @@ impl RegionTask {
         }
     }
 
+    /// `key`'s committed allocation, if the catalog says its handoff at `generation` is
+    /// settled: the allocation at that generation or later, and no handoff of it in flight
+    /// from this node. `None` without a catalog (then only the handoff's end settles it).
+    pub(super) fn handoff_settled(&self, key: &ShardKey, generation: u64) -> Option<Allocation> {
+        let committed = self.shared.catalog.as_ref()?.committed().ok()?;
+        let allocation = committed.allocation(key).ok()??;
+        let from = committed.handoff_from(key).ok()?;
+        let settled =
+            allocation.generation >= generation && from.as_deref() != Some(&self.shared.node);
+        settled.then_some(allocation)
+    }
+
     /// Keeps `allocation` until the catalog applies it.
     pub(super) fn park(&mut self, key: &ShardKey, allocation: Allocation) {
         if let Some(parked) = self.unconfirmed.get_mut(key) {

@@ -7,7 +7,7 @@ use super::RegionTask;
 use crate::handoff::ShardBuffer;
 use crate::link::CoordinatorCommand;
 use crate::region::Internal;
-use crate::region::homes::{Home, RegisteredType};
+use crate::region::homes::Home;
 use crate::region::route::{Caller, Routed, route_in_slot};
 use crate::region::transfer;
 use tessera_contract::{Allocation, ShardKey};
@@ -137,36 +137,44 @@ impl RegionTask {
         }
     }
 
-    /// A handoff this region is still sending whose move the coordinator announces settled
-    /// (`allocation` at its generation or later): the coordinator finished it without this
-    /// region — it took this node for gone (down, cut off, or silent; say a stalled process
-    /// that read the handoff only when it woke) — and the new owner will take no part of it.
-    /// The transfer stops and what waited goes where the shard lives now: the shard waits as
-    /// if allocating, which `learn` then resolves.
-    pub(super) fn abandon_settled_handoff(
-        &mut self,
-        key: &ShardKey,
-        ty: &RegisteredType,
-        allocation: &Allocation,
-    ) {
-        {
-            let Some(mut home) = ty.slot(key.shard) else {
-                return;
-            };
-            let settled = matches!(&*home, Home::HandingOff { to, .. } if allocation.generation >= to.generation);
-            if !settled {
-                return;
-            }
-            let Home::HandingOff { buffer, .. } = std::mem::take(&mut *home) else {
-                return;
-            };
-            *home = Home::Allocating {
-                since: tokio::time::Instant::now(),
-                buffer,
-            };
-        }
+    /// A handoff this region is still sending whose move the committed catalog says is settled
+    /// — the shard's allocation at the handoff's generation or later, and no handoff of it in
+    /// flight from this node — was finished by the coordinator without this region: it took
+    /// this node for gone (down, cut off, or silent; say a stalled process that read the
+    /// handoff only when it woke), and the new owner will take no part of it. The transfer
+    /// stops and what waited goes where the shard lives now: the shard waits as if
+    /// allocating, for the committed allocation, which is returned. Nothing else is proof: a
+    /// region may hear of the new allocation (a forwarded envelope names it) while its own
+    /// handoff is still under way.
+    pub(super) fn abandon_if_settled(&mut self, key: &ShardKey) -> Option<Allocation> {
+        let ty = self.registered(&key.type_key)?;
+        let mut home = ty.slot(key.shard)?;
+        let Home::HandingOff { to, .. } = &*home else {
+            return None;
+        };
+        let committed = self.handoff_settled(key, to.generation)?;
+        let Home::HandingOff { buffer, .. } = std::mem::take(&mut *home) else {
+            return None;
+        };
+        *home = Home::Allocating {
+            since: tokio::time::Instant::now(),
+            buffer,
+        };
+        drop(home);
         self.transfers.cancel(key);
-        tracing::info!(%key, to = %allocation.node, "a handoff settled without this node: abandoned");
+        tracing::info!(%key, to = %committed.node, "a handoff settled without this node: abandoned");
+        Some(committed)
+    }
+
+    /// Abandons the transfers whose handoffs the catalog says were settled without this
+    /// region (see [`RegionTask::abandon_if_settled`]) and serves their shards where they
+    /// live now.
+    pub(super) fn abandon_settled_transfers(&mut self) {
+        for key in self.transfers.sending() {
+            if let Some(committed) = self.abandon_if_settled(&key) {
+                self.learn(&key, committed);
+            }
+        }
     }
 
     pub(super) fn complete_handoff(&self, key: ShardKey, generation: u64) {

@@ -344,7 +344,7 @@ impl RegionTask {
         let Some(ty) = self.registered(&key.type_key) else {
             return;
         };
-        self.abandon_settled_handoff(key, &ty, &allocation);
+        self.abandon_if_settled(key);
         let ours = allocation.node == self.shared.node;
         let news = ty.slot(key.shard).is_some_and(|home| {
             home.known_generation()
@@ -472,6 +472,7 @@ impl RegionTask {
             self.recheck_unconfirmed();
         }
         self.forwarder.forget_expired(now);
+        self.abandon_settled_transfers();
         let timeout = self.shared.config.request_timeout;
         let mut stale = Vec::new();
         let retry: Vec<ShardKey> = self

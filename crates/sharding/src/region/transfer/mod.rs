@@ -121,6 +121,11 @@ impl Transfers {
     }
 
     /// Whether `key`'s state is being sent.
+    /// The shards whose state is being sent.
+    pub(crate) fn sending(&self) -> Vec<ShardKey> {
+        self.outgoing.keys().cloned().collect()
+    }
+
     pub(crate) fn is_sending(&self, key: &ShardKey) -> bool {
         self.outgoing.contains_key(key)
     }
