@@ -285,14 +285,13 @@ async fn a_handoff_the_coordinator_settled_without_this_region_is_abandoned() {
     // An ask waits in node-0's handoff buffer.
     let region = pair.regions[0].clone();
     let asked = tokio::spawn(async move {
-        let reply = region
+        region
             .ask(
                 counter().entity(id),
                 b"after".to_vec(),
                 Some(Duration::from_secs(30)),
             )
-            .await;
-        reply
+            .await
     });
     // The new allocation announced while the handoff is still in flight changes nothing: the
     // transfer goes on.
