@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput};
+use criterion::{Criterion, SamplingMode, Throughput};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use tessera_benches::partition_group::{Network, Voter, start_voter, voter_files};
 use tessera_consensus::group::{GroupConfig, GroupId, GroupStatus};
@@ -45,6 +45,8 @@ const SESSIONS: usize = 8;
 const COUNTER_VALUE_BYTES: usize = 16;
 /// Concurrent committers (one entity each) in the throughput runs.
 const COMMITTERS: usize = 64;
+/// Commits per iteration of criterion's throughput runs (the tables run more).
+const CRITERION_THROUGHPUT_COMMITS: usize = 512;
 /// How long a group may take to elect, a commit to be answered, a replica to rebuild.
 const WAIT_MAX: Duration = Duration::from_secs(120);
 
@@ -78,10 +80,12 @@ const SMOKE: Sizes = Sizes {
 /// Bytes of state per entity in the rebuild scenario.
 const REBUILD_VALUE_BYTES: usize = 4096;
 
+/// The node's runtime threads: two on this 2-core machine, for every side alike.
+const WORKER_THREADS: usize = 2;
+
 fn runtime() -> Runtime {
-    // The node's runtime: two worker threads on this 2-core machine.
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(WORKER_THREADS)
         .enable_all()
         .build()
         .expect("runtime")
@@ -91,9 +95,18 @@ fn nodes(replicas: usize) -> Vec<String> {
     (1..=replicas).map(|index| format!("n{index}")).collect()
 }
 
+/// Client sessions of each member: [`SESSIONS`], or `PARTITION_BENCH_SESSIONS` from the
+/// environment (1 to 64) to see what more operations in flight would change.
+fn sessions() -> usize {
+    std::env::var("PARTITION_BENCH_SESSIONS")
+        .ok()
+        .and_then(|sessions| sessions.parse().ok())
+        .unwrap_or(SESSIONS)
+}
+
 fn config(voters: &[String], node: &str) -> GroupConfig {
     GroupConfig {
-        sessions: SESSIONS,
+        sessions: sessions(),
         ..GroupConfig::new(GROUP, voters.to_vec(), node.to_string())
     }
 }
@@ -308,12 +321,15 @@ fn bench_latency(criterion: &mut Criterion, runtime: &Runtime) {
     group.finish();
 }
 
-fn bench_throughput(criterion: &mut Criterion, runtime: &Runtime, sizes: Sizes) {
+fn bench_throughput(criterion: &mut Criterion, runtime: &Runtime) {
     let mut group = criterion.benchmark_group("partition_throughput");
+    // Each sample the same number of runs (criterion's linear sampling would run the last
+    // sample ten times as long as the first).
     group
         .sample_size(10)
-        .measurement_time(Duration::from_secs(10))
-        .throughput(Throughput::Elements(sizes.throughput_commits as u64));
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(5))
+        .throughput(Throughput::Elements(CRITERION_THROUGHPUT_COMMITS as u64));
     for replicas in [3, 1] {
         let plane = runtime.block_on(Plane::start(replicas));
         let state = plane.state();
@@ -323,7 +339,8 @@ fn bench_throughput(criterion: &mut Criterion, runtime: &Runtime, sizes: Sizes) 
                 runtime.block_on(async {
                     let mut took = Duration::ZERO;
                     for _ in 0..iterations {
-                        took += concurrent(&state, &mut committers, sizes.throughput_commits).await;
+                        took +=
+                            concurrent(&state, &mut committers, CRITERION_THROUGHPUT_COMMITS).await;
                     }
                     took
                 })
@@ -397,21 +414,27 @@ fn print_throughput(runtime: &Runtime, sizes: Sizes) {
         )
     });
     let mut took = [Duration::ZERO; 2];
+    let mut cpu = [Duration::ZERO; 2];
     let mut planes = planes;
     runtime.block_on(async {
         for _ in 0..sizes.throughput_runs {
             for (side, (_, _, state, committers)) in planes.iter_mut().enumerate() {
+                let cpu_before = cpu_time();
                 took[side] += concurrent(state, committers, sizes.throughput_commits).await;
+                cpu[side] += cpu_time() - cpu_before;
             }
         }
     });
     let total =
         (sizes.throughput_commits.div_ceil(COMMITTERS) * COMMITTERS * sizes.throughput_runs) as f64;
     let rates = took.map(|took| total / took.as_secs_f64());
-    for ((replicas, plane, _, _), rate) in planes.iter().zip(rates) {
+    for (((replicas, plane, _, _), rate), cpu) in planes.iter().zip(rates).zip(cpu) {
         let status = plane.status(&plane.primary);
         println!(
-            "R = {replicas}: {rate:>8.0} commits/s ({} ops committed, so {:.1} commits an op)",
+            "R = {replicas}: {rate:>8.0} commits/s | process CPU {:.0} µs a commit ({:.0} % of \
+             the {WORKER_THREADS} threads' time) | {} ops committed, {:.1} commits an op",
+            cpu.as_secs_f64() * 1e6 / total,
+            cpu.as_secs_f64() / (total / rate) / WORKER_THREADS as f64 * 100.0,
             status.commit,
             total / status.commit.max(1) as f64
         );
@@ -448,6 +471,8 @@ struct Rebuilt {
     rebuilt_in: Duration,
     raw_in: Duration,
     states_installed: u64,
+    /// When the checkpoint fetched by state transfer was installed, if one was.
+    installed_in: Option<Duration>,
     ops: u64,
 }
 
@@ -514,7 +539,14 @@ async fn rebuild(bytes: usize) -> Rebuilt {
                     == Some(filler(*index, REBUILD_VALUE_BYTES).as_slice())
             })
     };
-    until("the lost replica rebuilds", || holds_every_row(&voter)).await;
+    let mut installed_in = None;
+    until("the lost replica rebuilds", || {
+        if installed_in.is_none() && voter.group.status().states_installed > 0 {
+            installed_in = Some(started.elapsed());
+        }
+        holds_every_row(&voter)
+    })
+    .await;
     let rebuilt_in = started.elapsed();
     let status = voter.group.status();
     plane.members.insert(lost, voter);
@@ -567,6 +599,7 @@ async fn rebuild(bytes: usize) -> Rebuilt {
         rebuilt_in,
         raw_in,
         states_installed: status.states_installed,
+        installed_in,
         ops: target,
     }
 }
@@ -588,6 +621,14 @@ fn print_rebuild(runtime: &Runtime, sizes: Sizes) {
         rate(rebuilt.rebuilt_in),
         rebuilt.states_installed
     );
+    if let Some(installed_in) = rebuilt.installed_in {
+        println!(
+            "  of which: checkpoint fetched and installed after {:.2} s, the log above it \
+             replayed in the remaining {:.2} s",
+            installed_in.as_secs_f64(),
+            (rebuilt.rebuilt_in - installed_in).as_secs_f64()
+        );
+    }
     println!(
         "raw redb, same rows, one synced transaction: {:>8.2} s, {:>7.1} MiB/s",
         rebuilt.raw_in.as_secs_f64(),
@@ -597,6 +638,44 @@ fn print_rebuild(runtime: &Runtime, sizes: Sizes) {
         "rebuild / raw redb: {:.0} %",
         rate(rebuilt.rebuilt_in) / rate(rebuilt.raw_in) * 100.0
     );
+}
+
+/// The tables printed after criterion's means, by name.
+const TABLES: [&str; 3] = ["latency", "throughput", "rebuild"];
+
+/// `fdatasync` calls timed for the disk's baseline.
+const FSYNC_SAMPLES: usize = 100;
+
+/// The disk's own cost, which every durable commit above pays at least once.
+fn fsync_latency_p50() -> Duration {
+    use std::io::Write;
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let mut file = std::fs::File::create(directory.path().join("fsync")).expect("file");
+    let block = [7u8; 4096];
+    let mut samples: Vec<Duration> = (0..FSYNC_SAMPLES)
+        .map(|_| {
+            let started = Instant::now();
+            file.write_all(&block).expect("write");
+            file.sync_data().expect("fdatasync");
+            started.elapsed()
+        })
+        .collect();
+    samples.sort_unstable();
+    quantile(&samples, 0.5)
+}
+
+/// Process CPU time (user + system) so far.
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a whole rusage into the pointer it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn main() {
@@ -609,12 +688,35 @@ fn main() {
     } else {
         FULL
     };
+    // Named tables run alone (criterion takes the names as filters too).
+    let named: Vec<&str> = TABLES
+        .into_iter()
+        .filter(|table| arguments.iter().any(|argument| argument == table))
+        .collect();
+    let tables = if named.is_empty() {
+        TABLES.to_vec()
+    } else {
+        named
+    };
     let runtime = runtime();
+    println!(
+        "partition plane, {} client sessions a member, {} worker threads",
+        sessions(),
+        WORKER_THREADS
+    );
     let mut criterion = Criterion::default().configure_from_args();
     bench_latency(&mut criterion, &runtime);
-    bench_throughput(&mut criterion, &runtime, sizes);
+    bench_throughput(&mut criterion, &runtime);
     criterion.final_summary();
-    print_latency(&runtime, sizes);
-    print_throughput(&runtime, sizes);
-    print_rebuild(&runtime, sizes);
+    println!(
+        "\nbaseline of the disk: one 4 KiB append + fdatasync, p50 {:.2} ms",
+        millis(fsync_latency_p50())
+    );
+    for table in tables {
+        match table {
+            "latency" => print_latency(&runtime, sizes),
+            "throughput" => print_throughput(&runtime, sizes),
+            _ => print_rebuild(&runtime, sizes),
+        }
+    }
 }
