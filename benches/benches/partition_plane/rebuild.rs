@@ -2,7 +2,7 @@
 //! group loses its disk and rebuilds from its peers (state transfer of the checkpoint, then
 //! the log above it), timed against redb writing the same rows into a fresh database.
 
-use super::{COMMITTERS, Committer, GROUP, Plane, commit, config, until};
+use super::{COMMITTERS, Committer, GROUP, Plane, commit, config, cpu_time, until};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +38,8 @@ fn filler(seed: u64, len: usize) -> Vec<u8> {
 struct Rebuilt {
     bytes: usize,
     rebuilt_in: Duration,
+    /// The process's CPU time meanwhile (every replica's, and the polling's).
+    rebuild_cpu: Duration,
     raw_in: Duration,
     states_installed: u64,
     /// When the checkpoint fetched by state transfer was installed, if one was.
@@ -95,7 +97,7 @@ async fn rebuild(bytes: usize) -> Rebuilt {
     for file in voter_files(plane.dir.path(), &lost, GROUP) {
         std::fs::remove_file(&file).expect("the lost replica's file is deleted");
     }
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_time());
     let voter = start_voter(
         &plane.network,
         config(&plane.voters, &lost),
@@ -117,6 +119,7 @@ async fn rebuild(bytes: usize) -> Rebuilt {
     })
     .await;
     let rebuilt_in = started.elapsed();
+    let rebuild_cpu = cpu_time() - cpu_before;
     let status = voter.group.status();
     plane.members.insert(lost, voter);
 
@@ -166,6 +169,7 @@ async fn rebuild(bytes: usize) -> Rebuilt {
     Rebuilt {
         bytes: entities * REBUILD_VALUE_BYTES,
         rebuilt_in,
+        rebuild_cpu,
         raw_in,
         states_installed: status.states_installed,
         installed_in,
@@ -186,10 +190,12 @@ pub(super) fn print(runtime: &Runtime, bytes: usize) {
         rebuilt.ops
     );
     println!(
-        "rebuilt replica: {:>8.2} s, {:>7.1} MiB/s (checkpoints installed by state transfer: {})",
+        "rebuilt replica: {:>8.2} s, {:>7.1} MiB/s (checkpoints installed by state transfer: {}; \
+         process CPU meanwhile {:.2} s)",
         rebuilt.rebuilt_in.as_secs_f64(),
         rate(rebuilt.rebuilt_in),
-        rebuilt.states_installed
+        rebuilt.states_installed,
+        rebuilt.rebuild_cpu.as_secs_f64()
     );
     if let Some(installed_in) = rebuilt.installed_in {
         println!(
