@@ -9,52 +9,16 @@
 //! Run: `cargo bench -p tessera-benches --bench partition_groups` (or name the group counts:
 //! `-- 16 64`). Not a criterion timing benchmark: it prints the table.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_consensus::group::{
-    GROUP_INBOUND_MAX, Group, GroupConfig, GroupFrame, GroupId, GroupObserver, GroupOutbox,
-    ObserverFuture,
-};
-use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionReplica};
-use tokio::sync::mpsc;
+use tessera_benches::partition_group::{Network, start_voter};
+use tessera_consensus::group::{GroupConfig, GroupId};
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// How long the idle CPU is measured over.
 const IDLE_WINDOW: Duration = Duration::from_secs(5);
 /// How long the groups may take to elect their primaries.
 const ELECTION_WAIT_MAX: Duration = Duration::from_secs(60);
-
-/// Where a voter's frames from other voters go.
-type Inbox = mpsc::Sender<(String, GroupFrame)>;
-
-/// Every voter's inbox, by `(node, group)`.
-#[derive(Default)]
-struct Network {
-    inboxes: Mutex<BTreeMap<(String, GroupId), Inbox>>,
-}
-
-struct Outbox {
-    node: String,
-    network: Arc<Network>,
-}
-
-impl GroupOutbox for Outbox {
-    fn send(&self, to: &str, frame: GroupFrame) {
-        let inboxes = self.network.inboxes.lock().expect("network");
-        if let Some(inbox) = inboxes.get(&(to.to_string(), frame.group)) {
-            let _ = inbox.try_send((self.node.clone(), frame));
-        }
-    }
-}
-
-struct Quiet;
-
-impl GroupObserver<PartitionApplied> for Quiet {
-    fn applied<'a>(&'a self, _: &'a PartitionApplied) -> ObserverFuture<'a> {
-        Box::pin(async {})
-    }
-}
 
 /// Process CPU time (user + system) so far.
 fn cpu_time() -> Duration {
@@ -112,31 +76,10 @@ async fn measure(groups: u64) -> Cost {
     let started = Instant::now();
     for group in (1..=groups).map(GroupId) {
         for node in VOTERS {
-            let (sender, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
-            network
-                .inboxes
-                .lock()
-                .expect("network")
-                .insert((node.to_string(), group), sender);
             let config = GroupConfig::new(group, VOTERS.map(String::from).to_vec(), node.into());
-            let outbox = Arc::new(Outbox {
-                node: node.to_string(),
-                network: network.clone(),
-            });
-            let journal = dir.path().join(format!("{node}-{}.journal", group.0));
             // The machine on its own redb file, as a node runs it.
-            let database = dir.path().join(format!("{node}-{}.redb", group.0));
-            let machine = PartitionMachine::create(&database).expect("the database opens");
-            let voter = Group::start_voter(
-                config,
-                &journal,
-                PartitionReplica::new(machine),
-                Arc::new(Quiet),
-                outbox,
-                inbound,
-            )
-            .expect("a voter starts");
-            running.push(voter);
+            let voter = start_voter(&network, config, dir.path());
+            running.push(voter.group);
         }
     }
     while !running.iter().all(|voter| voter.status().primary.is_some()) {
