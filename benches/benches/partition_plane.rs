@@ -15,8 +15,8 @@
 //!   holds every row, against redb writing the same rows into a fresh database in one synced
 //!   transaction: MiB of entity state per second.
 //!
-//! Each group member opens as many client sessions as a node's partition member does (8;
-//! `PARTITION_BENCH_SESSIONS=64` in the environment opens more, to see what they change).
+//! Each group member opens as many client sessions as a node's partition member does (32;
+//! `PARTITION_BENCH_SESSIONS=8` in the environment opens fewer, to see what they change).
 //! Run: `cargo bench -p tessera-benches --bench partition_plane` prints criterion's means,
 //! then the tables (the disk's `fdatasync` first, which every durable commit pays); naming one
 //! table (`-- latency`, `-- throughput`, `-- rebuild`) prints it alone, and `-- --test` runs
@@ -46,7 +46,7 @@ mod rebuild;
 const GROUP: GroupId = GroupId(1);
 /// Client sessions of each member: as many as a node's partition member opens
 /// (`PARTITION_SESSIONS` in `crates/host/src/node/member/partitions.rs`).
-const SESSIONS: usize = 8;
+const SESSIONS: usize = 32;
 /// Bytes of the counter's one state key.
 const COUNTER_VALUE_BYTES: usize = 16;
 /// Concurrent committers (one entity each) in the throughput runs.
