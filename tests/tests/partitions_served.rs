@@ -11,7 +11,7 @@
 //! partitions' new primaries take their shards over. Each node is this test binary re-run as a child
 //! (`tessera_tests::processes`).
 
-use serde_json::json;
+use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use tessera_tests::cluster::*;
@@ -335,4 +335,38 @@ fn a_killed_nodes_counters_are_served_by_the_others_without_waiting_for_it() {
         served[COUNTERS / 2].2,
         served[COUNTERS - 1].2
     );
+
+    // n3 comes back: once caught up it asks for the primary's role in the partitions it is the
+    // preferred primary of, and serves their counters again (else it would lead nothing, and
+    // serve nothing, until another node failed).
+    cluster.start(victim);
+    let url = format!("{}/v1/cluster/partitions", cluster.url(victim));
+    eventually("n3 leads its preferred partitions again", &cluster, || {
+        let answer = get(&url, ADMIN)?.json();
+        let groups = answer["partitions"].as_array()?;
+        let preferred: Vec<&Json> = groups
+            .iter()
+            .filter(|here| here["replicas"][0] == NODES[victim])
+            .collect();
+        let leads = !preferred.is_empty()
+            && preferred
+                .iter()
+                .all(|here| here["status"]["primary"] == NODES[victim]);
+        leads.then_some(())
+    });
+    eventually("n3 serves counters again", &cluster, || {
+        let shards = get(&format!("{}/v1/cluster/shards", cluster.url(0)), ADMIN)?.json();
+        let owns = shards["shards"]
+            .as_array()?
+            .iter()
+            .any(|shard| shard["node"] == NODES[victim]);
+        owns.then_some(())
+    });
+    for id in 0..COUNTERS {
+        assert_eq!(
+            value_through(&cluster, victim, &token, id),
+            acknowledged[&id],
+            "c{id} through the returned n3"
+        );
+    }
 }

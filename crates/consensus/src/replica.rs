@@ -388,7 +388,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     /// Syncs whatever this handler wrote, then hands over the actions that depend on it.
-    fn flush(&mut self) -> Vec<Action> {
+    pub(super) fn flush(&mut self) -> Vec<Action> {
         if self.durable_dirty && !self.canary_skips_sync() {
             let superblock = Superblock {
                 view: self.view,

@@ -84,6 +84,43 @@ fn a_view_change_elects_the_next_primary_and_keeps_committed_ops() {
     }
 }
 
+/// A backup that asks for the primary's role gets it in the next view it leads, by a view
+/// change: committed ops are kept, new ones commit through it, and a primary asking changes
+/// nothing.
+#[test]
+fn a_caught_up_backup_takes_the_primary_role_by_a_view_change_and_keeps_committed_ops() {
+    let mut cluster = Cluster::new(3);
+    for number in 1..=3 {
+        cluster.put(0, 1, number, number);
+    }
+    cluster.run(5);
+    cluster.take_primary(0);
+    cluster.run(5);
+    assert_eq!(
+        cluster.replica(0).view(),
+        0,
+        "the primary asking changes nothing"
+    );
+
+    cluster.take_primary(2);
+    cluster.run(SETTLE_TICKS);
+    let taken = cluster.replica(2);
+    assert!(taken.is_primary(), "replica 2 leads");
+    assert_eq!(taken.view(), 2, "the next view replica 2 is the primary of");
+    assert_eq!(taken.status(), Status::Normal);
+    cluster.put(2, 1, 4, 4);
+    cluster.run(5);
+    for index in 0..=2 {
+        assert_eq!(cluster.replica(index).view(), 2, "replica {index} follows");
+        assert_eq!(
+            cluster.replica(index).commit(),
+            4,
+            "replica {index} kept 1-3 and added 4"
+        );
+        assert_eq!(cluster.replica(index).state_machine().get(1), Some(4));
+    }
+}
+
 #[test]
 fn a_recovering_replica_votes_for_nothing_until_it_has_recovered() {
     let mut cluster = Cluster::new(3);

@@ -113,6 +113,15 @@ impl Cluster {
         );
     }
 
+    /// Replica `index` asks for a leadership transfer ([`Replica::take_primary`]).
+    pub(super) fn take_primary(&mut self, index: usize) {
+        let actions = self.replicas[index]
+            .as_mut()
+            .expect("replica is running")
+            .take_primary();
+        self.handle(index, actions);
+    }
+
     pub(super) fn handle(&mut self, index: usize, actions: Vec<Action>) {
         for action in actions {
             match action {

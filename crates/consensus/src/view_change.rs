@@ -11,7 +11,7 @@
 use super::journal::Journal;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::DoViewChangeVote;
-use super::replica::Replica;
+use super::replica::{Action, Replica};
 use super::replica_log::Join;
 use super::state_machine::StateMachine;
 
@@ -52,6 +52,41 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let (view, op, replica) = (self.view, self.op(), self.config.replica);
         self.send(primary, Message::PrepareOk { view, op, replica });
         self.advance_commit(commit);
+    }
+
+    /// A leadership transfer: a backup in normal status that has applied everything it knows
+    /// committed asks the group to move to the next view it is the primary of. This is the
+    /// view change protocol started early (as a primary's silence would start it), so it is as
+    /// safe in any state; the new view's log is the best of a quorum's, whatever this
+    /// replica's. Anything else (a primary, a replica changing views, recovering or fetching
+    /// a checkpoint) does nothing.
+    ///
+    /// ```
+    /// use tessera_consensus::config::Config;
+    /// use tessera_consensus::journal::InMemoryJournal;
+    /// use tessera_consensus::replica::Replica;
+    /// use tessera_consensus::state_machine::KeyValue;
+    /// let mut replica =
+    ///     Replica::format(Config::new(3, 0), InMemoryJournal::new(), KeyValue::default())?;
+    /// // Replica 0 is view 0's primary already: nothing to take.
+    /// assert!(replica.take_primary().is_empty());
+    /// # Ok::<(), tessera_consensus::replica::ReplicaError>(())
+    /// ```
+    pub fn take_primary(&mut self) -> Vec<Action> {
+        let caught_up = self.applied >= self.commit && self.op() >= self.commit;
+        if self.status != Status::Normal
+            || self.is_primary()
+            || self.state_transfer.is_some()
+            || !caught_up
+        {
+            return Vec::new();
+        }
+        let mut view = self.view + 1;
+        while self.primary_of(view) != self.config.replica {
+            view += 1;
+        }
+        self.start_view_change(view);
+        self.flush()
     }
 
     /// Gives up on the current view and asks everyone to move to `view`.

@@ -105,6 +105,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -310,6 +311,8 @@ pub struct Group {
     submissions: mpsc::Sender<Submission>,
     status: watch::Receiver<GroupStatus>,
     contact: Arc<Contact>,
+    /// Set by [`Group::take_primary`]; a voter's driver acts on it at its next tick.
+    take_primary: Arc<AtomicBool>,
     driver: tokio::task::JoinHandle<()>,
 }
 
@@ -344,8 +347,10 @@ impl Group {
         let (submissions, submitted) = mpsc::channel(SUBMISSIONS_MAX);
         let (status_sender, status) = watch::channel(Group::initial_status(&config));
         let contact = Contact::new();
+        let take_primary = Arc::new(AtomicBool::new(false));
         let driver = voter::VoterDriver {
             contact: contact.clone(),
+            take_primary: take_primary.clone(),
             session: ClientSessions::new(config.group, &config.node, config.sessions),
             config,
             replica,
@@ -361,6 +366,7 @@ impl Group {
             submissions,
             status,
             contact,
+            take_primary,
             driver: tokio::spawn(driver.run()),
         })
     }
@@ -412,6 +418,7 @@ impl Group {
             submissions,
             status,
             contact,
+            take_primary: Arc::new(AtomicBool::new(false)),
             driver: tokio::spawn(driver.run()),
         })
     }
@@ -442,6 +449,13 @@ impl Group {
                 Err(_) => Err(SubmitError::TimedOut(SUBMIT_TIMEOUT)),
             }
         }
+    }
+
+    /// Asks for the primary's role for this voter (a leadership transfer, see
+    /// [`Replica::take_primary`](crate::replica::Replica::take_primary)), at the driver's next
+    /// tick; nothing for a non-voting member, a primary, or a voter not caught up.
+    pub fn take_primary(&self) {
+        self.take_primary.store(true, Ordering::Relaxed);
     }
 
     /// Where the group is now, as this node sees it.

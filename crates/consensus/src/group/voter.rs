@@ -18,6 +18,7 @@ use crate::replica::{Action, Replica};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{mpsc, watch};
 
 /// Client sessions of other nodes whose replies this voter routes (their origin node).
@@ -56,6 +57,8 @@ pub(super) struct VoterDriver<M: GroupMachine> {
     pub(super) submitted: mpsc::Receiver<Submission>,
     pub(super) status: watch::Sender<GroupStatus>,
     pub(super) contact: Arc<Contact>,
+    /// Set when this node asked for the primary's role ([`super::Group::take_primary`]).
+    pub(super) take_primary: Arc<AtomicBool>,
     /// This node's client sessions.
     pub(super) session: ClientSessions,
     pub(super) origins: BTreeMap<ClientId, String>,
@@ -74,6 +77,10 @@ impl<M: GroupMachine> VoterDriver<M> {
                     self.tick += 1;
                     let actions = self.replica.tick();
                     self.carry_out(actions).await;
+                    if self.take_primary.swap(false, Ordering::Relaxed) {
+                        let actions = self.replica.take_primary();
+                        self.carry_out(actions).await;
+                    }
                     self.resend_if_due().await;
                 }
                 incoming = self.inbound.recv() => match incoming {

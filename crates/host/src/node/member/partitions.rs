@@ -15,7 +15,7 @@ use crate::node::{ClusterConfig, NodeConfig, NodeError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
@@ -72,12 +72,23 @@ fn same_set(left: &[String], right: &[String]) -> bool {
     left == right
 }
 
+/// How long a group runs here before this node, its preferred primary, asks for the primary's
+/// role back: time to catch up after a restart.
+const PRIMARY_RECLAIM_AFTER: Duration = Duration::from_secs(10);
+
+/// How long after asking for the primary's role this node asks again, if it still does not
+/// lead.
+const PRIMARY_RECLAIM_EVERY: Duration = Duration::from_secs(30);
+
 /// A running partition group.
 struct Running {
+    /// Its voters, in their order ([`group_voters`]): the first is the preferred primary.
     replicas: Vec<String>,
     generation: u64,
     placed: Option<Vec<String>>,
     group: Arc<Group>,
+    /// When this node may next ask for the primary's role, if it is the preferred primary.
+    reclaim_at: Instant,
 }
 
 /// The partition groups this node runs.
@@ -104,6 +115,7 @@ async fn report_primaries(groups: Weak<PartitionGroups>, switchboard: Arc<Switch
             return;
         };
         let led = groups.led();
+        groups.reclaim_preferred();
         let node = groups.node.clone();
         drop(groups);
         // The coordinator may be moving (a metadata view change): the next report gets there.
@@ -187,6 +199,29 @@ impl PartitionGroups {
         self.routed.store_of(partition)
     }
 
+    /// Asks for the primary's role in the groups whose preferred primary (first voter) this
+    /// node is and which another node leads — at most every [`PRIMARY_RECLAIM_EVERY`], and
+    /// [`PRIMARY_RECLAIM_AFTER`] after the group started here. So primaries, and with them the
+    /// partitions' shards, spread over the nodes again once a node that failed is back: a
+    /// view change elects a successor when a primary dies, and nothing else moves it back.
+    fn reclaim_preferred(&self) {
+        let now = Instant::now();
+        for running in self.lock().values_mut() {
+            if running.replicas.first() != Some(&self.node) || now < running.reclaim_at {
+                continue;
+            }
+            let status = running.group.status();
+            let led_elsewhere = status
+                .primary
+                .as_ref()
+                .is_some_and(|primary| *primary != self.node);
+            if led_elsewhere && status.contact_age_ms.is_some() {
+                running.group.take_primary();
+                running.reclaim_at = now + PRIMARY_RECLAIM_EVERY;
+            }
+        }
+    }
+
     /// The partitions whose groups this node leads, with the view it leads each in.
     fn led(&self) -> Vec<(u32, u64)> {
         self.lock()
@@ -245,6 +280,7 @@ impl PartitionGroups {
                             generation: *generation,
                             placed: None,
                             group,
+                            reclaim_at: Instant::now() + PRIMARY_RECLAIM_AFTER,
                         },
                     );
                 }
