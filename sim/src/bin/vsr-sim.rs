@@ -119,7 +119,8 @@ fn main() -> ExitCode {
     println!("ran {count} seeds in {elapsed_seconds:.1} s");
     println!(
         "passing seeds: {} ops committed, {} with checkpoints ({} taken), {} with state \
-         transfers ({} installed, {} corrupted chunks rejected), {} with a disk lost ({} lost)",
+         transfers ({} installed, {} corrupted chunks rejected), {} with a disk lost ({} lost), \
+         {} leadership transfers asked for",
         totals.ops_committed,
         totals.seeds_with_checkpoints,
         totals.checkpoints_taken,
@@ -127,7 +128,8 @@ fn main() -> ExitCode {
         totals.states_transferred,
         totals.states_rejected,
         totals.seeds_with_disk_loss,
-        totals.disks_lost
+        totals.disks_lost,
+        totals.primary_takeovers
     );
     println!(
         "{:?} machine: {} acknowledged replies checked, {} membership commands committed \
@@ -157,6 +159,7 @@ struct Totals {
     states_rejected: u64,
     seeds_with_disk_loss: u64,
     disks_lost: u64,
+    primary_takeovers: u64,
     replies_checked: u64,
     membership_commands: u64,
     seeds_with_membership: u64,
@@ -173,6 +176,7 @@ impl Totals {
         self.states_rejected += summary.states_rejected;
         self.seeds_with_disk_loss += u64::from(summary.disks_lost > 0);
         self.disks_lost += summary.disks_lost;
+        self.primary_takeovers += summary.primary_takeovers;
         self.replies_checked += summary.workload.replies_checked;
         self.membership_commands += summary.workload.membership_commands;
         self.seeds_with_membership += u64::from(summary.workload.membership_commands > 0);

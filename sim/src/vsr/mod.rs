@@ -2,7 +2,7 @@
 //! seed and generic over the [`Workload`] it replicates. [`runner`] builds a scenario from the seed
 //! (cluster size, fault rates), runs a fault phase (loss, duplication, reordering, partitions,
 //! crashes mid-handler that lose or tear unsynced writes, a long outage that forces state transfer,
-//! corrupted state chunks), heals everything and waits for convergence; [`checker`] and the
+//! corrupted state chunks, leadership transfers), heals everything and waits for convergence; [`checker`] and the
 //! workload's own check ([`linearizability`] for [`key_value`]) decide whether the run was correct.
 //! A failing seed replays exactly with `cargo run --release --bin vsr-sim -- --seed S`.
 

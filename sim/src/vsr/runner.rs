@@ -124,6 +124,7 @@ struct Simulation<'w, W: Workload> {
     answered_at_node: HashSet<(ClientId, u64)>,
     crashes: u64,
     disks_lost: u64,
+    primary_takeovers: u64,
     /// Counters of replicas that have crashed since, summed.
     counters_of_crashed: Counters,
     faults_on: bool,
@@ -163,6 +164,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
             answered_at_node: HashSet::new(),
             crashes: 0,
             disks_lost: 0,
+            primary_takeovers: 0,
             counters_of_crashed: Counters::default(),
             faults_on: true,
         }
@@ -224,6 +226,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
                 .count() as u64,
             crashes: self.crashes,
             disks_lost: self.disks_lost,
+            primary_takeovers: self.primary_takeovers,
             checkpoints_taken: counters.checkpoints_taken,
             states_transferred: counters.states_installed,
             states_rejected: counters.states_rejected,
@@ -255,6 +258,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
         if self.faults_on {
             self.inject_faults();
             self.start_outage();
+            self.take_primary_at_random()?;
         }
         self.restart_due()?;
         while let Some(packet) = self.network.pop_due(self.now_tick) {

@@ -40,6 +40,9 @@ pub struct Summary {
     pub crashes: u64,
     /// Of the crashes, those that lost the replica's disk.
     pub disks_lost: u64,
+    /// Leadership transfers asked for (`Replica::take_primary`; a primary or a replica not
+    /// caught up ignores one).
+    pub primary_takeovers: u64,
     /// Checkpoints taken, over all replicas.
     pub checkpoints_taken: u64,
     /// Checkpoints installed by state transfer, over all replicas.
@@ -96,6 +99,8 @@ pub(super) struct Scenario {
     pub(super) checkpoint_interval_ops: u64,
     pub(super) state_chunk_bytes: usize,
     pub(super) outage: Option<Outage>,
+    /// Per tick, how likely a replica asks for the primary's role (a leadership transfer).
+    pub(super) take_primary_per_mille: u64,
 }
 
 impl Scenario {
@@ -129,6 +134,7 @@ impl Scenario {
             } else {
                 0
             },
+            take_primary_per_mille: rng.below(6),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The faults a run injects: partitions and armed crashes drawn each tick, the scenario's long
 //! outage, crashes that lose a replica's unsynced writes and its machine's memory (or its whole
-//! disk), restarts from the journal (or an empty one) onto a fresh machine, and the end of the
-//! fault phase.
+//! disk), restarts from the journal (or an empty one) onto a fresh machine, leadership
+//! transfers asked for at random, and the end of the fault phase.
 
 use super::{Simulation, add_counters};
 use crate::vsr::canary::Canary;
@@ -44,6 +44,21 @@ impl<W: Workload> Simulation<'_, W> {
                 replica.journal_mut().crash_after_writes(writes);
             }
         }
+    }
+
+    /// Now and then a replica asks for the primary's role (a node taking back the partitions
+    /// it prefers to lead): the view change protocol started early, under every other fault.
+    pub(super) fn take_primary_at_random(&mut self) -> Result<(), String> {
+        if !self.rng.per_mille(self.scenario.take_primary_per_mille) {
+            return Ok(());
+        }
+        let index = self.rng.below(self.replicas.len() as u64) as usize;
+        let Some(replica) = self.replicas[index].as_mut() else {
+            return Ok(());
+        };
+        let actions = replica.take_primary();
+        self.primary_takeovers += 1;
+        self.after_handler(index, actions)
     }
 
     pub(super) fn crash(&mut self, index: usize, downtime_ticks: u64) {
