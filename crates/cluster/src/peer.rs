@@ -60,6 +60,7 @@ pub(crate) fn insert_peer<M>(
         queue,
         unreachable: AtomicBool::new(false),
         incarnation: AtomicU64::new(0),
+        lost_at: Mutex::new(None),
     });
     let task = tokio::spawn(run_peer(
         Arc::clone(shared),
@@ -106,10 +107,11 @@ pub(crate) async fn run_peer<M>(
         }
         connected_before = true;
         link.unreachable.store(false, Ordering::Release);
+        *lock(&link.lost_at) = None;
         tracing::debug!(peer = %link.node_id, "cluster connection up");
         match serve(&shared, &link, connection, &mut queued, &mut accepted).await {
             AfterServing::Replaced(newer) => next = Some(*newer),
-            AfterServing::Reconnect => {}
+            AfterServing::Reconnect => *lock(&link.lost_at) = Some(Instant::now()),
             AfterServing::Stop => return,
         }
         tracing::debug!(peer = %link.node_id, "cluster connection down");

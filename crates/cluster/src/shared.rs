@@ -76,6 +76,9 @@ pub(crate) struct PeerLink {
     pub unreachable: AtomicBool,
     /// The incarnation of the peer's latest connection (0 before the first).
     pub incarnation: AtomicU64,
+    /// When the peer's last connection was lost, while it is not back (`None` while connected
+    /// and before the first connection).
+    pub lost_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Aborts the task when dropped, so removing a peer or dropping the transport stops it.

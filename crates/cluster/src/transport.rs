@@ -221,6 +221,31 @@ where
         peers
     }
 
+    /// Peers whose connection was lost at least `at_least` ago and is not back, sorted (a peer
+    /// never connected yet is not among them). Whatever such a peer was sent and has not
+    /// answered may never be answered.
+    pub fn peers_lost_for(&self, at_least: Duration) -> Vec<NodeId> {
+        let now = tokio::time::Instant::now();
+        let mut peers: Vec<NodeId> = lock(&self.shared.peers)
+            .iter()
+            .filter(|(_, entry)| {
+                lock(&entry.link.lost_at)
+                    .is_some_and(|lost_at| now.saturating_duration_since(lost_at) >= at_least)
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        peers.sort();
+        peers
+    }
+
+    /// How long `peer`'s connection has been lost, if it was connected once and is not now.
+    pub fn lost_for(&self, peer: &str) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        let peers = lock(&self.shared.peers);
+        let lost_at = (*lock(&peers.get(peer)?.link.lost_at))?;
+        Some(now.saturating_duration_since(lost_at))
+    }
+
     /// Peers that have stayed disconnected longer than `peer_down_drop_after` (sends to them
     /// fail at once until they are connected again), sorted.
     pub fn unreachable_peers(&self) -> Vec<NodeId> {

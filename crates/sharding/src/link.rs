@@ -248,6 +248,13 @@ pub const PRIMARY_REPORT_INTERVAL: Duration = Duration::from_millis(200);
 /// handoff it would never answer. Safety does not rest on it (a stale copy cannot commit).
 pub const PRIMARY_REPORT_SILENCE: Duration = Duration::from_millis(1000);
 
+/// How long the connection to an owner may stay lost before the asks forwarded to it end
+/// (outcome unknown) and the mesh refuses sends to it at once: a reconnect within it still
+/// brings their replies; past it the owner is taken for dead, as the coordinator takes a
+/// partition primary silent for as long ([`PRIMARY_REPORT_SILENCE`]) and moves its shards,
+/// so a client's retry finds the next owner.
+pub const LOST_OWNER_GRACE: Duration = Duration::from_secs(1);
+
 /// Why a link could not take a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -270,6 +277,13 @@ pub trait RemoteLinks: Send + Sync + 'static {
     fn send_to_coordinator(&self, command: CoordinatorCommand) -> Result<(), LinkError>;
     /// The other nodes whose regions may be reached, sorted.
     fn regions(&self) -> Vec<NodeId>;
+    /// Nodes whose connection was lost at least `at_least` ago and is not back, sorted: what
+    /// they were sent and have not answered may never be answered. None by default (links
+    /// that never lose a connection).
+    fn regions_lost_for(&self, at_least: std::time::Duration) -> Vec<NodeId> {
+        let _ = at_least;
+        Vec::new()
+    }
 }
 
 /// A link message that could not be sent, and why.
@@ -361,6 +375,15 @@ impl Switchboard {
         nodes.sort();
         nodes.dedup();
         nodes
+    }
+
+    /// Remote regions whose connection was lost at least `at_least` ago and is not back,
+    /// sorted ([`RemoteLinks::regions_lost_for`]; a region in this process is never lost).
+    pub fn regions_lost_for(&self, at_least: std::time::Duration) -> Vec<NodeId> {
+        self.remote
+            .get()
+            .map(|remote| remote.regions_lost_for(at_least))
+            .unwrap_or_default()
     }
 
     /// Sends `message` to the region of `node` in this process only (a message that came

@@ -274,6 +274,42 @@ async fn a_restarted_peer_is_reconnected_to_either_way() {
     );
 }
 
+/// A peer whose connection was lost is reported (for as long as it stays lost) until it is
+/// back; a peer never connected is not.
+#[tokio::test]
+async fn a_lost_connection_is_reported_until_the_peer_is_back() {
+    let certs = Certs::new(&["node-1", "node-2", "node-3"]);
+    let (first, mut first_inbound) = start(&certs, "node-1", config(CLUSTER)).await;
+    let (second, second_inbound) = start(&certs, "node-2", config(CLUSTER)).await;
+    connect_all(&[&first, &second]);
+    let closed_port = std::net::TcpListener::bind(loopback(0))
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    first.add_peer("node-3", closed_port).unwrap();
+    second.send("node-1", &"up".to_owned()).unwrap();
+    assert_eq!(receive(&mut first_inbound).await.message, "up");
+    assert!(first.peers_lost_for(Duration::ZERO).is_empty());
+
+    let second_address = second.local_addr();
+    drop((second, second_inbound));
+    eventually("node-1 sees node-2's connection lost", || {
+        first.peers_lost_for(Duration::ZERO) == ["node-2"]
+    })
+    .await;
+    assert!(
+        first.peers_lost_for(Duration::from_secs(3600)).is_empty(),
+        "lost for less than an hour"
+    );
+
+    let (second, _second_inbound) = restart(&certs, "node-2", second_address).await;
+    second.add_peer("node-1", first.local_addr()).unwrap();
+    eventually("node-2 is back", || {
+        first.peers_lost_for(Duration::ZERO).is_empty()
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_removed_peer_is_disconnected_and_can_be_added_again() {
     let certs = Certs::new(&["node-1", "node-2"]);

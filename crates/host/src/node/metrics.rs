@@ -338,6 +338,12 @@ impl Node {
                 region.forwards_refused,
             ),
             (
+                "tessera_region_asks_orphaned",
+                "Forwarded asks ended with a timeout (outcome unknown) because the connection to \
+                 their owner was lost and did not come back.",
+                region.asks_orphaned,
+            ),
+            (
                 "tessera_region_shard_parts_sent",
                 "Parts of shard state sent to a shard's new owner during handoffs.",
                 region.shard_parts_sent,

@@ -6,7 +6,9 @@
 //! owner answers each batch with the envelopes it refused). An envelope that could never fit
 //! in a batch is refused on its own, `payload_too_large`, and never joins one.
 //! A local ask's (or state read's) reply port is kept, under a request id, until the owner's
-//! reply message comes back or the ask's deadline passes.
+//! reply message comes back, the ask's deadline passes, or the connection to the owner has
+//! been lost for [`LOST_OWNER_GRACE`](crate::link::LOST_OWNER_GRACE) (a killed owner never answers: its asks end then, as
+//! timeouts, instead of at their deadline).
 
 use std::collections::HashMap;
 use tokio::time::Instant;
@@ -27,6 +29,8 @@ use tessera_contract::{Allocation, ErrorKind, MessageError, Reply, ReplyPort};
 struct PendingAsk {
     port: ReplyPort,
     deadline: Instant,
+    /// The node it was sent to.
+    owner: NodeId,
 }
 
 /// The asks a region forwarded and still waits on, and the next batch per peer (at most one
@@ -166,6 +170,37 @@ impl Forwarder {
         }
     }
 
+    /// Ends the asks sent to an owner in `lost` (whose connection has been lost for
+    /// `LOST_OWNER_GRACE`) with a timeout: they may have run there, and no reply is coming.
+    /// Returns how many ended.
+    pub(crate) fn end_asks_to_lost(&mut self, lost: &[NodeId]) -> u64 {
+        if lost.is_empty() {
+            return 0;
+        }
+        let orphaned: Vec<u64> = self
+            .pending_asks
+            .iter()
+            .filter(|(_, pending)| lost.contains(&pending.owner))
+            .map(|(request_id, _)| *request_id)
+            .collect();
+        let count = orphaned.len() as u64;
+        for request_id in orphaned {
+            if let Some(pending) = self.pending_asks.remove(&request_id) {
+                let why = format!(
+                    "the connection to the owner, node {}, was lost and has not come back",
+                    pending.owner
+                );
+                let _ = pending.port.send(Err(outcome_unknown(&why)));
+            }
+        }
+        count
+    }
+
+    /// Whether an ask waits for a reply from another region.
+    pub(crate) fn has_pending_asks(&self) -> bool {
+        !self.pending_asks.is_empty()
+    }
+
     /// Sends `item` to the region of `allocation.node`, keeping a local ask's port until its
     /// reply comes back. On failure the envelope is answered and counted.
     pub(crate) fn forward(
@@ -231,8 +266,14 @@ impl Forwarder {
         };
         let local_ask = local_port.map(|(port, deadline)| {
             self.next_request_id += 1;
-            self.pending_asks
-                .insert(request_id, PendingAsk { port, deadline });
+            self.pending_asks.insert(
+                request_id,
+                PendingAsk {
+                    port,
+                    deadline,
+                    owner: node.clone(),
+                },
+            );
             request_id
         });
         let bytes = encoded_bytes(&envelope);
@@ -325,11 +366,53 @@ mod tests {
         request_id: u64,
         deadline: Instant,
     ) -> oneshot::Receiver<Reply> {
+        pending_at(forwarder, request_id, deadline, "n2")
+    }
+
+    fn pending_at(
+        forwarder: &mut Forwarder,
+        request_id: u64,
+        deadline: Instant,
+        owner: &str,
+    ) -> oneshot::Receiver<Reply> {
         let (port, receiver) = oneshot::channel();
-        forwarder
-            .pending_asks
-            .insert(request_id, PendingAsk { port, deadline });
+        let owner = owner.to_string();
+        forwarder.pending_asks.insert(
+            request_id,
+            PendingAsk {
+                port,
+                deadline,
+                owner,
+            },
+        );
         receiver
+    }
+
+    /// A killed owner never answers: the asks sent to it end as soon as its connection has
+    /// been lost for the grace, as timeouts (they may have run), long before their deadline;
+    /// asks to other owners still wait.
+    #[tokio::test]
+    async fn asks_to_an_owner_whose_connection_was_lost_end_with_an_unknown_outcome() {
+        let mut forwarder = Forwarder::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut to_lost = pending_at(&mut forwarder, 1, deadline, "n2");
+        let mut also_to_lost = pending_at(&mut forwarder, 2, deadline, "n2");
+        let mut to_other = pending_at(&mut forwarder, 3, deadline, "n3");
+
+        assert_eq!(forwarder.end_asks_to_lost(&[]), 0, "no owner lost");
+        assert!(to_lost.try_recv().is_err(), "nothing lost, nothing ends");
+
+        assert_eq!(forwarder.end_asks_to_lost(&["n2".to_string()]), 2);
+        for receiver in [&mut to_lost, &mut also_to_lost] {
+            let answer = receiver
+                .try_recv()
+                .expect("the ask to the lost owner ended");
+            let error = answer.expect_err("an error");
+            assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+            assert!(error.message.contains("n2"), "{error}");
+        }
+        assert!(to_other.try_recv().is_err(), "an ask to n3 still waits");
+        assert!(forwarder.has_pending_asks());
     }
 
     /// A sent ask past its deadline may have run: its asker must hear a timeout (an unknown

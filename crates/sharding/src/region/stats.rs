@@ -18,6 +18,9 @@ pub struct RegionCounters {
     pub forwarded: u64,
     /// Forwarded envelopes the receiving region refused (its per-envelope batch result).
     pub forwards_refused: u64,
+    /// Forwarded asks ended with a timeout (outcome unknown) because the connection to their
+    /// owner was lost for `LOST_OWNER_GRACE` and did not come back.
+    pub asks_orphaned: u64,
     /// Parts of shard state sent to a shard's new owner.
     pub shard_parts_sent: u64,
     /// Parts of shard state installed here (this node became a shard's owner).
@@ -36,6 +39,7 @@ pub(crate) struct RegionStats {
     tells_dropped: AtomicU64,
     forwarded: AtomicU64,
     forwards_refused: AtomicU64,
+    asks_orphaned: AtomicU64,
     pub(crate) shard_parts_sent: AtomicU64,
     pub(crate) shard_parts_installed: AtomicU64,
     pub(crate) shard_parts_refused: AtomicU64,
@@ -52,6 +56,10 @@ impl RegionStats {
 
     pub(crate) fn count_forwards_refused(&self, count: u64) {
         self.forwards_refused.fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_asks_orphaned(&self, count: u64) {
+        self.asks_orphaned.fetch_add(count, Ordering::Relaxed);
     }
 
     pub(crate) fn count_forwarded(&self, count: u64) {
@@ -73,6 +81,7 @@ impl RegionStats {
             tells_dropped: self.tells_dropped.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
             forwards_refused: self.forwards_refused.load(Ordering::Relaxed),
+            asks_orphaned: self.asks_orphaned.load(Ordering::Relaxed),
             shard_parts_sent: self.shard_parts_sent.load(Ordering::Relaxed),
             shard_parts_installed: self.shard_parts_installed.load(Ordering::Relaxed),
             shard_parts_refused: self.shard_parts_refused.load(Ordering::Relaxed),

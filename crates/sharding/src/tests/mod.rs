@@ -5,6 +5,7 @@
 mod fencing;
 mod forwarding;
 mod handoff;
+mod lost_owner;
 mod partitions;
 mod remember;
 mod routing;

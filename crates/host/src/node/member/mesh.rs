@@ -25,7 +25,7 @@ use tessera_consensus::group::{
 };
 use tessera_contract::NodeId;
 use tessera_metadata::{MemberRecord, MemberState};
-use tessera_sharding::link::{LinkError, Refused};
+use tessera_sharding::link::{LOST_OWNER_GRACE, LinkError, Refused};
 use tessera_sharding::{
     CoordinatorCommand, FORWARD_BATCH_BYTES_MAX, LinkMessage, Membership, RemoteLinks,
     STATE_READ_BYTES_MAX,
@@ -320,9 +320,14 @@ impl GroupOutbox for Mesh {
 
 impl RemoteLinks for Mesh {
     fn send_to_region(&self, node: &str, message: LinkMessage) -> Result<(), Box<Refused>> {
-        // A peer the failure detector suspects is not sent to: what waits on it would only
-        // time out (or, queued, reach it much later), where the sender can answer now.
-        if write(&self.detector).suspects(node, Instant::now()) {
+        // A peer the failure detector suspects, or whose connection has been lost for
+        // LOST_OWNER_GRACE, is not sent to: what waits on it would only time out (or, queued,
+        // reach it much later), where the sender can answer now.
+        let lost = self
+            .transport
+            .lost_for(node)
+            .is_some_and(|lost_for| lost_for >= LOST_OWNER_GRACE);
+        if lost || write(&self.detector).suspects(node, Instant::now()) {
             return Err(Box::new((
                 LinkError::Unreachable(node.to_string()),
                 message,
@@ -359,6 +364,10 @@ impl RemoteLinks for Mesh {
 
     fn regions(&self) -> Vec<NodeId> {
         self.transport.peers()
+    }
+
+    fn regions_lost_for(&self, at_least: Duration) -> Vec<NodeId> {
+        self.transport.peers_lost_for(at_least)
     }
 }
 

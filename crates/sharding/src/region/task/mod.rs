@@ -19,7 +19,9 @@ use super::route::{Caller, Routed, fail_all, not_registered, refuse, route_in_sl
 use super::transfer::{self, Transfers};
 use super::{Internal, Request, Shared, recovery};
 use crate::handoff::{Buffered, BufferedBody, ReplyRoute, ShardBuffer};
-use crate::link::{CoordinatorCommand, FORWARD_BATCH_MAX, LinkMessage, WireBody, WireEnvelope};
+use crate::link::{
+    CoordinatorCommand, FORWARD_BATCH_MAX, LOST_OWNER_GRACE, LinkMessage, WireBody, WireEnvelope,
+};
 use tessera_contract::{Allocation, MessageError, NodeId, Reply, ShardKey, TypeKey};
 
 /// How long an allocation request waits for its answer before it is asked again.
@@ -472,6 +474,11 @@ impl RegionTask {
             self.recheck_unconfirmed();
         }
         self.forwarder.forget_expired(now);
+        if self.forwarder.has_pending_asks() {
+            let lost = self.shared.switchboard.regions_lost_for(LOST_OWNER_GRACE);
+            let orphaned = self.forwarder.end_asks_to_lost(&lost);
+            self.shared.stats.count_asks_orphaned(orphaned);
+        }
         self.abandon_settled_transfers();
         let timeout = self.shared.config.request_timeout;
         let mut stale = Vec::new();
