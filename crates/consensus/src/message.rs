@@ -25,7 +25,9 @@ pub struct Request {
     pub client: ClientId,
     /// Per-client sequence number, increasing by one per new request; retries reuse it.
     pub request_number: u64,
-    /// The operation, encoded for the state machine.
+    /// The operation, encoded for the state machine: MessagePack `bin` on the wire and in the
+    /// journal (an array of integers before protocol version 4, still read from old journals).
+    #[serde(with = "serde_bytes")]
     pub operation: Vec<u8>,
 }
 
@@ -363,6 +365,51 @@ pub enum Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request as journals written before protocol version 4 hold it: the operation an
+    /// array of integers.
+    #[derive(Serialize)]
+    struct RequestBefore4 {
+        client: ClientId,
+        request_number: u64,
+        operation: Vec<u8>,
+    }
+
+    /// The operation travels as bytes (about its own length, where an array of integers took
+    /// up to twice it and was decoded one integer at a time), and a request from an older
+    /// journal still reads.
+    #[test]
+    fn an_operation_is_encoded_as_bytes_and_an_older_journals_array_still_decodes() {
+        let operation: Vec<u8> = (0..4_096u32).map(|index| (index % 256) as u8).collect();
+        let request = Request {
+            client: 7,
+            request_number: 9,
+            operation: operation.clone(),
+        };
+        let encoded = rmp_serde::to_vec(&request).expect("encodes");
+        assert!(
+            encoded.len() < operation.len() + 32,
+            "{} bytes for an operation of {}",
+            encoded.len(),
+            operation.len()
+        );
+        assert_eq!(
+            rmp_serde::from_slice::<Request>(&encoded).ok(),
+            Some(request.clone())
+        );
+
+        let before = RequestBefore4 {
+            client: 7,
+            request_number: 9,
+            operation,
+        };
+        let old = rmp_serde::to_vec(&before).expect("encodes");
+        assert!(
+            old.len() > encoded.len() + 1_000,
+            "the array took more room"
+        );
+        assert_eq!(rmp_serde::from_slice::<Request>(&old).ok(), Some(request));
+    }
 
     fn request(number: u64) -> Request {
         Request {
