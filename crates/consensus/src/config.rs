@@ -58,6 +58,15 @@ pub const EVICTED_CLIENTS_MAX: usize = 4 * CLIENT_SESSIONS_MAX;
 /// the burst one lagging backup can cause.
 pub const REPAIR_PREPARES_MAX: u64 = 16;
 
+/// Operation bytes the primary resends to one backup per retransmission or repair request
+/// (always at least one prepare): with large operations (a restored 4 MiB part), sixteen
+/// prepares every resend interval would fill the link and delay the heartbeats behind them.
+pub const REPAIR_BYTES_MAX: u64 = 4 << 20;
+
+/// How often the wait before retransmitting to a backup that acknowledged nothing since the
+/// last retransmission doubles: at most `resend_interval_ticks << 4` (about 1 s at defaults).
+pub const RETRANSMIT_DOUBLINGS_MAX: u32 = 4;
+
 /// Ticks between protocol timers. Defaults suit a tick of about 10 ms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {

@@ -4,7 +4,9 @@
 //! hear a quorum.
 
 use super::client_table::Lookup;
-use super::config::{PIPELINE_PREPARE_QUEUE_MAX, REPAIR_PREPARES_MAX, REQUEST_QUEUE_MAX};
+use super::config::{
+    PIPELINE_PREPARE_QUEUE_MAX, REPAIR_BYTES_MAX, REPAIR_PREPARES_MAX, REQUEST_QUEUE_MAX,
+};
 use super::journal::Journal;
 use super::message::{
     Entry, Message, OpNumber, ReplicaIndex, Reply, ReplyError, Request, Status, ViewNumber,
@@ -236,11 +238,23 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.send_prepares(replica, op_first, op_last.min(self.op()));
     }
 
+    /// Sends the prepares `op_first..=op_last` to `to`, stopping once they carry
+    /// [`REPAIR_BYTES_MAX`] bytes of operations (the first is always sent).
     fn send_prepares(&mut self, to: ReplicaIndex, op_first: OpNumber, op_last: OpNumber) {
+        let mut bytes = 0u64;
         for op in op_first..=op_last {
             let Some(entry) = self.log.entry(op).cloned() else {
                 continue;
             };
+            let entry_bytes: u64 = entry
+                .requests
+                .iter()
+                .map(|request| request.operation.len() as u64)
+                .sum();
+            if bytes > 0 && bytes.saturating_add(entry_bytes) > REPAIR_BYTES_MAX {
+                break;
+            }
+            bytes = bytes.saturating_add(entry_bytes).max(1);
             let message = Message::Prepare {
                 view: self.view,
                 entry,
@@ -279,15 +293,19 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.prepare_from_queue();
     }
 
-    /// Resends uncommitted prepares to each backup that has not acknowledged them.
+    /// Resends uncommitted prepares to each backup that has not acknowledged them, backing
+    /// off from one that acknowledged nothing since the last time (see [`Retransmit`]).
     fn retransmit_prepares(&mut self) {
+        let interval = self.config.timeouts.resend_interval_ticks;
         for replica in 0..self.config.replica_count {
             if !self.is_peer(replica) {
                 continue;
             }
-            let op_first = self.acks[usize::from(replica)].max(self.commit.min(self.op())) + 1;
+            let ack = self.acks[usize::from(replica)];
+            let op_first = ack.max(self.commit.min(self.op())) + 1;
             let op_last = self.op().min(op_first + REPAIR_PREPARES_MAX - 1);
-            if op_first <= op_last {
+            let schedule = &mut self.retransmits[usize::from(replica)];
+            if schedule.due(ack, op_first <= op_last, self.now_ticks, interval) {
                 self.send_prepares(replica, op_first, op_last);
             }
         }

@@ -99,6 +99,42 @@ pub struct Counters {
     pub states_rejected: u64,
 }
 
+/// The primary's retransmission schedule for one backup: prepares go again after the resend
+/// interval, doubled each time the backup acknowledged nothing since the last retransmission
+/// (up to [`RETRANSMIT_DOUBLINGS_MAX`](super::config::RETRANSMIT_DOUBLINGS_MAX)), back to
+/// once as soon as it does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Retransmit {
+    /// The backup's acknowledgement at the last retransmission.
+    pub(super) ack: OpNumber,
+    /// Doublings of the resend interval now in force.
+    pub(super) doublings: u32,
+    /// No retransmission to it before this tick.
+    pub(super) next_tick: u64,
+}
+
+impl Retransmit {
+    /// Whether to retransmit now to a backup that acknowledged up to `ack`, with prepares
+    /// `pending` above it; if so, the next is scheduled (an interval later, doubled if the
+    /// backup acknowledged nothing since the last time).
+    pub(super) fn due(&mut self, ack: OpNumber, pending: bool, now: u64, interval: u64) -> bool {
+        if !pending || ack > self.ack {
+            // Nothing to resend, or the backup is keeping up: resend at once, as ever.
+            *self = Retransmit {
+                ack,
+                doublings: 0,
+                next_tick: 0,
+            };
+        }
+        if !pending || now < self.next_tick {
+            return false;
+        }
+        self.next_tick = now + (interval << self.doublings);
+        self.doublings = (self.doublings + 1).min(super::config::RETRANSMIT_DOUBLINGS_MAX);
+        true
+    }
+}
+
 /// One replica of a VSR cluster.
 pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) config: Config,
@@ -121,6 +157,8 @@ pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) acks: Vec<OpNumber>,
     /// Primary only: per replica, the last tick it heard a prepare-ok from it.
     pub(super) peer_heard_tick: Vec<u64>,
+    /// Primary only: per replica, when prepares may be retransmitted to it next.
+    pub(super) retransmits: Vec<Retransmit>,
     /// Primary only: it has not heard from a quorum lately, so it stops heartbeats and
     /// prepares and lets the backups elect a primary they can reach.
     pub(super) abdicating: bool,
@@ -270,6 +308,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             clients: ClientTable::default(),
             acks: vec![0; replica_count],
             peer_heard_tick: vec![0; replica_count],
+            retransmits: vec![Retransmit::default(); replica_count],
             abdicating: false,
             request_queue: VecDeque::new(),
             view_change: ViewChangeState::new(replica_count),

@@ -289,3 +289,67 @@ fn malformed_and_stale_messages_are_ignored_and_counted() {
         (0, 1, Status::Normal)
     );
 }
+
+/// A backup that acknowledges nothing is retransmitted to less and less often (the interval
+/// doubling up to 16 times), and as often as ever again once it acknowledges.
+#[test]
+fn retransmissions_to_a_silent_backup_back_off_and_resume_when_it_acknowledges() {
+    use super::config::RETRANSMIT_DOUBLINGS_MAX;
+    use super::replica::Retransmit;
+    let interval = 6;
+    let mut schedule = Retransmit::default();
+    let sends: Vec<u64> = (0..2_000)
+        .filter(|&now| schedule.due(3, true, now, interval))
+        .collect();
+    let gaps: Vec<u64> = sends.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    assert_eq!(&gaps[..4], &[6, 12, 24, 48], "doubling: {gaps:?}");
+    let longest = interval << RETRANSMIT_DOUBLINGS_MAX;
+    assert!(gaps.iter().all(|gap| *gap <= longest), "capped: {gaps:?}");
+    assert!(
+        sends.len() < 2_000 / longest as usize + 6,
+        "{} retransmissions in 2,000 ticks, against {} at a fixed interval",
+        sends.len(),
+        2_000 / interval
+    );
+
+    // It acknowledges: the next retransmission is due at once, then an interval later.
+    assert!(schedule.due(4, true, 2_000, interval));
+    assert!(!schedule.due(4, true, 2_001, interval));
+    assert!(schedule.due(4, true, 2_000 + interval, interval));
+    // Nothing pending: nothing sent.
+    assert!(!schedule.due(9, false, 3_000, interval));
+}
+
+/// Prepares of large operations still reach a lagging backup, a few megabytes per repair
+/// request or retransmission rather than sixteen prepares whatever their size.
+#[test]
+fn a_backup_lagging_behind_large_operations_catches_up_by_bounded_repairs() {
+    use super::config::REPAIR_BYTES_MAX;
+    use super::message::Request;
+    let mut cluster = Cluster::new(3);
+    cluster.inbound_blocked[2] = true;
+    let operation_bytes = 1 << 20;
+    for number in 1..=12 {
+        let request = Request {
+            client: 1,
+            request_number: number,
+            operation: vec![number as u8; operation_bytes],
+        };
+        cluster.send(0, Message::Request(request));
+        cluster.run(2);
+    }
+    assert_eq!(cluster.replica(0).commit(), 12);
+    cluster.inbound_blocked[2] = false;
+    let mut largest_burst = 0;
+    for _ in 0..SETTLE_TICKS {
+        let before = cluster.prepare_bytes_to[2];
+        cluster.run(1);
+        largest_burst = largest_burst.max(cluster.prepare_bytes_to[2] - before);
+    }
+    assert_eq!(cluster.replica(2).commit(), 12, "caught up");
+    assert_eq!(cluster.replica(2).log(), cluster.replica(0).log());
+    assert!(
+        largest_burst <= REPAIR_BYTES_MAX + operation_bytes as u64,
+        "{largest_burst} bytes of prepares sent to it in one tick"
+    );
+}

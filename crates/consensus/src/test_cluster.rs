@@ -21,6 +21,8 @@ pub(super) struct Cluster {
     pub(super) replies: Vec<Reply>,
     pub(super) applied_counts: Vec<u64>,
     pub(super) inbound_blocked: Vec<bool>,
+    /// Operation bytes of the prepares sent to each replica, in all.
+    pub(super) prepare_bytes_to: Vec<u64>,
     pub(super) batch_requests_max: usize,
     pub(super) checkpoint_interval_ops: u64,
 }
@@ -73,6 +75,7 @@ impl Cluster {
             replies: Vec::new(),
             applied_counts: vec![0; usize::from(replica_count)],
             inbound_blocked: vec![false; usize::from(replica_count)],
+            prepare_bytes_to: vec![0; usize::from(replica_count)],
             batch_requests_max,
             checkpoint_interval_ops,
         };
@@ -125,7 +128,13 @@ impl Cluster {
     pub(super) fn handle(&mut self, index: usize, actions: Vec<Action>) {
         for action in actions {
             match action {
-                Action::Send { to, message } => self.queue.push_back((to, message)),
+                Action::Send { to, message } => {
+                    if let Message::Prepare { entry, .. } = &message {
+                        let bytes: usize = entry.requests.iter().map(|r| r.operation.len()).sum();
+                        self.prepare_bytes_to[usize::from(to)] += bytes as u64;
+                    }
+                    self.queue.push_back((to, message));
+                }
                 Action::Reply(reply) => self.replies.push(reply),
                 Action::Applied { .. } => self.applied_counts[index] += 1,
                 Action::Checkpoint { .. } => {}

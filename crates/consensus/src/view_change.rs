@@ -11,7 +11,7 @@
 use super::journal::Journal;
 use super::message::{LogSuffix, Message, OpNumber, ReplicaIndex, Status, ViewNumber};
 use super::progress::DoViewChangeVote;
-use super::replica::{Action, Replica};
+use super::replica::{Action, Replica, Retransmit};
 use super::replica_log::Join;
 use super::state_machine::StateMachine;
 
@@ -25,6 +25,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.log_view = self.view;
         self.acks.iter_mut().for_each(|ack| *ack = 0);
         self.acks[usize::from(self.config.replica)] = self.op();
+        self.retransmits.fill(Retransmit::default());
         self.peer_heard_tick
             .iter_mut()
             .for_each(|tick| *tick = self.now_ticks);

@@ -3,7 +3,9 @@
 //! operations in flight at once (a partition's primary, committing many entities' writes)
 //! opens several sessions ([`ClientSessions`], `GroupConfig::sessions` of them; the metadata
 //! plane uses one). Each operation in flight is sent to every voter and again after
-//! [`RESEND_TICKS`] until the primary answers, and answered to the caller once this node's own
+//! [`RESEND_TICKS`], then twice, four and eight times as long, until the primary answers (a
+//! large operation that takes long to commit is not sent again and again while it does), and
+//! answered to the caller once this node's own
 //! state machine has applied it too (or after [`APPLIED_HERE_WAIT_TICKS`], if this node is
 //! catching up by a checkpoint).
 
@@ -15,6 +17,10 @@ use tokio::sync::oneshot;
 /// Ticks before an unanswered operation is sent to the voters again (a view change may have
 /// moved the primary).
 pub(super) const RESEND_TICKS: u64 = 20;
+
+/// How often the wait before a resend doubles: at most `RESEND_TICKS << 3` (1.6 s at the
+/// default 10 ms tick) between two sends of one operation.
+const RESEND_DOUBLINGS_MAX: u32 = 3;
 
 /// Ticks an operation answered by the primary waits for this node's own state machine to
 /// apply it before it is answered anyway (this node is catching up by state transfer).
@@ -34,6 +40,8 @@ struct InFlight {
     request: Request,
     answer: oneshot::Sender<Answer>,
     sent_tick: u64,
+    /// Times it was sent again.
+    resends: u32,
     /// The primary's answer, once it came, and the tick it came at.
     reply: Option<(Result<Vec<u8>, ReplyError>, u64)>,
     applied_here: bool,
@@ -169,6 +177,7 @@ impl ClientSession {
             request: request.clone(),
             answer: submission.answer,
             sent_tick: tick,
+            resends: 0,
             reply: None,
             applied_here: false,
         });
@@ -211,8 +220,10 @@ impl ClientSession {
             }
             return Due::Wait;
         }
-        if tick >= in_flight.sent_tick + RESEND_TICKS {
+        let wait = RESEND_TICKS << in_flight.resends.min(RESEND_DOUBLINGS_MAX);
+        if tick >= in_flight.sent_tick + wait {
             in_flight.sent_tick = tick;
+            in_flight.resends += 1;
             return Due::Resend(in_flight.request.clone());
         }
         Due::Wait
@@ -265,5 +276,33 @@ impl ClientSession {
             None => Err(SubmitError::NoAnswer),
         };
         let _ = in_flight.answer.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An unanswered operation is sent again after `RESEND_TICKS`, then after twice, four
+    /// and eight times as long, and no longer apart than that.
+    #[test]
+    fn an_unanswered_operation_is_sent_again_less_and_less_often() {
+        let mut sessions = ClientSessions::new(GroupId(1), "n1", 1);
+        let (answer, _answered) = oneshot::channel();
+        let submission = Submission {
+            operation: vec![1; 16],
+            answer,
+        };
+        assert!(sessions.begin(submission, 0).is_some());
+        let resent: Vec<u64> = (1..2_000)
+            .filter(|&tick| !sessions.due(tick).is_empty())
+            .collect();
+        assert_eq!(
+            &resent[..5],
+            &[20, 60, 140, 300, 460],
+            "resent at {resent:?}"
+        );
+        let longest = RESEND_TICKS << RESEND_DOUBLINGS_MAX;
+        assert!(resent.windows(2).all(|pair| pair[1] - pair[0] <= longest));
     }
 }
