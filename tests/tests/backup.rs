@@ -6,7 +6,7 @@
 //! only its own entities and plugins; a tenant token cannot read another tenant's plugin,
 //! create tenants, or write another tenant's entities; a restore into a cluster that is not
 //! empty (or a tenant that has the types) is refused and changes nothing. An entity larger than
-//! a shard part comes back whole; and a sender restored from before a tell still reaches a
+//! a shard part comes back whole, into one node and into three whose partition plane serves; and a sender restored from before a tell still reaches a
 //! receiver restored from after it (the skew of two shards read at different moments). Each
 //! node is this test binary re-run as a child (`tessera_tests::processes`).
 
@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tessera_host::backup::{Reader, Record, Summary, Writer};
 use tessera_tests::cluster::*;
+use tessera_tests::partition_plane;
 use tessera_tests::processes::run_child_if_asked;
 
 const SOURCE: [&str; 3] = ["a1", "a2", "a3"];
@@ -420,10 +421,44 @@ fn an_entity_larger_than_a_part_is_backed_up_and_restored_whole() {
     assert_eq!(restored, ExitCode::SUCCESS);
     let reply = ask(&target, 0, &token, "ballast/big", &json!("Check"));
     assert_eq!(reply.json(), held, "every byte restored: {}", reply.body);
+
+    // Into three nodes whose partition plane serves: each part is an install op of the
+    // entity's partition, each value's pieces staged across them until it is whole.
+    let plane = Cluster::new(&["p1", "p2", "p3"], 3, "backup_child_node").with_tables(&format!(
+        "[sharding.partitions]\ncount = {}\n",
+        partition_plane::PARTITIONS
+    ));
+    plane.start_until_up(3);
+    for index in 0..3 {
+        eventually("every partition's group has a primary", &plane, || {
+            partition_plane::groups_ready(&plane, index)
+        });
+    }
+    let started = Instant::now();
+    let restored = cli(&[
+        "restore",
+        &file_arg,
+        "--url",
+        &plane.url(0),
+        "--token",
+        ADMIN,
+    ]);
+    let plane_restore_took = started.elapsed();
+    assert_eq!(restored, ExitCode::SUCCESS, "restored into the plane");
+    for index in 0..3 {
+        let reply = ask(&plane, index, &token, "ballast/big", &json!("Check"));
+        assert_eq!(
+            reply.json(),
+            held,
+            "every byte restored, asked through node {index}: {}",
+            reply.body
+        );
+    }
     let file_bytes = std::fs::metadata(&file).expect("the backup").len();
     eprintln!(
         "{} bytes of one entity in {parts} parts ({file_bytes} bytes of backup): backup took \
-         {backup_took:?}, restore {restore_took:?}",
+         {backup_took:?}, restore {restore_took:?}, into three nodes whose plane serves \
+         {plane_restore_took:?}",
         KEYS * VALUE_BYTES
     );
 }

@@ -334,13 +334,6 @@ impl Node {
         partition: u32,
         part: ShardPart,
     ) -> Result<(), NodeError> {
-        if part.entities.iter().any(|record| !record.chunks.is_empty()) {
-            return Err(NodeError::Conflict(format!(
-                "shard {key} holds a state value larger than a backup part: it cannot be \
-                 restored into a cluster whose partition plane serves yet (restore it into \
-                 one with the plane off)"
-            )));
-        }
         let replica = self
             .partitions
             .as_ref()

@@ -3,7 +3,9 @@
 //! reminders, sequence counters, stamps), in key order, so replicas in the same state encode
 //! the same bytes (checkpoints are compared by checksum). The reminders' due-time index is not
 //! carried: it is rebuilt from the reminders. Remembered ids (`PartitionOp::Remember`) are
-//! carried too.
+//! carried too, and so are the staged pieces of a restored value larger than a part, whose
+//! pieces come in several installs (a replica that installs a checkpoint between them must
+//! still assemble the value when its last piece commits).
 //!
 //! One image holds the partition's whole state in memory while it is taken or installed; a
 //! checkpoint streamed in bounded parts (as a shard transfer's are) is still to be built.
@@ -11,6 +13,7 @@
 use super::stamps::STAMPS;
 use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
+use crate::shard_transfer::SHARD_TRANSFER_CHUNKS;
 use crate::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES, StateStore};
 use redb::{Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -35,6 +38,10 @@ struct Image {
     /// `(tenant, type, shard, id)` of each remembered entity.
     #[serde(default)]
     remembered: Vec<(String, String, u32, String)>,
+    /// `(entity, state key, offset, bytes)` of each staged piece of a restored value. Left
+    /// out when empty (it is last), so an image without one encodes as before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    staged: Vec<(Entity, String, u64, ByteBuf)>,
 }
 
 fn owned(tenant: &str, entity_type: &str, id: &str) -> Entity {
@@ -173,6 +180,21 @@ pub(super) fn encode(store: &StateStore) -> Result<Vec<u8>, StoreError> {
             id.to_string(),
         ));
     }
+    for row in transaction
+        .open_table(SHARD_TRANSFER_CHUNKS)
+        .map_err(io)?
+        .iter()
+        .map_err(io)?
+    {
+        let (key, value) = row.map_err(io)?;
+        let (tenant, entity_type, id, state_key, offset) = key.value();
+        image.staged.push((
+            owned(tenant, entity_type, id),
+            state_key.to_string(),
+            offset,
+            ByteBuf::from(value.value().to_vec()),
+        ));
+    }
     rmp_serde::to_vec(&image).map_err(io)
 }
 
@@ -188,11 +210,15 @@ fn clear_tables(transaction: &WriteTransaction) -> Result<(), StoreError> {
     transaction.delete_table(SEQUENCES).map_err(io)?;
     transaction.delete_table(STAMPS).map_err(io)?;
     transaction.delete_table(REMEMBERED_ENTITIES).map_err(io)?;
+    transaction
+        .delete_table(SHARD_TRANSFER_CHUNKS)
+        .map_err(io)?;
     transaction.open_table(ENTITY_STATE).map_err(io)?;
     transaction.open_table(ENTITY_META).map_err(io)?;
     crate::messaging::create_tables(transaction)?;
     transaction.open_table(STAMPS).map_err(io)?;
     transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
+    transaction.open_table(SHARD_TRANSFER_CHUNKS).map_err(io)?;
     Ok(())
 }
 
@@ -291,6 +317,17 @@ fn install(transaction: &WriteTransaction, image: &Image) -> Result<(), StoreErr
     for (tenant, entity_type, shard, id) in &image.remembered {
         let row = (tenant.as_str(), entity_type.as_str(), *shard, id.as_str());
         remembered.insert(row, ()).map_err(io)?;
+    }
+    let mut staged = transaction.open_table(SHARD_TRANSFER_CHUNKS).map_err(io)?;
+    for ((tenant, entity_type, id), state_key, offset, bytes) in &image.staged {
+        let row = (
+            tenant.as_str(),
+            entity_type.as_str(),
+            id.as_str(),
+            state_key.as_str(),
+            *offset,
+        );
+        staged.insert(row, bytes.as_slice()).map_err(io)?;
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use super::op::{PartitionOp, PartitionResult};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::remember::RememberOp;
-use crate::shard_transfer::{ShardPart, ShardScope, install_rows};
+use crate::shard_transfer::{SHARD_TRANSFER_CHUNKS, ShardPart, ShardScope, install_rows, unstage};
 use crate::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
@@ -91,6 +91,9 @@ impl PartitionMachine {
         let store = StateStore::from_database(Arc::new(database))?;
         let transaction = store.database().begin_write().map_err(StoreError::io)?;
         transaction.open_table(STAMPS).map_err(StoreError::io)?;
+        transaction
+            .open_table(SHARD_TRANSFER_CHUNKS)
+            .map_err(StoreError::io)?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionMachine {
             store,
@@ -255,11 +258,6 @@ impl PartitionMachine {
                 "an install's stamp must not be 0".into(),
             ));
         }
-        if part.entities.iter().any(|record| !record.chunks.is_empty()) {
-            return Ok(PartitionResult::Malformed(
-                "a state value larger than a part cannot be restored into a partition yet".into(),
-            ));
-        }
         let mut transaction = self
             .store
             .database()
@@ -274,7 +272,18 @@ impl PartitionMachine {
             shard,
             contains: Arc::new(|_: &str| true),
         };
-        install_rows(&transaction, &scope, part)?;
+        // A value larger than a part comes in pieces over several installs: they are staged
+        // (carried by checkpoints meanwhile) and unstaged once the value is whole.
+        let assembled = install_rows(&transaction, &scope, part)?;
+        for (id, key) in &assembled {
+            let value = (
+                type_key.tenant.as_str(),
+                type_key.entity_type.as_str(),
+                id.as_str(),
+                key.as_str(),
+            );
+            unstage(&transaction, value)?;
+        }
         {
             let mut stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
             for record in &part.entities {

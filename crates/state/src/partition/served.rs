@@ -21,6 +21,10 @@ use std::sync::Arc;
 use tessera_consensus::group::{Group, SubmitError};
 use tessera_contract::{EntityAddress, TypeKey};
 
+/// The most bytes of rows one install of a restored part carries (see
+/// [`PartitionState::install`]).
+pub const INSTALL_BYTES_MAX: usize = 256 * 1024;
+
 /// This node's view of one partition's entities: reads from its replica, commits through the
 /// group.
 ///
@@ -62,8 +66,10 @@ impl PartitionState {
     }
 
     /// Submits one part of `type_key`'s shard `shard` restored from a backup (see
-    /// [`PartitionOp::Install`]); resolves once a quorum holds it and this replica applied it.
-    /// The caller checked the part against the shard.
+    /// [`PartitionOp::Install`]), cut into installs of at most [`INSTALL_BYTES_MAX`] (a
+    /// group carries an operation whole in every prepare and view-change message), one after
+    /// another; resolves once a quorum holds the last and this replica applied it. The caller
+    /// checked the part against the shard.
     pub fn install(
         &self,
         stamp: u64,
@@ -71,14 +77,19 @@ impl PartitionState {
         shard: u32,
         part: ShardPart,
     ) -> CommitFuture {
-        let op = PartitionOp::Install {
-            stamp,
-            type_key,
-            shard,
-            part,
-        };
-        let submitted = self.group.submit(op.encode());
-        Box::pin(async move { answer(submitted.await) })
+        let group = Arc::clone(&self.group);
+        Box::pin(async move {
+            for piece in part.split(INSTALL_BYTES_MAX) {
+                let op = PartitionOp::Install {
+                    stamp,
+                    type_key: type_key.clone(),
+                    shard,
+                    part: piece,
+                };
+                answer(group.submit(op.encode()).await)?;
+            }
+            Ok(())
+        })
     }
 
     /// Submits changes to the partition's remembered ids; resolves once a quorum holds them

@@ -267,7 +267,7 @@ fn remembered_ids_are_applied_in_order_and_carried_by_snapshots() {
 
 #[test]
 fn a_restored_part_writes_its_rows_and_restamps_its_entities_so_a_stale_write_conflicts() {
-    use crate::shard_transfer::{EntityRecord, ShardPart, StateRow, ValueChunk};
+    use crate::shard_transfer::{EntityRecord, ShardPart, StateRow};
     let mut machine = machine();
     put(&mut machine, 0, 5, 1);
     let record = EntityRecord {
@@ -309,22 +309,183 @@ fn a_restored_part_writes_its_rows_and_restamps_its_entities_so_a_stale_write_co
     );
     assert_eq!(value(&machine), Some(vec![42]));
 
-    // A part carrying pieces of a larger value is refused, and changes nothing.
-    let mut chunked = part.clone();
-    chunked.entities[0].chunks.push(ValueChunk {
-        key: "big".into(),
-        offset: 0,
-        total: 2,
-        bytes: vec![1],
-    });
-    let refused = machine.apply(&install(10, &chunked).encode());
-    assert!(matches!(
-        PartitionResult::decode(&refused),
-        PartitionResult::Malformed(_)
-    ));
-    assert_eq!(machine.stamp(&counter()), Ok(9));
+    // A zero stamp is refused.
     assert!(matches!(
         PartitionResult::decode(&machine.apply(&install(0, &part).encode())),
         PartitionResult::Malformed(_)
     ));
+    assert_eq!(machine.stamp(&counter()), Ok(9));
+}
+
+/// A restored value larger than a part comes in pieces over several installs: it is written
+/// once whole, its pieces then dropped; a replica that installs a checkpoint taken between the
+/// pieces assembles the same value, so the replicas hold the same bytes.
+#[test]
+fn a_value_restored_in_pieces_over_several_installs_is_whole_on_every_replica() {
+    use crate::shard_transfer::{EntityRecord, ShardPart, ValueChunk};
+    let big: Vec<u8> = (0..3_000u32).map(|index| (index % 251) as u8).collect();
+    let piece = |offset: usize, end: usize, index: u32| ShardPart {
+        index,
+        last: end == big.len(),
+        entities: vec![EntityRecord {
+            id: "c1".into(),
+            chunks: vec![ValueChunk {
+                key: "big".into(),
+                offset: offset as u64,
+                total: big.len() as u64,
+                bytes: big[offset..end].to_vec(),
+            }],
+            ..EntityRecord::default()
+        }],
+        remembered: Vec::new(),
+    };
+    let install = |part: ShardPart| {
+        PartitionOp::Install {
+            stamp: 7,
+            type_key: counter().type_key(),
+            shard: 3,
+            part,
+        }
+        .encode()
+    };
+    let ops = [
+        install(piece(0, 1_000, 0)),
+        install(piece(1_000, 2_000, 1)),
+        install(piece(2_000, 3_000, 2)),
+    ];
+    let big_value = |machine: &PartitionMachine| machine.get(&counter(), "big").expect("readable");
+
+    let mut first = machine();
+    for op in &ops[..2] {
+        let applied = PartitionResult::decode(&first.apply(op));
+        assert!(
+            matches!(applied, PartitionResult::Applied { .. }),
+            "{applied:?}"
+        );
+    }
+    assert_eq!(big_value(&first), None, "not whole before its last piece");
+    // A replica behind installs a checkpoint taken between the pieces.
+    let mut second = machine();
+    second
+        .restore(&first.snapshot())
+        .expect("the checkpoint installs");
+    for replica in [&mut first, &mut second] {
+        replica.apply(&ops[2]);
+        assert_eq!(
+            big_value(replica),
+            Some(big.clone()),
+            "whole once its last piece commits"
+        );
+    }
+    assert_eq!(
+        first.snapshot(),
+        second.snapshot(),
+        "the replicas hold the same bytes"
+    );
+    let mut restored = machine();
+    restored.restore(&first.snapshot()).expect("restores");
+    assert_eq!(big_value(&restored), Some(big));
+    // No staged piece is left behind to be carried by every later checkpoint.
+    for replica in [&first, &second, &restored] {
+        use redb::{ReadableDatabase, ReadableTableMetadata};
+        let transaction = replica.store().database().begin_read().expect("reads");
+        let staged = transaction
+            .open_table(crate::shard_transfer::SHARD_TRANSFER_CHUNKS)
+            .expect("the table")
+            .len()
+            .expect("counted");
+        assert_eq!(
+            staged, 0,
+            "the pieces were dropped once the value was whole"
+        );
+    }
+}
+
+/// A restored part cut into small installs (as `PartitionState::install` cuts it, so no group
+/// operation carries megabytes) leaves exactly the rows the whole part leaves: a value larger
+/// than a piece goes in chunks, the rest of its entity's rows and the remembered ids with it.
+#[test]
+fn a_part_cut_into_small_installs_leaves_the_same_rows_as_the_whole_part() {
+    use crate::shard_transfer::{EntityRecord, OutboxRow, ShardPart, StateRow};
+    let value = |len: usize, seed: u8| -> Vec<u8> {
+        (0..len)
+            .map(|index| (index as u8).wrapping_mul(seed))
+            .collect()
+    };
+    let record = |id: &str, big: usize| EntityRecord {
+        id: id.into(),
+        meta: Some((2, big as u64)),
+        state: vec![
+            StateRow {
+                key: "big".into(),
+                value: value(big, 7),
+            },
+            StateRow {
+                key: "small".into(),
+                value: vec![1, 2, 3],
+            },
+        ],
+        sequences: Some((5, 1, 0, 1)),
+        outbox: vec![OutboxRow {
+            seq: 4,
+            to_type: "counter".into(),
+            to_id: "c2".into(),
+            payload: b"tell".to_vec(),
+        }],
+        client_keys: vec![("key-1".into(), 1_000)],
+        ..EntityRecord::default()
+    };
+    let part = ShardPart {
+        index: 0,
+        last: true,
+        entities: vec![
+            record("c1", 300_000),
+            record("c2", 10),
+            record("c3", 70_000),
+        ],
+        remembered: vec!["c1".into(), "c3".into()],
+    };
+    let install = |part: ShardPart| {
+        PartitionOp::Install {
+            stamp: 11,
+            type_key: counter().type_key(),
+            shard: 3,
+            part,
+        }
+        .encode()
+    };
+    let mut whole = machine();
+    let applied = PartitionResult::decode(&whole.apply(&install(part.clone())));
+    assert!(
+        matches!(applied, PartitionResult::Applied { .. }),
+        "{applied:?}"
+    );
+
+    let bytes_max = 64 * 1024;
+    let pieces = part.clone().split(bytes_max);
+    assert!(pieces.len() >= 6, "cut into {} installs", pieces.len());
+    let mut cut = machine();
+    for piece in pieces {
+        let encoded = install(piece);
+        assert!(
+            encoded.len() <= bytes_max + 4_096,
+            "an install of {} bytes",
+            encoded.len()
+        );
+        let applied = PartitionResult::decode(&cut.apply(&encoded));
+        assert!(
+            matches!(applied, PartitionResult::Applied { .. }),
+            "{applied:?}"
+        );
+    }
+    assert_eq!(
+        cut.get(&counter(), "big").expect("readable"),
+        Some(value(300_000, 7)),
+        "the large value is whole"
+    );
+    assert_eq!(
+        cut.snapshot(),
+        whole.snapshot(),
+        "the same rows, stamps and remembered ids"
+    );
 }

@@ -27,13 +27,13 @@ pub(super) fn is_within(chunk: &ValueChunk) -> bool {
 }
 
 /// Stages `chunk` of `id`'s value; when it is the value's final piece and every byte before it
-/// is staged, writes the value to `state`.
+/// is staged, writes the value to `state` and returns true.
 pub(super) fn stage(
     chunks: &mut Chunks<'_>,
     state: &mut State<'_>,
     (tenant, entity_type, id): (&str, &str, &str),
     chunk: &ValueChunk,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let key = chunk.key.as_str();
     chunks
         .insert(
@@ -42,7 +42,7 @@ pub(super) fn stage(
         )
         .map_err(io)?;
     if chunk.offset.saturating_add(chunk.bytes.len() as u64) != chunk.total {
-        return Ok(());
+        return Ok(false);
     }
     let pieces = (tenant, entity_type, id, key, 0)..=(tenant, entity_type, id, key, u64::MAX);
     // Pieces may overlap (a part of an earlier export of the move, sent again): what matters
@@ -52,12 +52,12 @@ pub(super) fn stage(
         let (at, bytes) = piece.map_err(io)?;
         let offset = at.value().4;
         if offset > covered {
-            return Ok(());
+            return Ok(false);
         }
         covered = covered.max(offset.saturating_add(bytes.value().len() as u64));
     }
     if covered != chunk.total {
-        return Ok(());
+        return Ok(false);
     }
     let length = usize::try_from(chunk.total).map_err(io)?;
     let mut value = state
@@ -75,7 +75,22 @@ pub(super) fn stage(
         };
         target.copy_from_slice(bytes);
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Removes the staged pieces of one value: `(tenant, type, id, state key)`.
+pub(crate) fn unstage(
+    transaction: &WriteTransaction,
+    (tenant, entity_type, id, key): (&str, &str, &str, &str),
+) -> Result<(), StoreError> {
+    transaction
+        .open_table(SHARD_TRANSFER_CHUNKS)
+        .map_err(io)?
+        .retain_in(
+            (tenant, entity_type, id, key, 0)..=(tenant, entity_type, id, key, u64::MAX),
+            |_, _| false,
+        )
+        .map_err(io)
 }
 
 /// Removes the staged pieces of the shard's entities (`past` is the first type name after the

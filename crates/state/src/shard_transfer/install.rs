@@ -206,6 +206,7 @@ pub(crate) fn install(
             )));
         }
     }
+    // Staged pieces stay until the move's last part: a part sent again finds them.
     install_rows(transaction, scope, part)?;
     if part.last {
         transaction
@@ -228,12 +229,13 @@ pub(crate) fn install(
     Ok(())
 }
 
-/// Writes the part's rows; a chunk is staged, and its value written once whole.
+/// Writes the part's rows; a chunk is staged, and its value written once whole. Returns the
+/// `(id, state key)` of each value written whole by this part.
 pub(crate) fn install_rows(
     transaction: &WriteTransaction,
     scope: &ShardScope,
     part: &ShardPart,
-) -> Result<(), StoreError> {
+) -> Result<Vec<(String, String)>, StoreError> {
     let tenant = scope.type_key.tenant.as_str();
     let entity_type = scope.type_key.entity_type.as_str();
     let mut metas = transaction.open_table(ENTITY_META).map_err(io)?;
@@ -246,6 +248,7 @@ pub(crate) fn install_rows(
     let mut due = transaction.open_table(REMINDERS_DUE).map_err(io)?;
     let mut remembered = transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
     let mut staged = transaction.open_table(SHARD_TRANSFER_CHUNKS).map_err(io)?;
+    let mut assembled = Vec::new();
     for record in &part.entities {
         let id = record.id.as_str();
         if let Some(meta) = record.meta {
@@ -300,7 +303,9 @@ pub(crate) fn install_rows(
                 .map_err(io)?;
         }
         for chunk in &record.chunks {
-            chunks::stage(&mut staged, &mut state, (tenant, entity_type, id), chunk)?;
+            if chunks::stage(&mut staged, &mut state, (tenant, entity_type, id), chunk)? {
+                assembled.push((record.id.clone(), chunk.key.clone()));
+            }
         }
     }
     for id in &part.remembered {
@@ -308,5 +313,5 @@ pub(crate) fn install_rows(
             .insert((tenant, entity_type, scope.shard, id.as_str()), ())
             .map_err(io)?;
     }
-    Ok(())
+    Ok(assembled)
 }

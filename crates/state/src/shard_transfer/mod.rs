@@ -21,9 +21,11 @@ use tessera_contract::{ShardId, TypeKey};
 mod chunks;
 mod export;
 mod install;
+mod split;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use chunks::{SHARD_TRANSFER_CHUNKS, unstage};
 pub use export::ShardExport;
 pub(crate) use install::{begin_lineage, discard, install, install_rows};
 
