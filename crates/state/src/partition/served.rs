@@ -66,7 +66,7 @@ impl PartitionState {
     }
 
     /// Submits one part of `type_key`'s shard `shard` restored from a backup (see
-    /// [`PartitionOp::Install`]), cut into installs of at most [`INSTALL_BYTES_MAX`] (a
+    /// [`PartitionOp::Install`]), cut into installs of at most `INSTALL_BYTES_MAX` (a
     /// group carries an operation whole in every prepare and view-change message), one after
     /// another; resolves once a quorum holds the last and this replica applied it. The caller
     /// checked the part against the shard.
