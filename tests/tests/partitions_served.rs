@@ -15,10 +15,10 @@ use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use tessera_tests::cluster::*;
+use tessera_tests::partition_plane::{PARTITIONS, groups_ready};
 use tessera_tests::processes::run_child_if_asked;
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-const PARTITIONS: usize = 6;
 const COUNTERS: usize = 12;
 
 /// Not a test of its own: a child process's node, run by the command line until killed.
@@ -26,23 +26,6 @@ const COUNTERS: usize = 12;
 #[ignore = "run by the tests of this file as their child processes"]
 fn partitions_served_child_node() {
     run_child_if_asked();
-}
-
-/// Whether node `index` runs every partition's group, each with a primary it is in contact
-/// with.
-fn groups_ready(cluster: &Cluster, index: usize) -> Option<()> {
-    let url = format!("{}/v1/cluster/partitions", cluster.url(index));
-    let answer = get(&url, ADMIN)?.json();
-    let groups = answer["partitions"].as_array()?;
-    let ready = groups.len() == PARTITIONS
-        && groups.iter().all(|here| {
-            let status = &here["status"];
-            status["primary"].is_string()
-                && status["contact_age_ms"]
-                    .as_u64()
-                    .is_some_and(|age| age < 1_000)
-        });
-    ready.then_some(())
 }
 
 fn cli(args: &[&str]) -> ExitCode {

@@ -69,12 +69,7 @@ impl Node {
             .partitions
             .as_ref()
             .and_then(|partitions| partitions.replica_store(partition))
-            .ok_or_else(|| {
-                NodeError::Message(tessera_contract::MessageError::shard_unavailable(format!(
-                    "shard {key} is served here but this node holds no replica of its \
-                     partition {partition}"
-                )))
-            })?;
+            .ok_or_else(|| no_replica(key, partition))?;
         let replicated = tessera_state::export_shard(&replica, &scope)?;
         let remembered = ShardStates::export(&*self.state, &scope)?;
         Ok(Box::new(chain_parts(replicated, remembered)))
@@ -338,12 +333,7 @@ impl Node {
             .partitions
             .as_ref()
             .and_then(|partitions| partitions.replica_state(partition))
-            .ok_or_else(|| {
-                NodeError::Message(tessera_contract::MessageError::shard_unavailable(format!(
-                    "shard {key} is served here but this node holds no replica of its \
-                     partition {partition}"
-                )))
-            })?;
+            .ok_or_else(|| no_replica(key, partition))?;
         // A stamp no write of the partition has: 63 random bits, never 0.
         let stamp = rand::random::<u64>() | 1;
         replica
@@ -396,6 +386,13 @@ impl Node {
             contains: Arc::new(move |id: &str| extractor.shard_of(id) == shard),
         }
     }
+}
+
+/// The refusal of a partitioned shard this node serves but holds no replica of.
+fn no_replica(key: &ShardKey, partition: u32) -> NodeError {
+    NodeError::Message(tessera_contract::MessageError::shard_unavailable(format!(
+        "shard {key} is served here but this node holds no replica of its partition {partition}"
+    )))
 }
 
 /// Moves each entity's next outbox sequence number [`RESTORE_SEQUENCE_LEAP`] on, past any
