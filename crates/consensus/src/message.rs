@@ -177,6 +177,17 @@ pub(crate) fn checksum_words(words: &[u64]) -> u64 {
     checksum_words_and_bytes(words, &[])
 }
 
+/// FNV-1a (64 bit) over `bytes`: a cheap check that bytes which travelled in pieces came
+/// together whole (not a defence against a forger: frames come from authenticated peers).
+///
+/// ```
+/// use tessera_consensus::message::checksum_bytes;
+/// assert_ne!(checksum_bytes(b"whole"), checksum_bytes(b"whale"));
+/// ```
+pub fn checksum_bytes(bytes: &[u8]) -> u64 {
+    checksum_words_and_bytes(&[], bytes)
+}
+
 /// FNV-1a (64 bit) over a sequence of words followed by bytes (a checkpoint's op, entry
 /// checksum and state).
 pub(crate) fn checksum_words_and_bytes(words: &[u64], bytes: &[u8]) -> u64 {

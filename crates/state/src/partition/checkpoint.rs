@@ -7,9 +7,13 @@
 //! pieces come in several installs (a replica that installs a checkpoint between them must
 //! still assemble the value when its last piece commits).
 //!
+//! A move's phase and staged pieces (`moving`) follow the image as a second value, only when
+//! there are any.
+//!
 //! One image holds the partition's whole state in memory while it is taken or installed; a
 //! checkpoint streamed in bounded parts (as a shard transfer's are) is still to be built.
 
+use super::moving::{self, MoveImage, Phase};
 use super::stamps::STAMPS;
 use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
@@ -195,7 +199,11 @@ pub(super) fn encode(store: &StateStore) -> Result<Vec<u8>, StoreError> {
             ByteBuf::from(value.value().to_vec()),
         ));
     }
-    rmp_serde::to_vec(&image).map_err(io)
+    let mut bytes = rmp_serde::to_vec(&image).map_err(io)?;
+    if let Some(moving) = MoveImage::read(&transaction)? {
+        bytes.extend(rmp_serde::to_vec(&moving).map_err(io)?);
+    }
+    Ok(bytes)
 }
 
 /// Empties every table a partition op writes, inside `transaction`.
@@ -219,21 +227,21 @@ fn clear_tables(transaction: &WriteTransaction) -> Result<(), StoreError> {
     transaction.open_table(STAMPS).map_err(io)?;
     transaction.open_table(REMEMBERED_ENTITIES).map_err(io)?;
     transaction.open_table(SHARD_TRANSFER_CHUNKS).map_err(io)?;
-    Ok(())
+    moving::reset(transaction, Phase::Serving)
 }
 
-/// Removes every row (see [`super::PartitionMachine::clear`]).
-pub(super) fn clear(store: &StateStore) -> Result<(), StoreError> {
+/// Removes every row, leaving the machine in `phase` (see [`super::PartitionMachine::clear`]).
+pub(super) fn clear(store: &StateStore, phase: Phase) -> Result<(), StoreError> {
     let mut transaction = store.database().begin_write().map_err(io)?;
     transaction.set_durability(Durability::None).map_err(io)?;
     clear_tables(&transaction)?;
+    moving::set_phase(&transaction, phase)?;
     transaction.commit().map_err(io)
 }
 
 /// Replaces every row with the image's; on an image that does not decode, changes nothing.
-pub(super) fn restore(store: &StateStore, bytes: &[u8]) -> Result<(), RestoreError> {
-    let image: Image =
-        rmp_serde::from_slice(bytes).map_err(|error| RestoreError::Malformed(error.to_string()))?;
+/// The phase the machine is in afterwards.
+pub(super) fn restore(store: &StateStore, bytes: &[u8]) -> Result<Phase, RestoreError> {
     let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
     let mut transaction = store
         .database()
@@ -244,9 +252,37 @@ pub(super) fn restore(store: &StateStore, bytes: &[u8]) -> Result<(), RestoreErr
         .set_durability(Durability::None)
         .map_err(io)
         .map_err(storage)?;
-    clear_tables(&transaction).map_err(storage)?;
-    install(&transaction, &image).map_err(storage)?;
-    transaction.commit().map_err(io).map_err(storage)
+    let phase = restore_into(&transaction, bytes)?;
+    transaction.commit().map_err(io).map_err(storage)?;
+    Ok(phase)
+}
+
+/// Replaces every row with the image's inside `transaction` (which the caller drops on an
+/// error, changing nothing); the phase the image leaves the machine in.
+pub(super) fn restore_into(
+    transaction: &WriteTransaction,
+    bytes: &[u8],
+) -> Result<Phase, RestoreError> {
+    let malformed = |error: rmp_serde::decode::Error| RestoreError::Malformed(error.to_string());
+    let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
+    let mut cursor = std::io::Cursor::new(bytes);
+    let image =
+        Image::deserialize(&mut rmp_serde::Deserializer::new(&mut cursor)).map_err(malformed)?;
+    let rest = bytes.get(cursor.position() as usize..).unwrap_or_default();
+    let moving: Option<MoveImage> = if rest.is_empty() {
+        None
+    } else {
+        Some(rmp_serde::from_slice(rest).map_err(malformed)?)
+    };
+    clear_tables(transaction).map_err(storage)?;
+    install(transaction, &image).map_err(storage)?;
+    match moving {
+        Some(moving) => {
+            moving.install(transaction).map_err(storage)?;
+            Ok(moving.phase())
+        }
+        None => Ok(Phase::Serving),
+    }
 }
 
 fn install(transaction: &WriteTransaction, image: &Image) -> Result<(), StoreError> {

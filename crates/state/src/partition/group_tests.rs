@@ -23,7 +23,7 @@ const GROUP: GroupId = GroupId(8);
 const DEADLINE: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
-struct Network {
+pub(super) struct Network {
     inboxes: Mutex<BTreeMap<String, mpsc::Sender<(String, GroupFrame)>>>,
 }
 
@@ -43,7 +43,7 @@ impl GroupOutbox for Outbox {
 
 /// Every write a member applied, in order.
 #[derive(Default)]
-struct Written(Mutex<Vec<(EntityAddress, u64)>>);
+pub(super) struct Written(Mutex<Vec<(EntityAddress, u64)>>);
 
 impl GroupObserver<PartitionApplied> for Written {
     fn applied<'a>(&'a self, applied: &'a PartitionApplied) -> ObserverFuture<'a> {
@@ -84,6 +84,22 @@ fn start(
     network: &Arc<Network>,
     dir: &tempfile::TempDir,
 ) -> (Group, Arc<Written>, StateStore) {
+    // On a file, as a node runs it: what the group writes goes through redb.
+    let machine = PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
+        .expect("the partition database opens");
+    start_member(GROUP, &VOTERS, node, network, dir, machine)
+}
+
+/// A member on `node` of `group` among `voters`, over `network` (one per group), its journal
+/// in `dir`, applying to `machine`.
+pub(super) fn start_member(
+    group: GroupId,
+    voters: &[&str],
+    node: &str,
+    network: &Arc<Network>,
+    dir: &tempfile::TempDir,
+    machine: PartitionMachine,
+) -> (Group, Arc<Written>, StateStore) {
     let (sender, inbound): (_, GroupInbound) = mpsc::channel(GROUP_INBOUND_MAX);
     network
         .inboxes
@@ -91,21 +107,20 @@ fn start(
         .expect("network")
         .insert(node.to_string(), sender);
     let written = Arc::new(Written::default());
+    let voters = voters.iter().map(|voter| voter.to_string()).collect();
     let config = GroupConfig {
         sessions: 4,
-        ..GroupConfig::new(GROUP, VOTERS.map(String::from).to_vec(), node.to_string())
+        ..GroupConfig::new(group, voters, node.to_string())
     };
     let outbox = Arc::new(Outbox {
         node: node.to_string(),
         network: network.clone(),
     });
-    // On a file, as a node runs it: what the group writes goes through redb.
-    let machine = PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
-        .expect("the partition database opens");
     let store = machine.store().clone();
+    let journal = dir.path().join(format!("{node}.g{}.journal", group.0));
     let group = Group::start_voter(
         config,
-        &dir.path().join(format!("{node}.journal")),
+        &journal,
         PartitionReplica::new(machine),
         written.clone(),
         outbox,
@@ -183,7 +198,7 @@ async fn a_partition_group_commits_outcomes_refuses_stale_ones_and_survives_its_
 }
 
 /// Commits through `state`, again while the group cannot order it yet (its first election).
-async fn commit(state: &PartitionState, writes: WriteSet) -> Result<(), CommitError> {
+pub(super) async fn commit(state: &PartitionState, writes: WriteSet) -> Result<(), CommitError> {
     let answer = tokio::time::timeout(DEADLINE, async {
         loop {
             match state.commit(writes.clone()).await {
@@ -198,7 +213,11 @@ async fn commit(state: &PartitionState, writes: WriteSet) -> Result<(), CommitEr
 }
 
 /// Waits until `check` holds of `state`.
-async fn until(state: &PartitionState, what: &str, check: impl Fn(&PartitionState) -> bool) {
+pub(super) async fn until(
+    state: &PartitionState,
+    what: &str,
+    check: impl Fn(&PartitionState) -> bool,
+) {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !check(state) {
         assert!(tokio::time::Instant::now() < deadline, "never: {what}");

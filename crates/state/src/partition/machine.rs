@@ -10,6 +10,7 @@
 //! once, so redb can reuse the pages that unsynced transactions freed.
 
 use super::checkpoint;
+use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
@@ -49,6 +50,10 @@ use tessera_contract::{EntityAddress, TypeKey};
 /// ```
 pub struct PartitionMachine {
     store: StateStore,
+    /// Where the group is in a move (`moving`), as its tables say.
+    phase: Phase,
+    /// The phase it starts in, empty: [`Phase::Filling`] for a move's new group.
+    initial: Phase,
     /// A storage failure that made this copy unlike the other replicas': set once, never
     /// cleared (the group stops on this node).
     fault: OnceLock<String>,
@@ -94,11 +99,27 @@ impl PartitionMachine {
         transaction
             .open_table(SHARD_TRANSFER_CHUNKS)
             .map_err(StoreError::io)?;
+        moving::create_tables(&transaction)?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionMachine {
             store,
+            phase: Phase::Serving,
+            initial: Phase::Serving,
             fault: OnceLock::new(),
         })
+    }
+
+    /// This machine as a move's new group ([`Phase::Filling`] when empty): it serves nothing
+    /// until a sealed replica's image fills it and it opens (see `moving`).
+    pub fn filling(mut self) -> Result<Self, StoreError> {
+        self.initial = Phase::Filling;
+        self.clear()?;
+        Ok(self)
+    }
+
+    /// Where the group is in a move.
+    pub fn phase(&self) -> Phase {
+        self.phase
     }
 
     /// The partition's tables, for reads: state keys, metadata, outbox, reminders, receipts.
@@ -128,7 +149,9 @@ impl PartitionMachine {
 
     /// Removes every row: the empty state a replica rebuilds from.
     pub fn clear(&mut self) -> Result<(), StoreError> {
-        checkpoint::clear(&self.store)
+        checkpoint::clear(&self.store, self.initial)?;
+        self.phase = self.initial;
+        Ok(())
     }
 
     /// Applies a decoded op (see [`StateMachine::apply`]).
@@ -136,7 +159,38 @@ impl PartitionMachine {
         if let Some(fault) = self.fault.get() {
             return PartitionResult::StorageFailed(fault.clone());
         }
-        let result = match op {
+        let result = match (self.phase, op) {
+            (_, PartitionOp::Seal) => self.apply_seal(),
+            (
+                Phase::Filling,
+                PartitionOp::Fill {
+                    checksum,
+                    index,
+                    bytes,
+                },
+            ) => self.apply_fill(checksum, index, &bytes),
+            (_, PartitionOp::Fill { .. }) => Ok(PartitionResult::Opened),
+            (Phase::Filling, PartitionOp::Open { checksum, pieces }) => {
+                self.apply_open(checksum, pieces)
+            }
+            (Phase::Serving, PartitionOp::Open { .. }) => {
+                Ok(PartitionResult::Applied { reply: Vec::new() })
+            }
+            (Phase::Sealed, _) => Ok(PartitionResult::Sealed),
+            (Phase::Filling, _) => Ok(PartitionResult::Filling),
+            (Phase::Serving, op) => self.apply_entity_op(op),
+        };
+        result.unwrap_or_else(|error| {
+            let fault = error.to_string();
+            tracing::error!(%fault, "a partition replica's storage failed: its copy stops here");
+            let _ = self.fault.set(fault.clone());
+            PartitionResult::StorageFailed(fault)
+        })
+    }
+
+    /// Applies an op of a serving group's entities.
+    fn apply_entity_op(&mut self, op: PartitionOp) -> Result<PartitionResult, StoreError> {
+        match op {
             PartitionOp::Write {
                 expect,
                 stamp,
@@ -163,13 +217,71 @@ impl PartitionMachine {
                     PartitionResult::Conflict { stamp: current }
                 }
             }),
+            PartitionOp::Seal | PartitionOp::Fill { .. } | PartitionOp::Open { .. } => Ok(
+                PartitionResult::Malformed("a move's op is not an entity op".into()),
+            ),
+        }
+    }
+
+    /// A write transaction whose commit is not synced (see the module doc).
+    fn unsynced(&self) -> Result<redb::WriteTransaction, StoreError> {
+        let mut transaction = self
+            .store
+            .database()
+            .begin_write()
+            .map_err(StoreError::io)?;
+        transaction
+            .set_durability(Durability::None)
+            .map_err(StoreError::io)?;
+        Ok(transaction)
+    }
+
+    fn apply_seal(&mut self) -> Result<PartitionResult, StoreError> {
+        match self.phase {
+            Phase::Filling => Ok(PartitionResult::Filling),
+            Phase::Sealed => Ok(PartitionResult::Applied { reply: Vec::new() }),
+            Phase::Serving => {
+                let transaction = self.unsynced()?;
+                moving::set_phase(&transaction, Phase::Sealed)?;
+                transaction.commit().map_err(StoreError::io)?;
+                self.phase = Phase::Sealed;
+                Ok(PartitionResult::Applied { reply: Vec::new() })
+            }
+        }
+    }
+
+    fn apply_fill(
+        &self,
+        checksum: u64,
+        index: u32,
+        bytes: &[u8],
+    ) -> Result<PartitionResult, StoreError> {
+        if bytes.len() > moving::FILL_BYTES_MAX {
+            let reason = format!("a fill of {} bytes", bytes.len());
+            return Ok(PartitionResult::Malformed(reason));
+        }
+        let transaction = self.unsynced()?;
+        moving::stage(&transaction, checksum, index, bytes)?;
+        transaction.commit().map_err(StoreError::io)?;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
+    }
+
+    /// Installs the staged image and serves; a piece missing, a whole that does not match
+    /// or does not decode leaves the group filling (the transaction is dropped).
+    fn apply_open(&mut self, checksum: u64, pieces: u32) -> Result<PartitionResult, StoreError> {
+        let transaction = self.unsynced()?;
+        let Some(image) = moving::assemble(&transaction, checksum, pieces)? else {
+            return Ok(PartitionResult::Filling);
         };
-        result.unwrap_or_else(|error| {
-            let fault = error.to_string();
-            tracing::error!(%fault, "a partition replica's storage failed: its copy stops here");
-            let _ = self.fault.set(fault.clone());
-            PartitionResult::StorageFailed(fault)
-        })
+        if let Err(error) = checkpoint::restore_into(&transaction, &image) {
+            tracing::warn!(%error, "a move's image does not install: the group keeps filling");
+            return Ok(PartitionResult::Filling);
+        }
+        // The image is a sealed replica's: this group serves.
+        moving::reset(&transaction, Phase::Serving)?;
+        transaction.commit().map_err(StoreError::io)?;
+        self.phase = Phase::Serving;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
     }
 
     fn apply_write(
@@ -333,6 +445,7 @@ impl StateMachine for PartitionMachine {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
-        checkpoint::restore(&self.store, snapshot)
+        self.phase = checkpoint::restore(&self.store, snapshot)?;
+        Ok(())
     }
 }

@@ -28,6 +28,9 @@ mod checkpoint;
 #[cfg(test)]
 mod group_tests;
 mod machine;
+mod moving;
+#[cfg(test)]
+mod moving_tests;
 mod op;
 mod remembered;
 mod replica;
@@ -40,6 +43,7 @@ mod stamps;
 mod tests;
 
 pub use machine::PartitionMachine;
+pub use moving::{FILL_BYTES_MAX, Phase, phase};
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use remembered::RoutedRemember;
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};

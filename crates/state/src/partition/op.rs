@@ -75,6 +75,30 @@ pub enum PartitionOp {
         /// The rows.
         part: ShardPart,
     },
+    /// Seals the group for a move (`moving`): every entity op after it is refused as
+    /// [`PartitionResult::Sealed`], so the state is final. Sealing twice changes nothing; a
+    /// group still filling refuses it ([`PartitionResult::Filling`]).
+    Seal,
+    /// One piece of a sealed replica's image, for a move's new group while it fills: staged
+    /// under the image's checksum. An open group refuses it ([`PartitionResult::Opened`]).
+    Fill {
+        /// The checksum of the whole image ([`checksum_bytes`](tessera_consensus::message::checksum_bytes)).
+        checksum: u64,
+        /// The piece's place in the image, from 0.
+        index: u32,
+        /// The piece, at most [`FILL_BYTES_MAX`](super::FILL_BYTES_MAX).
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// Opens a move's new group: its state becomes the image of `pieces` pieces staged under
+    /// `checksum`, and it serves. Refused as [`PartitionResult::Filling`] while a piece is
+    /// missing or the whole does not match; an open group answers it as applied.
+    Open {
+        /// The image's checksum.
+        checksum: u64,
+        /// How many pieces it has.
+        pieces: u32,
+    },
 }
 
 /// What applying a [`PartitionOp`] answered.
@@ -103,6 +127,12 @@ pub enum PartitionResult {
     /// This replica's storage failed: its copy is no longer the others', and the group stops
     /// on this node.
     StorageFailed(String),
+    /// The group is sealed: its partition moved to a new group, where the op must go.
+    Sealed,
+    /// The group is a move's new group that has not opened yet: nothing was applied.
+    Filling,
+    /// The group is open: a fill is not taken.
+    Opened,
 }
 
 /// A write set that a partition op cannot carry.

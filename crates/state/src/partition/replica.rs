@@ -114,12 +114,19 @@ impl StateMachine for PartitionReplica {
                 .collect(),
             PartitionOp::Settle { .. }
             | PartitionOp::Check { .. }
-            | PartitionOp::Remember { .. } => Vec::new(),
+            | PartitionOp::Remember { .. }
+            | PartitionOp::Seal
+            | PartitionOp::Fill { .. }
+            | PartitionOp::Open { .. } => Vec::new(),
         };
+        let opens = matches!(op, PartitionOp::Open { .. });
         let result = self.machine.apply_op(op);
         if let PartitionResult::Applied { .. } = &result {
             for (entity, stamp) in written {
                 self.note(PartitionApplied::Written { entity, stamp });
+            }
+            if opens {
+                self.note(PartitionApplied::Restored);
             }
         }
         result.encode()

@@ -8,6 +8,7 @@
 //! its [`EntityState::barrier`] is the commit barrier a message that wrote nothing waits for
 //! before it answers.
 
+use super::moving::{self, FILL_BYTES_MAX, Phase};
 use super::op::{PartitionOp, PartitionResult};
 use super::stamps::read_stamp;
 use crate::backend::{CommitFuture, EntityMeta, EntityState};
@@ -19,6 +20,7 @@ use crate::tables::StateStore;
 use crate::write_set::{WriteSet, WriteStamps};
 use std::sync::Arc;
 use tessera_consensus::group::{Group, SubmitError};
+use tessera_consensus::message::checksum_bytes;
 use tessera_contract::{EntityAddress, TypeKey};
 
 /// The most bytes of rows one install of a restored part carries (see
@@ -92,6 +94,53 @@ impl PartitionState {
         })
     }
 
+    /// Where this replica's group is in a move.
+    pub fn phase(&self) -> Result<Phase, StoreError> {
+        moving::phase(&self.store)
+    }
+
+    /// Seals the group for a move (see `moving`): resolves once the seal committed and this
+    /// replica applied it (also when it was sealed already); a group still filling refuses.
+    pub fn seal(&self) -> CommitFuture {
+        let submitted = self.group.submit(PartitionOp::Seal.encode());
+        Box::pin(async move { answer(submitted.await) })
+    }
+
+    /// This replica's whole state as a checkpoint image, for a move's new group: final once
+    /// the group is sealed.
+    pub fn image(&self) -> Result<Vec<u8>, StoreError> {
+        super::checkpoint::encode(&self.store)
+    }
+
+    /// Fills this replica's group — a move's new one — with `image` (a sealed replica's
+    /// [`PartitionState::image`]) in pieces of at most [`FILL_BYTES_MAX`] and opens it.
+    /// Resolves `Ok` once the group is open, by this fill or another.
+    pub fn fill(&self, image: Vec<u8>) -> CommitFuture {
+        let group = Arc::clone(&self.group);
+        Box::pin(async move {
+            let checksum = checksum_bytes(&image);
+            let mut pieces = 0u32;
+            for (index, bytes) in image.chunks(FILL_BYTES_MAX).enumerate() {
+                let index = u32::try_from(index)
+                    .map_err(|_| CommitError::Storage("an image of too many pieces".into()))?;
+                let op = PartitionOp::Fill {
+                    checksum,
+                    index,
+                    bytes: bytes.to_vec(),
+                };
+                match group.submit(op.encode()).await {
+                    Ok(bytes) if PartitionResult::decode(&bytes) == PartitionResult::Opened => {
+                        return Ok(());
+                    }
+                    submitted => answer(submitted)?,
+                }
+                pieces = index + 1;
+            }
+            let open = PartitionOp::Open { checksum, pieces };
+            answer(group.submit(open.encode()).await)
+        })
+    }
+
     /// Submits changes to the partition's remembered ids; resolves once a quorum holds them
     /// and this replica applied them.
     pub fn remember(&self, ops: Vec<RememberOp>) -> CommitFuture {
@@ -114,6 +163,17 @@ fn answer(submitted: Result<Vec<u8>, SubmitError>) -> Result<(), CommitError> {
         PartitionResult::Malformed(reason) | PartitionResult::StorageFailed(reason) => {
             Err(CommitError::Storage(reason))
         }
+        // Refused whole, applied nowhere: the message may run again, in the group that
+        // serves the partition now.
+        PartitionResult::Sealed => Err(CommitError::Unavailable(
+            "the partition moved to another replica set".into(),
+        )),
+        PartitionResult::Filling => Err(CommitError::Unavailable(
+            "the partition's new replica set is still taking its state".into(),
+        )),
+        PartitionResult::Opened => Err(CommitError::Unavailable(
+            "the partition's group is open: it takes no fill".into(),
+        )),
     }
 }
 

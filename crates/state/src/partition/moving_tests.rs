@@ -1,0 +1,300 @@
+//! Moving a partition (`moving`): a sealed machine refuses every entity op, a filling one
+//! serves nothing until the image it took is whole and opens, a checkpoint taken mid-move
+//! carries the phase and the staged pieces; and a partition's group of three voters moves to
+//! a new set — one voter replaced — with every committed write, the new voter taking it
+//! through the new group's log alone.
+
+use super::group_tests::{Network, commit, start_member, until};
+use super::*;
+use crate::{CommitError, EntityState, WriteSet, WriteStamps};
+use std::sync::Arc;
+use tessera_consensus::group::GroupId;
+use tessera_consensus::message::checksum_bytes;
+use tessera_consensus::state_machine::StateMachine;
+use tessera_contract::EntityAddress;
+
+fn counter(id: u32) -> EntityAddress {
+    EntityAddress::new("t", "counter", format!("c{id}"))
+}
+
+fn apply(machine: &mut PartitionMachine, op: PartitionOp) -> PartitionResult {
+    PartitionResult::decode(&machine.apply(&op.encode()))
+}
+
+fn write(id: u32, expect: u64, stamp: u64, value: u8) -> PartitionOp {
+    let mut writes = WriteSet::new(counter(id));
+    writes.put("value", vec![value]);
+    PartitionOp::write(writes, expect, stamp, 1_000, vec![value]).expect("replicable")
+}
+
+fn applied() -> PartitionResult {
+    PartitionResult::Applied { reply: Vec::new() }
+}
+
+/// The fills of `image` in pieces of `size` bytes, and the open after them.
+fn fills(image: &[u8], size: usize) -> (Vec<PartitionOp>, PartitionOp) {
+    let checksum = checksum_bytes(image);
+    let pieces: Vec<PartitionOp> = image
+        .chunks(size)
+        .enumerate()
+        .map(|(index, bytes)| PartitionOp::Fill {
+            checksum,
+            index: index as u32,
+            bytes: bytes.to_vec(),
+        })
+        .collect();
+    let open = PartitionOp::Open {
+        checksum,
+        pieces: pieces.len() as u32,
+    };
+    (pieces, open)
+}
+
+#[test]
+fn a_sealed_machine_refuses_entity_ops_and_a_filling_one_serves_once_its_image_is_whole() {
+    let mut old = PartitionMachine::in_memory().expect("machine");
+    assert_eq!(
+        apply(&mut old, write(1, 0, 11, 1)),
+        PartitionResult::Applied { reply: vec![1] }
+    );
+    assert_eq!(apply(&mut old, PartitionOp::Seal), applied());
+    assert_eq!(old.phase(), Phase::Sealed);
+    assert_eq!(
+        apply(&mut old, write(1, 11, 12, 2)),
+        PartitionResult::Sealed
+    );
+    assert_eq!(apply(&mut old, write(2, 0, 13, 2)), PartitionResult::Sealed);
+    assert_eq!(
+        apply(&mut old, PartitionOp::Seal),
+        applied(),
+        "sealing twice"
+    );
+    assert_eq!(old.get(&counter(1), "value").expect("get"), Some(vec![1]));
+    let image = old.snapshot();
+    assert!(!image.is_empty());
+
+    let mut new = PartitionMachine::in_memory()
+        .and_then(PartitionMachine::filling)
+        .expect("machine");
+    assert_eq!(new.phase(), Phase::Filling);
+    assert_eq!(
+        apply(&mut new, write(1, 0, 14, 3)),
+        PartitionResult::Filling
+    );
+    assert_eq!(apply(&mut new, PartitionOp::Seal), PartitionResult::Filling);
+    let (pieces, open) = fills(&image, 16);
+    assert!(pieces.len() > 2, "an image of several pieces");
+    assert_eq!(
+        apply(&mut new, open.clone()),
+        PartitionResult::Filling,
+        "nothing staged"
+    );
+    // Another filler's image, staged under its own checksum, is not mixed in.
+    let (other, _) = fills(b"another image", 100);
+    for fill in other {
+        assert_eq!(apply(&mut new, fill), applied());
+    }
+    let (last, first) = pieces.split_last().expect("pieces");
+    for fill in first {
+        assert_eq!(apply(&mut new, fill.clone()), applied());
+    }
+    assert_eq!(
+        apply(&mut new, open.clone()),
+        PartitionResult::Filling,
+        "a piece missing"
+    );
+    let PartitionOp::Open {
+        checksum,
+        pieces: count,
+    } = open.clone()
+    else {
+        unreachable!("an open");
+    };
+    assert_eq!(apply(&mut new, last.clone()), applied());
+    let short = PartitionOp::Open {
+        checksum,
+        pieces: count - 1,
+    };
+    assert_eq!(
+        apply(&mut new, short),
+        PartitionResult::Filling,
+        "a whole that does not match"
+    );
+    assert_eq!(new.get(&counter(1), "value").expect("get"), None);
+
+    assert_eq!(apply(&mut new, open.clone()), applied());
+    assert_eq!(
+        new.phase(),
+        Phase::Serving,
+        "the sealed image's phase is not taken over"
+    );
+    assert_eq!(new.get(&counter(1), "value").expect("get"), Some(vec![1]));
+    assert_eq!(new.stamp(&counter(1)).expect("stamp"), 11, "stamps travel");
+    // A write computed against the old group's copy commits: nothing changed since.
+    assert_eq!(
+        apply(&mut new, write(1, 11, 15, 4)),
+        PartitionResult::Applied { reply: vec![4] }
+    );
+    // A late filler changes nothing: an open group takes no fill, and opens no more.
+    assert_eq!(apply(&mut new, last.clone()), PartitionResult::Opened);
+    assert_eq!(apply(&mut new, open), applied());
+    assert_eq!(new.get(&counter(1), "value").expect("get"), Some(vec![4]));
+    let mut serving = PartitionMachine::in_memory().expect("machine");
+    assert_eq!(apply(&mut serving, last.clone()), PartitionResult::Opened);
+}
+
+#[test]
+fn a_checkpoint_taken_mid_move_carries_the_phase_and_the_staged_pieces() {
+    let mut old = PartitionMachine::in_memory().expect("machine");
+    for id in 0..20 {
+        apply(&mut old, write(id, 0, 100 + u64::from(id), id as u8));
+    }
+    apply(&mut old, PartitionOp::Seal);
+    let sealed = old.snapshot();
+    // A sealed machine's checkpoint restores sealed, on any machine.
+    let mut copy = PartitionMachine::in_memory().expect("machine");
+    copy.restore(&sealed).expect("restores");
+    assert_eq!(copy.phase(), Phase::Sealed);
+    assert_eq!(
+        apply(&mut copy, write(0, 100, 200, 9)),
+        PartitionResult::Sealed
+    );
+
+    let (pieces, open) = fills(&sealed, 64);
+    let half = pieces.len() / 2;
+    let mut filling = PartitionMachine::in_memory()
+        .and_then(PartitionMachine::filling)
+        .expect("machine");
+    for fill in &pieces[..half] {
+        apply(&mut filling, fill.clone());
+    }
+    let checkpoint = filling.snapshot();
+    // A backup that installs it (its own start was a serving machine's) fills on from there.
+    let mut backup = PartitionMachine::in_memory().expect("machine");
+    backup.restore(&checkpoint).expect("restores");
+    assert_eq!(backup.phase(), Phase::Filling);
+    for fill in &pieces[half..] {
+        assert_eq!(apply(&mut backup, fill.clone()), applied());
+    }
+    assert_eq!(apply(&mut backup, open), applied());
+    for id in 0..20 {
+        assert_eq!(
+            backup.get(&counter(id), "value").expect("get"),
+            Some(vec![id as u8])
+        );
+    }
+    // An open machine's checkpoint is as before moves existed: no trailer.
+    let mut plain = PartitionMachine::in_memory().expect("machine");
+    apply(&mut plain, write(0, 0, 1, 1));
+    let bytes = plain.snapshot();
+    let image: rmpv::Value = rmp_serde::from_slice(&bytes).expect("one value");
+    assert_eq!(
+        rmp_serde::to_vec(&image).expect("encodes").len(),
+        bytes.len()
+    );
+    // Emptied, a move's new group is filling again.
+    filling.clear().expect("clears");
+    assert_eq!(filling.phase(), Phase::Filling);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let old_voters = ["n1", "n2", "n3"];
+    let new_voters = ["n1", "n2", "n4"];
+    let old_network = Arc::new(Network::default());
+    let new_network = Arc::new(Network::default());
+    let mut old = std::collections::BTreeMap::new();
+    for node in old_voters {
+        let machine = PartitionMachine::create(&dir.path().join(format!("{node}.old.redb")))
+            .expect("the partition database opens");
+        let (group, _, store) =
+            start_member(GroupId(8), &old_voters, node, &old_network, &dir, machine);
+        old.insert(node, PartitionState::new(store, Arc::new(group)));
+    }
+    let stamp = |state: &PartitionState, id: u32| state.meta(&counter(id)).expect("meta").stamp;
+    for id in 0..16 {
+        let mut writes = WriteSet::new(counter(id));
+        writes.put("value", vec![id as u8]);
+        writes.set_stamps(WriteStamps {
+            read: 0,
+            written: 1_000 + u64::from(id),
+        });
+        commit(&old["n1"], writes).await.expect("commits");
+    }
+    old["n3"].seal().await.expect("sealed");
+    for node in old_voters {
+        until(&old[node], "the seal applied", |state| {
+            state.phase() == Ok(Phase::Sealed)
+        })
+        .await;
+    }
+    let mut late = WriteSet::new(counter(0));
+    late.put("value", vec![99]);
+    late.set_stamps(WriteStamps {
+        read: 1_000,
+        written: 5_000,
+    });
+    assert!(
+        matches!(
+            old["n1"].commit(late.clone()).await,
+            Err(CommitError::Unavailable(_))
+        ),
+        "a sealed group commits nothing"
+    );
+
+    let mut new = std::collections::BTreeMap::new();
+    for node in new_voters {
+        let machine = PartitionMachine::create(&dir.path().join(format!("{node}.new.redb")))
+            .and_then(PartitionMachine::filling)
+            .expect("the partition database opens");
+        let (group, _, store) =
+            start_member(GroupId(9), &new_voters, node, &new_network, &dir, machine);
+        new.insert(node, PartitionState::new(store, Arc::new(group)));
+    }
+    // Refused until it opens (the first election may come first: asked until it orders).
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            match new["n4"].commit(late.clone()).await {
+                Err(CommitError::Unavailable(reason)) if reason.contains("still taking") => {
+                    return;
+                }
+                other => {
+                    assert!(
+                        matches!(other, Err(CommitError::Unavailable(_))),
+                        "{other:?}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    refused.await.expect("the new group answers");
+    // The two voters that stay fill it at once from their sealed copies.
+    let images = [
+        old["n1"].image().expect("image"),
+        old["n2"].image().expect("image"),
+    ];
+    let (first, second) = tokio::join!(
+        new["n1"].fill(images[0].clone()),
+        new["n2"].fill(images[1].clone())
+    );
+    first.expect("filled");
+    second.expect("filled");
+    for node in new_voters {
+        until(&new[node], "every committed write moved", |state| {
+            state.phase() == Ok(Phase::Serving)
+                && (0..16).all(|id| {
+                    state.get(&counter(id), "value").ok().flatten() == Some(vec![id as u8])
+                        && stamp(state, id) == 1_000 + u64::from(id)
+                })
+        })
+        .await;
+    }
+    // The write refused by the sealed group commits in the new one, read on the new voter.
+    commit(&new["n4"], late).await.expect("commits");
+    until(&new["n4"], "the write read back", |state| {
+        state.get(&counter(0), "value").ok().flatten() == Some(vec![99])
+    })
+    .await;
+}
