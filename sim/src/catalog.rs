@@ -330,6 +330,8 @@ fn place_partitions(rng: &mut SimRng, epoch: u64) -> Command {
                 expected: (!rng.per_mille(UNALLOCATED_PER_MILLE))
                     .then(|| rng.between(1, GENERATION_DRAWN_MAX)),
                 replicas,
+                // Now and then a settled move (refused unless the set is the one placed).
+                settled: rng.per_mille(100),
             }
         })
         .collect();

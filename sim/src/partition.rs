@@ -196,6 +196,10 @@ impl Workload for PartitionWorkload {
             PartitionResult::Malformed(reason) | PartitionResult::StorageFailed(reason) => {
                 Err(reason)
             }
+            // The simulated group is never moved: a move's refusals are errors here.
+            moved @ (PartitionResult::Sealed
+            | PartitionResult::Filling
+            | PartitionResult::Opened) => Err(format!("{moved:?} from a group never moved")),
         }
     }
 

@@ -107,8 +107,18 @@ pub fn add_within(
             Some(value) => Outcome::Acknowledged(value),
             None => Outcome::Unknown,
         },
-        Some(reply) if reply.status == 503 => Outcome::Refused,
-        _ => Outcome::Unknown,
+        Some(reply) if reply.status == 503 => {
+            eprintln!(
+                "adding {add} to {id} through node {index}: 503 {}",
+                reply.body
+            );
+            Outcome::Refused
+        }
+        reply => {
+            let answer = reply.map(|reply| format!("{} {}", reply.status, reply.body));
+            eprintln!("adding {add} to {id} through node {index}: {answer:?}");
+            Outcome::Unknown
+        }
     }
 }
 
@@ -175,6 +185,10 @@ struct Known {
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
     counters: BTreeMap<String, Known>,
+    /// Adds answered `503` (refused, retried).
+    refused: usize,
+    /// Adds whose outcome was unknown.
+    unknown: usize,
 }
 
 impl Ledger {
@@ -211,9 +225,17 @@ impl Ledger {
                 add,
                 &format!("{id} answered {value} to adding {add}"),
             ),
-            Outcome::Refused => {}
-            Outcome::Unknown => known.unknown.push(add),
+            Outcome::Refused => self.refused += 1,
+            Outcome::Unknown => {
+                known.unknown.push(add);
+                self.unknown += 1;
+            }
         }
+    }
+
+    /// How many adds were answered without an acknowledgement so far: `(refused, unknown)`.
+    pub fn failed(&self) -> (usize, usize) {
+        (self.refused, self.unknown)
     }
 
     /// Checks a value read of `id` that no add was in flight for: the last acknowledged one

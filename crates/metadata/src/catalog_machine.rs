@@ -48,6 +48,9 @@ struct CatalogSnapshot {
     /// Placed partitions (absent from checkpoints of earlier releases).
     #[serde(default)]
     partitions: Vec<super::partitions::PartitionRow>,
+    /// Moved partitions' epochs (absent from checkpoints of earlier releases).
+    #[serde(default)]
+    partition_epochs: Vec<super::partitions::PartitionEpochRow>,
 }
 
 /// The catalog as a replicated state machine.
@@ -239,8 +242,9 @@ impl CatalogMachine {
                 .members
                 .push((key.value().to_string(), bytes(value.value())));
         }
-        snapshot.partitions =
-            super::partitions::read_rows(&transaction.open_table(PARTITIONS).map_err(storage)?)?;
+        (snapshot.partitions, snapshot.partition_epochs) = super::partitions::snapshot_rows(
+            &transaction.open_table(PARTITIONS).map_err(storage)?,
+        )?;
         Ok(snapshot)
     }
 }
@@ -310,7 +314,11 @@ fn write_snapshot(
             .insert(key.as_str(), value.as_slice())
             .map_err(storage)?;
     }
-    super::partitions::write_rows(transaction, &snapshot.partitions)
+    super::partitions::write_rows(
+        transaction,
+        &snapshot.partitions,
+        &snapshot.partition_epochs,
+    )
 }
 
 impl GroupMachine for CatalogMachine {

@@ -173,6 +173,11 @@ pub struct PartitionPlacement {
     pub expected: Option<u64>,
     /// Its replicas, the preferred primary first.
     pub replicas: Vec<NodeId>,
+    /// The move to the current epoch finished (its group serves): the replicas before are
+    /// forgotten ([`PartitionReplicas::previous`] emptied), which lets their nodes drop the
+    /// old group and the partition move again. Only with the same replica set.
+    #[serde(default)]
+    pub settled: bool,
 }
 
 /// One shard handed from `from` to `to` by [`Command::MoveShards`].

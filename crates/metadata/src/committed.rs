@@ -89,12 +89,9 @@ impl CommittedRead {
             return Ok(None);
         };
         let (encoded, generation) = row.value();
-        let replicas = rmp_serde::from_slice(encoded).map_err(|error| {
-            MetadataError::Storage(format!("partition {partition} row: {error}"))
-        })?;
         Ok(Some(super::PartitionReplicas {
-            replicas,
             generation,
+            ..super::partitions::decode_row(partition, encoded)?
         }))
     }
 

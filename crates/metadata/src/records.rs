@@ -253,4 +253,13 @@ pub struct PartitionReplicas {
     pub replicas: Vec<NodeId>,
     /// The placement's generation.
     pub generation: u64,
+    /// The replica set's epoch: 0 when first placed, one more at each placement that changes
+    /// the set (not its order). Each epoch is a group of its own (`partition_group`); a move
+    /// carries the state from one to the next (`docs/partitions.md`, "Moves").
+    #[serde(default)]
+    pub epoch: u64,
+    /// The replica set of the epoch before (empty at epoch 0): the replicas a move's new
+    /// group takes its state from.
+    #[serde(default)]
+    pub previous: Vec<NodeId>,
 }

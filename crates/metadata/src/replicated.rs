@@ -152,7 +152,7 @@ impl ReplicatedPlane {
 fn unavailable(error: SubmitError) -> MetadataError {
     let why = match error {
         SubmitError::Busy => "too many catalog commands in flight".to_string(),
-        SubmitError::Stopped => "the metadata plane stopped".to_string(),
+        SubmitError::Stopped | SubmitError::NotRunning => "the metadata plane stopped".to_string(),
         SubmitError::TimedOut(_) => {
             format!("no quorum committed the command within {SUBMIT_TIMEOUT:?}")
         }

@@ -233,9 +233,10 @@ pub enum CoordinatorCommand {
     PartitionPrimaries {
         /// The reporting node.
         node: NodeId,
-        /// `(partition, view)` for each group it is the primary of, at most
+        /// `(partition, epoch, view)` for each serving group it is the primary of — the
+        /// replica set's epoch and the group's view in it — at most
         /// [`PARTITIONS_MAX`](tessera_metadata::PARTITIONS_MAX).
-        led: Vec<(u32, u64)>,
+        led: Vec<(u32, u64, u64)>,
     },
 }
 

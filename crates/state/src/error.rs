@@ -14,6 +14,10 @@ pub enum StoreError {
     /// The writer has shut down (node stopping).
     #[error("the state writer is shut down")]
     Closed,
+    /// The entity's state is not on this node now (its partition's replica moved away, or
+    /// is not here yet): nothing was read, and the message may run again where it is.
+    #[error("the state is not here: {0}")]
+    Unavailable(String),
 }
 
 impl StoreError {
@@ -72,6 +76,7 @@ impl From<StoreError> for CommitError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Closed => CommitError::Closed,
+            StoreError::Unavailable(reason) => CommitError::Unavailable(reason),
             other => CommitError::Storage(other.to_string()),
         }
     }

@@ -281,14 +281,17 @@ pub enum GroupError {
     Journal(String),
 }
 
-/// Why a submitted operation has no result. Except for [`SubmitError::Busy`], the operation
-/// may or may not have applied.
+/// Why a submitted operation has no result. Except for [`SubmitError::Busy`] and
+/// [`SubmitError::NotRunning`], the operation may or may not have applied.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubmitError {
     /// [`SUBMISSIONS_MAX`] operations were already waiting; nothing was sent.
     #[error("too many operations in flight")]
     Busy,
+    /// The group's driver is not running on this node (it was stopped); nothing was sent.
+    #[error("the group does not run on this node")]
+    NotRunning,
     /// The group's driver stopped on this node.
     #[error("the group stopped on this node")]
     Stopped,
@@ -442,7 +445,10 @@ impl Group {
             let submission = Submission { operation, answer };
             submissions
                 .try_send(submission)
-                .map_err(|_| SubmitError::Busy)?;
+                .map_err(|error| match error {
+                    mpsc::error::TrySendError::Full(_) => SubmitError::Busy,
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::NotRunning,
+                })?;
             match tokio::time::timeout(SUBMIT_TIMEOUT, answered).await {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) => Err(SubmitError::Stopped),

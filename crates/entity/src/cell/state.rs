@@ -233,14 +233,8 @@ impl CellState {
             self.drop_instance().await;
         }
         let core = self.core.clone();
-        let meta = core
-            .state
-            .meta(&self.address)
-            .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
-        let sequences = core
-            .state
-            .sequences(&self.address)
-            .map_err(|error| MessageError::new(ErrorKind::Internal, error.to_string()))?;
+        let meta = current_meta(&core.state, &self.address).await?;
+        let sequences = core.state.sequences(&self.address).map_err(read_failure)?;
         // A sender with no tells in its state numbers them from its shard's lineage, so a
         // life begun after its state was lost is never taken for the former one.
         self.next_seq = match sequences.next_seq {
@@ -500,6 +494,36 @@ impl CellState {
         if let (true, Some(writer)) = (remembered, &self.core.remember) {
             writer.record(op(RememberedId::new(&self.address, self.shard)));
         }
+    }
+}
+
+/// The entity's metadata from this node's copy, brought up to date first where reads are
+/// ordered: a partition's replica may trail its group (a new primary's, just after the
+/// partition's shards came to it), so a commit barrier makes it apply everything committed
+/// before, and a copy found behind is read again. An instance built from a trailing copy
+/// could commit nothing (its writes would be refused as stale), and its message would be
+/// answered `unavailable` for nothing.
+async fn current_meta(
+    state: &Arc<dyn tessera_state::EntityState>,
+    address: &EntityAddress,
+) -> Result<tessera_state::EntityMeta, MessageError> {
+    let meta = state.meta(address).map_err(read_failure)?;
+    if !state.orders_reads(address) {
+        return Ok(meta);
+    }
+    match state.barrier(address, meta.stamp).await {
+        Ok(()) => Ok(meta),
+        Err(tessera_state::CommitError::Stale { .. }) => state.meta(address).map_err(read_failure),
+        Err(error) => Err(message::commit_failure(error, false)),
+    }
+}
+
+/// What a message whose state could not be read answers: `unavailable` (retried) when the
+/// state is not on this node now — its partition moved away — an internal failure otherwise.
+pub(super) fn read_failure(error: tessera_state::StoreError) -> MessageError {
+    match error {
+        tessera_state::StoreError::Unavailable(_) => MessageError::unavailable(error.to_string()),
+        other => MessageError::new(ErrorKind::Internal, other.to_string()),
     }
 }
 

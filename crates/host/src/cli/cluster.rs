@@ -213,8 +213,21 @@ fn status(client_args: &ClientArgs) -> Result<(), ClientError> {
             // The group as the answering node's replica sees it; `-` where it holds none.
             let group = &partition["group"];
             let number = |value: &Json| value.as_u64().map_or("-".into(), |n| n.to_string());
+            let moving: Vec<String> = partition["moving_from"]
+                .as_array()
+                .map(|nodes| nodes.iter().map(text).collect())
+                .unwrap_or_default();
+            let moving = if moving.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (epoch {}, moving from {})",
+                    partition["epoch"],
+                    moving.join(", ")
+                )
+            };
             outln!(
-                "{:<10} {:<11} {:<20} {:<6} {:<8} {:<12} {}",
+                "{:<10} {:<11} {:<20} {:<6} {:<8} {:<12} {}{moving}",
                 partition["partition"].to_string(),
                 partition["generation"].to_string(),
                 text(&group["primary"]),
@@ -265,16 +278,18 @@ fn partitions(client_args: &ClientArgs) -> Result<(), ClientError> {
         let contact = status["contact_age_ms"]
             .as_u64()
             .map_or_else(|| "none".to_string(), |age| format!("{age} ms ago"));
-        let moved = group["placed"]
-            .as_array()
-            .map(|placed| {
-                let placed: Vec<String> = placed.iter().map(text).collect();
-                format!(
-                    " (placed on {}: moves are not built yet)",
-                    placed.join(", ")
-                )
-            })
-            .unwrap_or_default();
+        let moved = match group["phase"].as_str() {
+            Some("serving") | None => String::new(),
+            Some("filling") => format!(
+                " (epoch {}: a move's new group, taking its state)",
+                group["epoch"]
+            ),
+            Some("sealed") => format!(
+                " (epoch {}: sealed, the group a move leaves)",
+                group["epoch"]
+            ),
+            Some(phase) => format!(" (epoch {}: {phase})", group["epoch"]),
+        };
         outln!(
             "{:<10} {:<20} {:<6} {:<8} {:<12} {:<12} {}{moved}",
             group["partition"].to_string(),

@@ -53,17 +53,22 @@ pub enum NodeError {
     /// The catalog refused or failed a command or read.
     #[error(transparent)]
     Catalog(#[from] MetadataError),
-    /// A graceful leave could not hand every shard off in time; the member stays `leaving`.
+    /// A graceful leave could not hand every shard off, or move every partition replica
+    /// away, in time; the member stays `leaving`.
     #[error(
         "the leave did not finish within {waited_ms} ms: the catalog still gives this node \
-         {owned} shard(s) and it serves {held}; it stays leaving (restart it to go on leaving, \
-         or `tessera cluster up` it)"
+         {owned} shard(s) and {replicas} partition replica(s) (placed or still moving away), \
+         and it serves {held} shard(s); it stays leaving (restart it to go on leaving, or \
+         `tessera cluster up` it)"
     )]
     LeaveIncomplete {
         /// Shards the committed table still gives this node.
         owned: usize,
         /// Shards its region still serves or hands off.
         held: usize,
+        /// Partitions whose placement still names this node: a replica, or a move away from
+        /// it that has not settled.
+        replicas: usize,
         /// How long the leave waited.
         waited_ms: u64,
     },

@@ -61,7 +61,7 @@ impl Coordinator {
 
     /// Takes `node`'s report of the partitions it leads; whether a partition's primary
     /// changed (its shards then follow at once).
-    pub(super) fn on_primaries(&mut self, node: &NodeId, led: &[(u32, u64)]) -> bool {
+    pub(super) fn on_primaries(&mut self, node: &NodeId, led: &[(u32, u64, u64)]) -> bool {
         if !self.partitions_serve() {
             return false;
         }

@@ -62,11 +62,36 @@ impl Coordinator {
         });
         let changed: Vec<PartitionPlacement> = next
             .into_iter()
-            .filter(|(partition, replicas)| current.get(partition) != Some(replicas))
-            .map(|(partition, replicas)| PartitionPlacement {
-                partition,
-                expected: committed.get(&partition).map(|placed| placed.generation),
-                replicas,
+            .filter_map(|(partition, replicas)| {
+                let Some(placed) = committed.get(&partition) else {
+                    return Some(PartitionPlacement {
+                        partition,
+                        expected: None,
+                        replicas,
+                        settled: false,
+                    });
+                };
+                let settles = !placed.previous.is_empty()
+                    && self.primaries.serving_epoch(partition) == Some(placed.epoch);
+                let placement = |replicas: Vec<NodeId>, settled: bool| PartitionPlacement {
+                    partition,
+                    expected: Some(placed.generation),
+                    replicas,
+                    settled,
+                };
+                if same_set(&placed.replicas, &replicas) {
+                    let reordered = placed.replicas != replicas;
+                    return (reordered || settles).then(|| placement(replicas, settles));
+                }
+                match may_move(placed, &replicas, |node| {
+                    eligible.contains(node) || holding.contains(node)
+                }) {
+                    Ok(()) => Some(placement(replicas, false)),
+                    Err(reason) => {
+                        tracing::debug!(partition, reason, "a partition's move waits");
+                        settles.then(|| placement(placed.replicas.clone(), true))
+                    }
+                }
             })
             .collect();
         for placements in changed.chunks(PLACEMENTS_PER_COMMIT_MAX) {
@@ -89,4 +114,30 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// Whether two replica lists name the same nodes, in any order.
+fn same_set(left: &[NodeId], right: &[NodeId]) -> bool {
+    left.iter().collect::<BTreeSet<_>>() == right.iter().collect::<BTreeSet<_>>()
+}
+
+/// Whether `placed` may move to the replica set `next` now (`keeps`: whether a member still
+/// holds what it has). A move carries the state of the current epoch's group into a new one
+/// (`docs/partitions.md`, "Moves"), so it waits while the move before it has not settled —
+/// its group not yet heard serving, its replicas before not yet forgotten — and must keep
+/// one of the current replicas, which fills the new group, unless none of them is still held
+/// (they were all removed: their state is gone with them).
+fn may_move(
+    placed: &tessera_metadata::PartitionReplicas,
+    next: &[NodeId],
+    keeps: impl Fn(&NodeId) -> bool,
+) -> Result<(), &'static str> {
+    if !placed.previous.is_empty() {
+        return Err("the move before it has not settled");
+    }
+    let kept = placed.replicas.iter().any(|node| next.contains(node));
+    if !kept && placed.replicas.iter().any(keeps) {
+        return Err("a move keeps one of the current replicas, which fills the new group");
+    }
+    Ok(())
 }

@@ -6,8 +6,11 @@
 //! predecessor died) takes the shards over as soon as it reports — long before the failure
 //! detector would call the dead node unreachable.
 //!
-//! A report is believed for the highest view heard per partition: a deposed primary that still
-//! thinks it leads (an older view) changes nothing. Nothing here is needed for safety — a node
+//! A report is believed for the highest epoch and view heard per partition (a moved
+//! partition's new group starts again at view 0, in a later epoch): a deposed primary that
+//! still thinks it leads (an older view, or a sealed epoch) changes nothing. The epoch heard
+//! also says a move finished: a group reports only while it serves, so a partition's current
+//! epoch heard of is one whose group opened. Nothing here is needed for safety — a node
 //! serving from a stale copy cannot commit or answer a read (`docs/partitions.md`) — only for
 //! how soon the right node serves.
 
@@ -19,8 +22,8 @@ use tokio::time::Instant;
 /// The primaries the coordinator has heard of, and when it last heard from each node.
 #[derive(Debug)]
 pub(super) struct Primaries {
-    /// Per partition, its primary and the view it leads in: the highest view reported.
-    led: BTreeMap<u32, (NodeId, u64)>,
+    /// Per partition, its primary and the epoch and view it leads in: the highest reported.
+    led: BTreeMap<u32, (NodeId, (u64, u64))>,
     /// When each node's last report came.
     heard: BTreeMap<NodeId, Instant>,
     /// When this coordinator started listening: a node never heard from is silent only once
@@ -42,20 +45,26 @@ impl Primaries {
     pub(super) fn report(
         &mut self,
         node: &NodeId,
-        led: &[(u32, u64)],
+        led: &[(u32, u64, u64)],
         count: u32,
         now: Instant,
     ) -> bool {
         self.heard.insert(node.clone(), now);
         let mut changed = false;
-        for (partition, view) in led.iter().filter(|(partition, _)| *partition < count) {
+        for (partition, epoch, view) in led.iter().filter(|(partition, ..)| *partition < count) {
+            let term = (*epoch, *view);
             let known = self.led.get(partition);
-            if known.is_none_or(|(_, known_view)| view > known_view) {
+            if known.is_none_or(|(_, known_term)| term > *known_term) {
                 changed |= known.is_none_or(|(known_node, _)| known_node != node);
-                self.led.insert(*partition, (node.clone(), *view));
+                self.led.insert(*partition, (node.clone(), term));
             }
         }
         changed
+    }
+
+    /// The latest epoch of `partition` whose group was heard serving.
+    pub(super) fn serving_epoch(&self, partition: u32) -> Option<u64> {
+        self.led.get(&partition).map(|(_, (epoch, _))| *epoch)
     }
 
     /// The node that leads `partition`'s group, as far as reports say.
@@ -80,19 +89,26 @@ mod tests {
     fn the_highest_view_reported_names_the_primary() {
         let now = Instant::now();
         let mut primaries = Primaries::new(now);
-        assert!(primaries.report(&"n1".into(), &[(0, 3), (1, 1)], 4, now));
+        assert!(primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], 4, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n1"));
         // A later view elsewhere takes the partition over.
-        assert!(primaries.report(&"n2".into(), &[(0, 4)], 4, now));
+        assert!(primaries.report(&"n2".into(), &[(0, 0, 4)], 4, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n2"));
         // A deposed primary that still reports its old view changes nothing.
-        assert!(!primaries.report(&"n1".into(), &[(0, 3), (1, 1)], 4, now));
+        assert!(!primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], 4, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n2"));
         // The same primary in a later view is no change of primary.
-        assert!(!primaries.report(&"n2".into(), &[(0, 6)], 4, now));
-        assert!(!primaries.report(&"n1".into(), &[(0, 5)], 4, now));
+        assert!(!primaries.report(&"n2".into(), &[(0, 0, 6)], 4, now));
+        assert!(!primaries.report(&"n1".into(), &[(0, 0, 5)], 4, now));
+        assert_eq!(primaries.serving_epoch(0), Some(0));
+        // A moved partition's new group, back at view 0 of a later epoch, takes it over; the
+        // old epoch's primary, at any view, no longer does.
+        assert!(primaries.report(&"n3".into(), &[(0, 1, 0)], 4, now));
+        assert_eq!(primaries.of(0).map(String::as_str), Some("n3"));
+        assert!(!primaries.report(&"n2".into(), &[(0, 0, 9)], 4, now));
+        assert_eq!(primaries.serving_epoch(0), Some(1));
         // Partitions beyond the count are not believed.
-        assert!(!primaries.report(&"n3".into(), &[(9, 1)], 4, now));
+        assert!(!primaries.report(&"n3".into(), &[(9, 0, 1)], 4, now));
         assert_eq!(primaries.of(9), None);
     }
 

@@ -125,8 +125,8 @@ async fn with_no_partitions_configured_nothing_is_placed() {
     assert!(plane.store().partitions().expect("reads").is_empty());
 }
 
-/// What each node says it leads: `(partition, view)`s per node.
-type Leads = Arc<std::sync::Mutex<BTreeMap<String, Vec<(u32, u64)>>>>;
+/// What each node says it leads: `(partition, epoch, view)`s per node.
+type Leads = Arc<std::sync::Mutex<BTreeMap<String, Vec<(u32, u64, u64)>>>>;
 
 /// Reports, every [`PRIMARY_REPORT_INTERVAL`](crate::PRIMARY_REPORT_INTERVAL) until aborted, what each of `leads` says it
 /// leads: live nodes, as far as the coordinator can tell.
@@ -208,8 +208,8 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
     .await;
     let leads: Leads = Arc::new(std::sync::Mutex::new(BTreeMap::from([
         ("n1".to_string(), vec![]),
-        ("n2".to_string(), vec![(0, 1)]),
-        ("n3".to_string(), vec![(1, 1)]),
+        ("n2".to_string(), vec![(0, 0, 1)]),
+        ("n3".to_string(), vec![(1, 0, 1)]),
     ])));
     let reporting = keep_reporting(&switchboard, leads.clone());
     let partition_of = |key: &ShardKey| key.shard % 2;
@@ -223,13 +223,13 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
         };
         coordinator.command(allocate).await.unwrap();
     }
-    let leader = |partition: u32, leads: &BTreeMap<String, Vec<(u32, u64)>>| {
+    let leader = |partition: u32, leads: &BTreeMap<String, Vec<(u32, u64, u64)>>| {
         leads
             .iter()
-            .find(|(_, led)| led.iter().any(|(p, _)| *p == partition))
+            .find(|(_, led)| led.iter().any(|(p, ..)| *p == partition))
             .map(|(node, _)| node.clone())
     };
-    let follows = |table: &AllocationTable, leads: &BTreeMap<String, Vec<(u32, u64)>>| {
+    let follows = |table: &AllocationTable, leads: &BTreeMap<String, Vec<(u32, u64, u64)>>| {
         keys.iter().all(|key| {
             table.get(key).map(|a| Some(a.node.clone())) == Some(leader(partition_of(key), leads))
         })
@@ -251,7 +251,7 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
     {
         let mut leads = leads.lock().unwrap();
         leads.remove("n2");
-        leads.insert("n1".into(), vec![(0, 2)]);
+        leads.insert("n1".into(), vec![(0, 0, 2)]);
     }
     let now_leading = leads.lock().unwrap().clone();
     let before = Instant::now();
@@ -280,7 +280,7 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
     leads
         .lock()
         .unwrap()
-        .insert("n1".into(), vec![(0, 2), (1, 2)]);
+        .insert("n1".into(), vec![(0, 0, 2), (1, 0, 2)]);
     leads.lock().unwrap().insert("n3".into(), vec![]);
     let of_partition_1 = |moving: &std::collections::BTreeSet<ShardKey>| {
         keys.iter()
@@ -300,5 +300,94 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
         of_partition_1(&coordinator.moving_shards().await.unwrap()),
         "a live owner is waited for"
     );
+    reporting.abort();
+}
+
+/// A move starts a partition's next epoch and names the replicas before; the partition moves
+/// again only once that move settled — its new group heard serving (a primary's report at
+/// the new epoch), after which the coordinator forgets the replicas before. Until then a
+/// second change of members leaves it where it is.
+#[tokio::test(start_paused = true)]
+async fn a_partition_moves_again_only_once_its_last_move_settled() {
+    let lease = crate::lease::LeaseConfig {
+        duration_ms: 60_000,
+        renew_every_ms: 1_000,
+        drift_ppm: 1_000,
+        margin_ms: 100,
+    };
+    let config = ShardingConfig {
+        moves: crate::ShardMoves::OwnerHoldsState(lease),
+        partitions: PartitionConfig {
+            count: 4,
+            replication_factor: 3,
+        },
+        ..test_config()
+    };
+    let directory = tempfile::tempdir().unwrap();
+    let plane = test_plane(&directory);
+    let membership = Membership::new();
+    for node in ["n1", "n2", "n3", "n4"] {
+        join_catalog(&plane, node).await;
+        membership.join(node, Vec::<String>::new());
+    }
+    let switchboard = Arc::new(Switchboard::new());
+    let coordinator = Coordinator::start(
+        config.clone(),
+        membership.subscribe(),
+        switchboard.clone(),
+        plane.clone(),
+    )
+    .unwrap();
+    let has = |placed: &PartitionReplicas, node: &str| placed.replicas.iter().any(|r| r == node);
+    let first = placed_until(&plane, "four partitions of three", |placed| {
+        placed.len() == 4 && placed.values().all(|placed| placed.replicas.len() == 3)
+    })
+    .await;
+    assert!(first.values().all(|placed| placed.epoch == 0));
+
+    membership.leave("n4");
+    let moved = placed_until(&plane, "n4's replicas placed elsewhere", |placed| {
+        placed.values().all(|placed| !has(placed, "n4"))
+    })
+    .await;
+    let pending: Vec<u32> = moved
+        .iter()
+        .filter(|(_, placed)| !placed.previous.is_empty())
+        .map(|(partition, _)| *partition)
+        .collect();
+    for partition in &pending {
+        let placed = &moved[partition];
+        assert_eq!(placed.epoch, 1, "partition {partition}");
+        assert!(placed.previous.iter().any(|node| node == "n4"));
+        assert!(has(&first[partition], "n4"));
+    }
+    assert!(!pending.is_empty());
+
+    // n3 leaves while those moves have not settled: they keep n3 for now.
+    membership.leave("n3");
+    for _ in 0..20 {
+        coordinator.allocation_table().await.expect("runs");
+        tokio::time::sleep(config.coordinator_tick).await;
+    }
+    let waiting = plane.store().partitions().expect("reads");
+    for partition in &pending {
+        assert_eq!(
+            waiting[partition], moved[partition],
+            "partition {partition} waits"
+        );
+    }
+    // Their new groups serve (n1 leads each, in epoch 1): the moves settle, then they move on.
+    let leads: Leads = Arc::new(std::sync::Mutex::new(BTreeMap::from([(
+        "n1".to_string(),
+        (0..4).map(|partition| (partition, 1, 0)).collect(),
+    )])));
+    let reporting = keep_reporting(&switchboard, leads);
+    let settled = placed_until(&plane, "n3's replicas placed elsewhere", |placed| {
+        placed.values().all(|placed| !has(placed, "n3"))
+    })
+    .await;
+    for partition in &pending {
+        assert_eq!(settled[partition].epoch, 2, "partition {partition}");
+    }
     reporting.abort();
 }

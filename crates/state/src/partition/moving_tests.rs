@@ -2,7 +2,8 @@
 //! serves nothing until the image it took is whole and opens, a checkpoint taken mid-move
 //! carries the phase and the staged pieces; and a partition's group of three voters moves to
 //! a new set — one voter replaced — with every committed write, the new voter taking it
-//! through the new group's log alone.
+//! through the new group's log alone, and a commit through the sealed group following the
+//! partition to the new one.
 
 use super::group_tests::{Network, commit, start_member, until};
 use super::*;
@@ -210,7 +211,7 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
             .expect("the partition database opens");
         let (group, _, store) =
             start_member(GroupId(8), &old_voters, node, &old_network, &dir, machine);
-        old.insert(node, PartitionState::new(store, Arc::new(group)));
+        old.insert(node, Arc::new(PartitionState::new(store, Arc::new(group))));
     }
     let stamp = |state: &PartitionState, id: u32| state.meta(&counter(id)).expect("meta").stamp;
     for id in 0..16 {
@@ -250,7 +251,7 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
             .expect("the partition database opens");
         let (group, _, store) =
             start_member(GroupId(9), &new_voters, node, &new_network, &dir, machine);
-        new.insert(node, PartitionState::new(store, Arc::new(group)));
+        new.insert(node, Arc::new(PartitionState::new(store, Arc::new(group))));
     }
     // Refused until it opens (the first election may come first: asked until it orders).
     let refused = tokio::time::timeout(std::time::Duration::from_secs(20), async {
@@ -270,6 +271,19 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
         }
     });
     refused.await.expect("the new group answers");
+    // A commit through the sealed group, once the new group runs on the same node, follows
+    // the partition there and waits while it fills: it lands once the group opens.
+    old["n1"].succeeded_by(Arc::clone(&new["n1"]));
+    let mut moved_write = WriteSet::new(counter(1));
+    moved_write.put("value", vec![77]);
+    moved_write.set_stamps(WriteStamps {
+        read: 1_001,
+        written: 6_000,
+    });
+    let following = tokio::spawn({
+        let old = Arc::clone(&old["n1"]);
+        async move { old.commit(moved_write).await }
+    });
     // The two voters that stay fill it at once from their sealed copies.
     let images = [
         old["n1"].image().expect("image"),
@@ -291,6 +305,16 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
         })
         .await;
     }
+    following
+        .await
+        .expect("the commit runs")
+        .expect("it followed the partition to its new group");
+    until(
+        &new["n4"],
+        "the followed write read on the new voter",
+        |state| state.get(&counter(1), "value").ok().flatten() == Some(vec![77]),
+    )
+    .await;
     // The write refused by the sealed group commits in the new one, read on the new voter.
     commit(&new["n4"], late).await.expect("commits");
     until(&new["n4"], "the write read back", |state| {

@@ -159,7 +159,7 @@ fn read_at<T>(
     match routed.route(entity) {
         Route::Local(local) => read(local),
         Route::Partition(state) => read(state.as_ref()),
-        Route::Missing(partition) => Err(StoreError::Io(missing(partition))),
+        Route::Missing(partition) => Err(StoreError::Unavailable(missing(partition))),
     }
 }
 

@@ -18,7 +18,8 @@ use crate::remember::RememberOp;
 use crate::shard_transfer::ShardPart;
 use crate::tables::StateStore;
 use crate::write_set::{WriteSet, WriteStamps};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use tessera_consensus::group::{Group, SubmitError};
 use tessera_consensus::message::checksum_bytes;
 use tessera_contract::{EntityAddress, TypeKey};
@@ -51,7 +52,17 @@ pub const INSTALL_BYTES_MAX: usize = 256 * 1024;
 pub struct PartitionState {
     store: StateStore,
     group: Arc<Group>,
+    /// This node's replica of the partition's next epoch, once a move started it here.
+    successor: Arc<OnceLock<Arc<PartitionState>>>,
 }
+
+/// How long an operation refused because its partition's new group is not open yet is
+/// submitted again before it is answered as refused: a move's seal-to-open window is usually
+/// far shorter, and the asks that meet it wait instead of failing.
+pub const MOVE_WAIT_MAX: Duration = Duration::from_secs(3);
+
+/// The pause between two submissions of an operation its moving partition refused.
+const MOVE_POLL: Duration = Duration::from_millis(25);
 
 impl PartitionState {
     /// Serves from `store` (the replica's machine's, [`PartitionMachine::store`]) and commits
@@ -59,7 +70,31 @@ impl PartitionState {
     ///
     /// [`PartitionMachine::store`]: super::PartitionMachine::store
     pub fn new(store: StateStore, group: Arc<Group>) -> Self {
-        PartitionState { store, group }
+        PartitionState {
+            store,
+            group,
+            successor: Arc::default(),
+        }
+    }
+
+    /// `next` is this node's replica of the partition's next epoch: an operation this group
+    /// refuses as sealed goes there (see [`MOVE_WAIT_MAX`]). Set once; later calls change
+    /// nothing.
+    pub fn succeeded_by(&self, next: Arc<PartitionState>) {
+        let _ = self.successor.set(next);
+    }
+
+    /// Submits `operation` and answers as [`answer`] does, following the partition through a
+    /// move (see [`submit_following`]).
+    fn submit(&self, operation: Vec<u8>) -> CommitFuture {
+        let group = Arc::clone(&self.group);
+        let successor = Arc::clone(&self.successor);
+        Box::pin(submit_following(
+            group,
+            successor,
+            self.store.clone(),
+            operation,
+        ))
     }
 
     /// The replica's tables (for reads that span entities, such as listing a type's ids).
@@ -80,6 +115,8 @@ impl PartitionState {
         part: ShardPart,
     ) -> CommitFuture {
         let group = Arc::clone(&self.group);
+        let successor = Arc::clone(&self.successor);
+        let store = self.store.clone();
         Box::pin(async move {
             for piece in part.split(INSTALL_BYTES_MAX) {
                 let op = PartitionOp::Install {
@@ -88,7 +125,8 @@ impl PartitionState {
                     shard,
                     part: piece,
                 };
-                answer(group.submit(op.encode()).await)?;
+                submit_following(group.clone(), successor.clone(), store.clone(), op.encode())
+                    .await?;
             }
             Ok(())
         })
@@ -144,20 +182,73 @@ impl PartitionState {
     /// Submits changes to the partition's remembered ids; resolves once a quorum holds them
     /// and this replica applied them.
     pub fn remember(&self, ops: Vec<RememberOp>) -> CommitFuture {
-        let submitted = self.group.submit(PartitionOp::Remember { ops }.encode());
-        Box::pin(async move { answer(submitted.await) })
+        self.submit(PartitionOp::Remember { ops }.encode())
     }
 }
 
 /// What a submitted op's outcome means to the writer. Only a submission refused before it
 /// was sent is certainly not committed; one that timed out or lost its answer was sent, and
 /// its session may still get it committed.
-fn answer(submitted: Result<Vec<u8>, SubmitError>) -> Result<(), CommitError> {
-    let bytes = submitted.map_err(|error| match error {
-        SubmitError::Busy => CommitError::Unavailable(error.to_string()),
+/// Submits `operation` to `group` and answers as [`answer`] does — but an operation refused
+/// because its partition is moving goes on: to the next epoch's group when this one is sealed
+/// and that one runs here (`successor`), to the same group, for up to [`MOVE_WAIT_MAX`], while
+/// it is still filling. It is the same bytes each time: a write still applies
+/// only against the stamp it read, and a move carries the stamps over.
+async fn submit_following(
+    mut group: Arc<Group>,
+    mut successor: Arc<OnceLock<Arc<PartitionState>>>,
+    mut store: StateStore,
+    operation: Vec<u8>,
+) -> Result<(), CommitError> {
+    let until = tokio::time::Instant::now() + MOVE_WAIT_MAX;
+    loop {
+        // A group this replica knows sealed refuses everything: nothing is sent to it (its
+        // other replicas may have stopped it already).
+        let result = if moving::phase(&store) == Ok(Phase::Sealed) {
+            PartitionResult::Sealed
+        } else {
+            match group.submit(operation.clone()).await {
+                Ok(bytes) => PartitionResult::decode(&bytes),
+                Err(error) => return Err(submit_failure(error)),
+            }
+        };
+        match result {
+            PartitionResult::Sealed => {
+                // The next epoch's replica here starts before the seal: with none, this node
+                // is no replica of it, and waiting changes nothing.
+                let Some(next) = successor.get().cloned() else {
+                    return settled(result);
+                };
+                group = Arc::clone(&next.group);
+                successor = Arc::clone(&next.successor);
+                store = next.store.clone();
+                continue;
+            }
+            PartitionResult::Filling => {}
+            done => return settled(done),
+        }
+        if tokio::time::Instant::now() >= until {
+            return settled(result);
+        }
+        tokio::time::sleep(MOVE_POLL).await;
+    }
+}
+
+/// A submission that has no result: refused before it was sent (`Busy`), or unknown.
+fn submit_failure(error: SubmitError) -> CommitError {
+    match error {
+        SubmitError::Busy | SubmitError::NotRunning => CommitError::Unavailable(error.to_string()),
         other => CommitError::Unknown(other.to_string()),
-    })?;
-    match PartitionResult::decode(&bytes) {
+    }
+}
+
+fn answer(submitted: Result<Vec<u8>, SubmitError>) -> Result<(), CommitError> {
+    settled(PartitionResult::decode(&submitted.map_err(submit_failure)?))
+}
+
+/// What an applied operation's result means to the committer.
+fn settled(result: PartitionResult) -> Result<(), CommitError> {
+    match result {
         PartitionResult::Applied { .. } | PartitionResult::Checked { .. } => Ok(()),
         PartitionResult::Conflict { stamp } => Err(CommitError::Stale { stamp }),
         PartitionResult::Malformed(reason) | PartitionResult::StorageFailed(reason) => {
@@ -211,8 +302,7 @@ impl EntityState for PartitionState {
             }
             None => PartitionOp::Settle { at_ms, writes },
         };
-        let submitted = self.group.submit(op.encode());
-        Box::pin(async move { answer(submitted.await) })
+        self.submit(op.encode())
     }
 
     fn orders_reads(&self, _entity: &EntityAddress) -> bool {
@@ -228,8 +318,7 @@ impl EntityState for PartitionState {
             expect: read,
             reply: Vec::new(),
         };
-        let submitted = self.group.submit(op.encode());
-        Box::pin(async move { answer(submitted.await) })
+        self.submit(op.encode())
     }
 
     fn sequences(&self, entity: &EntityAddress) -> Result<Sequences, StoreError> {
@@ -288,8 +377,10 @@ mod tests {
     /// sent was not written.
     #[test]
     fn only_a_submission_refused_before_it_was_sent_is_known_not_committed() {
-        let refused = answer(Err(SubmitError::Busy)).expect_err("an error");
-        assert!(!refused.may_have_committed(), "{refused}");
+        for error in [SubmitError::Busy, SubmitError::NotRunning] {
+            let refused = answer(Err(error)).expect_err("an error");
+            assert!(!refused.may_have_committed(), "{refused}");
+        }
         let unanswered = [
             SubmitError::TimedOut(Duration::from_secs(10)),
             SubmitError::NoAnswer,

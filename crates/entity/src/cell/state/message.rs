@@ -244,10 +244,7 @@ impl CellState {
                 Some(Ok(Vec::new()))
             }
             Ok(false) => None,
-            Err(error) => Some(Err(MessageError::new(
-                ErrorKind::Internal,
-                error.to_string(),
-            ))),
+            Err(error) => Some(Err(super::read_failure(error))),
         }
     }
 
@@ -571,7 +568,7 @@ fn kept_for_later(error: MessageError, receipt: Option<&Receipt>) -> MessageErro
 /// (outcome unknown) when its writes may still land; `unavailable`, which senders retry, when
 /// they were refused (a stale copy) or not sent, or a read could not be ordered now; an
 /// internal failure otherwise.
-fn commit_failure(error: CommitError, wrote: bool) -> MessageError {
+pub(super) fn commit_failure(error: CommitError, wrote: bool) -> MessageError {
     match error {
         _ if wrote && error.may_have_committed() => {
             MessageError::new(ErrorKind::Timeout, error.to_string())

@@ -36,7 +36,9 @@
 use super::peer_message::PeerMessage;
 use tessera_consensus::group::{GroupId, GroupMessage};
 use tessera_contract::{Allocation, NodeId, ShardKey};
-use tessera_metadata::{CatalogMachine, Command, METADATA_GROUP, MemberState, group_partition};
+use tessera_metadata::{
+    CatalogMachine, Command, METADATA_GROUP, MemberState, PartitionReplicas, group_partition,
+};
 use tessera_sharding::{CoordinatorCommand, LinkMessage};
 
 /// What the mesh does with a message from a peer.
@@ -189,8 +191,8 @@ pub(crate) trait CommittedCatalog {
     fn handoff_from(&self, key: &ShardKey) -> Option<NodeId>;
     /// The generation the next assignment takes: every lower one was given already.
     fn next_generation(&self) -> u64;
-    /// `partition`'s replicas, if it was ever placed.
-    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>>;
+    /// `partition`'s placement, if it was ever placed.
+    fn partition_placed(&self, partition: u32) -> Option<PartitionReplicas>;
 }
 
 /// What this node knows when it judges a message.
@@ -283,20 +285,30 @@ fn plane(from: &str, message: &GroupMessage, known: &Knowledge<'_>) -> Vouched {
     }
 }
 
-/// A partition group's frames only between its replicas: from one of them, to one of them;
-/// a partition this node's catalog has not placed yet is not yet vouched for (the placement
-/// may be committed and not applied here), a group that is no partition's never.
+/// A partition group's frames only between its replicas — the replicas of the group's epoch:
+/// the placed set for the current one, the set before for the one a move is leaving; a
+/// partition or an epoch this node's catalog has not placed yet is not yet vouched for (the
+/// placement may be committed and not applied here), an older epoch's never, nor a group that
+/// is no partition's.
 fn partition(from: &str, group: GroupId, known: &Knowledge<'_>) -> Vouched {
-    let Some(partition) = group_partition(group) else {
+    let Some((partition, epoch)) = group_partition(group) else {
         return Vouched::No;
     };
-    match known.catalog.partition_replicas(partition) {
-        None => Vouched::NotYet,
-        Some(replicas) => Vouched::from_bool(
-            replicas.iter().any(|node| node == from)
-                && replicas.iter().any(|node| node == known.node),
-        ),
-    }
+    let Some(placed) = known.catalog.partition_placed(partition) else {
+        return Vouched::NotYet;
+    };
+    let replicas = if epoch == placed.epoch {
+        &placed.replicas
+    } else if epoch + 1 == placed.epoch {
+        &placed.previous
+    } else if epoch > placed.epoch {
+        return Vouched::NotYet;
+    } else {
+        return Vouched::No;
+    };
+    Vouched::from_bool(
+        replicas.iter().any(|node| node == from) && replicas.iter().any(|node| node == known.node),
+    )
 }
 
 /// A voter may submit any command; any other node its own join, and, once a member, any
@@ -373,12 +385,21 @@ fn coordinator(from: &str, command: &CoordinatorCommand, known: &Knowledge<'_>) 
         CoordinatorCommand::PartitionPrimaries { node, led } => Vouched::from_bool(node == from)
             .and(|| known.member(from))
             .and(|| {
-                led.iter().fold(Vouched::Yes, |vouched, (partition, _)| {
-                    vouched.and(|| match known.catalog.partition_replicas(*partition) {
-                        None => Vouched::NotYet,
-                        Some(replicas) => Vouched::from_bool(replicas.iter().any(|r| r == from)),
+                led.iter()
+                    .fold(Vouched::Yes, |vouched, (partition, epoch, _)| {
+                        vouched.and(|| match known.catalog.partition_placed(*partition) {
+                            None => Vouched::NotYet,
+                            Some(placed) if *epoch > placed.epoch => Vouched::NotYet,
+                            // A group of this epoch or the one before (a move not finished).
+                            Some(placed) => Vouched::from_bool(
+                                placed
+                                    .replicas
+                                    .iter()
+                                    .chain(&placed.previous)
+                                    .any(|r| r == from),
+                            ),
+                        })
                     })
-                })
             }),
     }
 }

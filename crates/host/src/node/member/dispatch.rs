@@ -283,9 +283,7 @@ impl CommittedCatalog for CatalogAsApplied<'_> {
         self.ask(CommittedRead::next_generation).unwrap_or(0)
     }
 
-    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>> {
-        self.ask(|read| read.partition(partition))
-            .flatten()
-            .map(|placed| placed.replicas)
+    fn partition_placed(&self, partition: u32) -> Option<tessera_metadata::PartitionReplicas> {
+        self.ask(|read| read.partition(partition)).flatten()
     }
 }

@@ -344,7 +344,8 @@ impl Node {
         Ok(())
     }
 
-    /// Waits until the committed table gives this node no shard and its region holds none;
+    /// Waits until the committed table gives this node no shard, its region holds none and no
+    /// partition's placement names it (as a replica, or a move away from it not settled);
     /// [`NodeError::LeaveIncomplete`] after `timeout`.
     async fn wait_for_handoffs(&self, timeout: Duration) -> Result<(), NodeError> {
         let deadline = Instant::now() + timeout;
@@ -362,7 +363,19 @@ impl Node {
                 .values()
                 .filter(|from| **from == self.config.node_id)
                 .count();
-            if owned == 0 && held == 0 && handing_off == 0 {
+            // Its partition replicas move away first (with the plane serving): until a move
+            // settled, its replica of the epoch left may still count for the seal.
+            let replicas = self
+                .plane
+                .store()
+                .partitions()?
+                .values()
+                .filter(|placed| {
+                    let node = &self.config.node_id;
+                    placed.replicas.contains(node) || placed.previous.contains(node)
+                })
+                .count();
+            if owned == 0 && held == 0 && handing_off == 0 && replicas == 0 {
                 // Every move is committed complete and announced; envelopes other regions
                 // routed here before they heard are still forwarded for a moment.
                 tokio::time::sleep(LEAVE_LINGER).await;
@@ -372,6 +385,7 @@ impl Node {
                 let error = NodeError::LeaveIncomplete {
                     owned,
                     held,
+                    replicas,
                     waited_ms: timeout.as_millis() as u64,
                 };
                 tracing::warn!(node = %self.config.node_id, %error, "the leave stops short: the member stays leaving");

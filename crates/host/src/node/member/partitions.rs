@@ -5,10 +5,15 @@
 //! electing primaries over the mesh like the metadata plane's group, its voters in an order
 //! every node derives alike from the replica set ([`group_voters`]).
 //!
-//! Each running group is held in the node's [`RoutedState`]: the entities of its partition are
-//! read from this replica and committed through the group. A group keeps the replicas it
-//! started with — a placement that changes them, or drops this node, is shown beside the
-//! running set ([`PartitionHere`]) until moves (VSR reconfiguration) are built.
+//! A group is one epoch of a partition: the placement's replica set, numbered
+//! ([`PartitionReplicas::epoch`]). A placement that changes the set starts the next epoch's
+//! group on its replicas, and this node carries out its part of the move (`moves`): it seals
+//! the epoch it leaves, fills the new group from its sealed copy if it is in both, and drops
+//! the old group once the coordinator settled the move. Each partition's newest group here is
+//! held in the node's [`RoutedState`]: the entities of its partition are read from this
+//! replica and committed through the group.
+
+mod moves;
 
 use super::mesh::Mesh;
 use crate::node::{ClusterConfig, NodeConfig, NodeError};
@@ -20,12 +25,15 @@ use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
 use tessera_contract::EntityAddress;
-use tessera_metadata::{MetadataPlane, PlaneStatus, group_voters, partition_group};
+use tessera_metadata::{
+    MetadataPlane, PartitionReplicas, PlaneStatus, group_voters, partition_group,
+};
 use tessera_sharding::{
     CoordinatorCommand, FnvExtractor, PRIMARY_REPORT_INTERVAL, ShardExtractor, Switchboard,
 };
 use tessera_state::partition::{
-    PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, RoutedState,
+    PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, Phase,
+    RoutedState,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -45,14 +53,16 @@ const PARTITION_SESSIONS: usize = 32;
 pub struct PartitionHere {
     /// The partition.
     pub partition: u32,
+    /// The group's epoch: its replica set's number (a move starts the next).
+    pub epoch: u64,
     /// The voters its group runs with, in their replica order ([`group_voters`] of the
     /// placement it started under).
     pub replicas: Vec<String>,
     /// The placement generation it started under.
     pub generation: u64,
-    /// The committed placement, when it names other nodes than `replicas` (empty: the
-    /// partition is no longer placed): a move not applied, as moves are not built yet.
-    pub placed: Option<Vec<String>>,
+    /// `serving`; `filling` (a move's new group taking its state) or `sealed` (the group a
+    /// move leaves, kept until the move settles).
+    pub phase: &'static str,
     /// The group as this replica sees it: view, commit, primary, contact.
     pub status: GroupStatus,
 }
@@ -65,13 +75,6 @@ pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf 
     Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
 }
 
-/// Whether two replica lists name the same nodes.
-fn same_set(left: &[String], right: &[String]) -> bool {
-    let left: std::collections::BTreeSet<&String> = left.iter().collect();
-    let right: std::collections::BTreeSet<&String> = right.iter().collect();
-    left == right
-}
-
 /// How long a group runs here before this node, its preferred primary, asks for the primary's
 /// role back: time to catch up after a restart.
 const PRIMARY_RECLAIM_AFTER: Duration = Duration::from_secs(10);
@@ -80,16 +83,36 @@ const PRIMARY_RECLAIM_AFTER: Duration = Duration::from_secs(10);
 /// lead.
 const PRIMARY_RECLAIM_EVERY: Duration = Duration::from_secs(30);
 
-/// A running partition group.
+/// How long a group whose epoch is over keeps running here once its move settled (sealed,
+/// refusing every entity op) before it stops and its files go: operations already on their way
+/// to it are answered — refused as sealed, and followed to the next epoch where it runs here —
+/// instead of cut off.
+const RETIRE_GRACE: Duration = Duration::from_secs(5);
+
+/// A running partition group: one epoch of a partition.
 struct Running {
     /// Its voters, in their order ([`group_voters`]): the first is the preferred primary.
     replicas: Vec<String>,
     generation: u64,
-    placed: Option<Vec<String>>,
     group: Arc<Group>,
+    /// The replica the entity layer reads and commits through.
+    state: Arc<PartitionState>,
     /// When this node may next ask for the primary's role, if it is the preferred primary.
     reclaim_at: Instant,
+    /// This node's part of the move away from this group, once started.
+    leaving: Option<tokio::task::JoinHandle<()>>,
 }
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(leaving) = &self.leaving {
+            leaving.abort();
+        }
+    }
+}
+
+/// A partition's group: `(partition, epoch)`.
+type GroupKey = (u32, u64);
 
 /// The partition groups this node runs.
 pub(in crate::node) struct PartitionGroups {
@@ -98,9 +121,10 @@ pub(in crate::node) struct PartitionGroups {
     tick: Duration,
     checkpoint_interval_ops: Option<u64>,
     mesh: Arc<Mesh>,
-    /// Where the entity layer reads and commits: told of each group as it starts and stops.
+    /// Where the entity layer reads and commits: told of each partition's newest group here
+    /// as it starts, and when its last stops.
     routed: Arc<RoutedState>,
-    running: Mutex<BTreeMap<u32, Running>>,
+    running: Mutex<BTreeMap<GroupKey, Running>>,
 }
 
 /// Tells the coordinator, every [`PRIMARY_REPORT_INTERVAL`], which partitions' groups this
@@ -173,11 +197,17 @@ impl PartitionGroups {
     pub(in crate::node) fn here(&self) -> Vec<PartitionHere> {
         self.lock()
             .iter()
-            .map(|(partition, running)| PartitionHere {
+            .map(|((partition, epoch), running)| PartitionHere {
                 partition: *partition,
+                epoch: *epoch,
                 replicas: running.replicas.clone(),
                 generation: running.generation,
-                placed: running.placed.clone(),
+                phase: match running.state.phase() {
+                    Ok(Phase::Serving) => "serving",
+                    Ok(Phase::Filling) => "filling",
+                    Ok(Phase::Sealed) => "sealed",
+                    Err(_) => "unreadable",
+                },
                 status: running.group.status(),
             })
             .collect()
@@ -207,7 +237,10 @@ impl PartitionGroups {
     fn reclaim_preferred(&self) {
         let now = Instant::now();
         for running in self.lock().values_mut() {
-            if running.replicas.first() != Some(&self.node) || now < running.reclaim_at {
+            if running.replicas.first() != Some(&self.node)
+                || now < running.reclaim_at
+                || running.state.phase() != Ok(Phase::Serving)
+            {
                 continue;
             }
             let status = running.group.status();
@@ -222,77 +255,242 @@ impl PartitionGroups {
         }
     }
 
-    /// The partitions whose groups this node leads, with the view it leads each in.
-    fn led(&self) -> Vec<(u32, u64)> {
+    /// The serving groups this node leads: `(partition, epoch, view)`.
+    fn led(&self) -> Vec<(u32, u64, u64)> {
         self.lock()
             .iter()
-            .filter_map(|(partition, running)| {
+            .filter_map(|((partition, epoch), running)| {
                 let status = running.group.status();
-                (status.primary.as_deref() == Some(self.node.as_str()))
-                    .then_some((*partition, status.view))
+                let leads = status.primary.as_deref() == Some(self.node.as_str());
+                (leads && running.state.phase() == Ok(Phase::Serving)).then_some((
+                    *partition,
+                    *epoch,
+                    status.view,
+                ))
             })
             .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Running>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupKey, Running>> {
         self.running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Starts the groups of partitions placed here and notes placements that would change a
-    /// running group's replicas. A running group is never stopped by the placement: until
-    /// moves (VSR reconfiguration) are built its voters are fixed, and a placement that drops
-    /// this node — a failure detector's verdict while it was stalled, say — must not take a
-    /// voter away from a group that still counts on it. A node that leaves for good stops
-    /// its groups with its process.
-    fn reconcile(&self, placement: &BTreeMap<u32, (Vec<String>, u64)>) {
+    /// Brings the groups here in line with the committed placement: starts the current
+    /// epoch's group of each partition placed here; keeps (or, after a restart, starts again
+    /// from its files) the group of the epoch a move leaves while the move has not settled,
+    /// and carries out this node's part of it (`moves`); drops a group once a later epoch's
+    /// move settled. A group whose partition the placement no longer names, or names at an
+    /// older epoch, is left as it is: a failure detector's verdict while this node was
+    /// stalled must not take a voter away from a group that counts on it.
+    fn reconcile(&self, placement: &BTreeMap<u32, PartitionReplicas>) {
         let mut running = self.lock();
-        for (partition, here) in running.iter_mut() {
-            let placed = placement.get(partition).map(|(replicas, _)| replicas);
-            let moved = match placed {
-                Some(replicas) if same_set(replicas, &here.replicas) => None,
-                Some(replicas) => Some(replicas.clone()),
-                None => Some(Vec::new()),
-            };
-            if moved.is_some() && here.placed != moved {
-                tracing::warn!(
-                    partition,
-                    running = ?here.replicas,
-                    placed = ?moved,
-                    "the placement moves this partition's replicas; moves are not built yet, \
-                     so its group keeps its replicas"
-                );
+        for (partition, placed) in placement {
+            let current = (*partition, placed.epoch);
+            if placed.replicas.contains(&self.node) && !running.contains_key(&current) {
+                self.run_group(&mut running, current, &placed.replicas, placed.generation);
             }
-            here.placed = moved;
+            let moving = placed.epoch > 0 && !placed.previous.is_empty();
+            let leaving = (*partition, placed.epoch.wrapping_sub(1));
+            if moving
+                && placed.previous.contains(&self.node)
+                && !running.contains_key(&leaving)
+                && self.journal(leaving).exists()
+            {
+                // Restarted mid-move: the sealed copy may be what fills the new group.
+                self.run_group(&mut running, leaving, &placed.previous, placed.generation);
+            }
+            if moving {
+                self.carry_out_move(&mut running, *partition, placed);
+            }
         }
-        for (partition, (replicas, generation)) in placement {
-            if !replicas.contains(&self.node) || running.contains_key(partition) {
-                continue;
+        let retired: Vec<GroupKey> = running
+            .keys()
+            .filter(|(partition, epoch)| {
+                placement.get(partition).is_some_and(|placed| {
+                    let settled_past = *epoch + 1 == placed.epoch && placed.previous.is_empty();
+                    settled_past || *epoch + 1 < placed.epoch
+                })
+            })
+            .copied()
+            .collect();
+        for key in retired {
+            if let Some(gone) = running.remove(&key) {
+                self.retire(key, gone);
             }
-            let voters = group_voters(*partition, replicas);
-            match self.start_group(*partition, &voters) {
-                Ok(group) => {
-                    running.insert(
-                        *partition,
-                        Running {
-                            replicas: voters,
-                            generation: *generation,
-                            placed: None,
-                            group,
-                            reclaim_at: Instant::now() + PRIMARY_RECLAIM_AFTER,
-                        },
-                    );
+        }
+    }
+
+    /// Starts this node's part of `partition`'s move to `placed` (once): see `moves`.
+    fn carry_out_move(
+        &self,
+        running: &mut BTreeMap<GroupKey, Running>,
+        partition: u32,
+        placed: &PartitionReplicas,
+    ) {
+        let new = running
+            .get(&(partition, placed.epoch))
+            .map(|running| running.state.clone());
+        let here_before = placed.previous.contains(&self.node);
+        let filled_by_none = !placed
+            .previous
+            .iter()
+            .any(|node| placed.replicas.contains(node));
+        let old_key = (partition, placed.epoch - 1);
+        // The replica of both epochs first in the new group's order leads the move (`moves`).
+        let voters = group_voters(partition, &placed.replicas);
+        let leads_the_move = voters
+            .iter()
+            .find(|node| placed.previous.contains(node))
+            .is_some_and(|node| *node == self.node);
+        let job = |old: Option<&Running>, new| moves::Move {
+            partition,
+            old: old.map(|old| (old.state.clone(), old.group.clone())),
+            new,
+            replicas: placed.replicas.clone(),
+            leads_the_move,
+            node: self.node.clone(),
+            routed: self.routed.clone(),
+        };
+        if let Some(old) = running.get(&old_key) {
+            if old.leaving.is_none() {
+                let task = tokio::spawn(job(Some(old), new).run());
+                if let Some(old) = running.get_mut(&old_key) {
+                    old.leaving = Some(task);
                 }
-                Err(error) => {
-                    tracing::error!(partition, %error, "this node's replica of the partition did not start");
+            }
+        } else if filled_by_none && !here_before {
+            // Every replica before was removed: nothing can fill the new group, which opens
+            // empty (what they held is lost with them, as their removal said).
+            let key = (partition, placed.epoch);
+            if running
+                .get(&key)
+                .is_some_and(|group| group.leaving.is_none())
+            {
+                let task = tokio::spawn(job(None, new).run());
+                if let Some(group) = running.get_mut(&key) {
+                    group.leaving = Some(task);
                 }
             }
         }
     }
 
-    fn start_group(&self, partition: u32, replicas: &[String]) -> Result<Arc<Group>, String> {
-        let group = partition_group(partition);
+    /// Points the entity layer at the newest group of `partition` here that serves — or, if
+    /// none does yet, the newest. A move's new group is read only once it is open: an
+    /// instance built from the old group's copy reads on from that copy (sealed, so final)
+    /// until then, never from a half-filled one whose stamps would match once it opened.
+    fn route(&self, running: &BTreeMap<GroupKey, Running>, partition: u32) {
+        let groups: Vec<&Running> = running
+            .range((partition, 0)..=(partition, u64::MAX))
+            .map(|(_, group)| group)
+            .rev()
+            .collect();
+        let serving = groups
+            .iter()
+            .find(|group| group.state.phase() != Ok(Phase::Filling));
+        if let Some(group) = serving.or(groups.first()) {
+            self.routed.hold(partition, group.state.clone());
+        }
+    }
+
+    /// Stops a group whose epoch is over here — after [`RETIRE_GRACE`] — and removes its
+    /// files; the entity layer stops going through it at once.
+    fn retire(&self, key: GroupKey, gone: Running) {
+        let (partition, epoch) = key;
+        if self
+            .routed
+            .state_of(partition)
+            .is_some_and(|held| Arc::ptr_eq(&held, &gone.state))
+        {
+            self.routed.release(partition);
+        }
+        let files = [self.journal(key), self.database(key)];
+        let mesh = self.mesh.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETIRE_GRACE).await;
+            drop(gone);
+            mesh.groups.remove(partition_group(partition, epoch));
+            for path in files {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => {
+                        tracing::warn!(partition, epoch, path = %path.display(), %error, "a moved partition's old file was not removed");
+                    }
+                }
+            }
+            tracing::info!(
+                partition,
+                epoch,
+                "this node's replica of a partition's past epoch was dropped: its move settled"
+            );
+        });
+    }
+
+    /// The journal of a partition's group: epoch 0's under the name it had before moves.
+    fn journal(&self, (partition, epoch): GroupKey) -> PathBuf {
+        match epoch {
+            0 => self.dir.join(format!("p{partition}.journal")),
+            _ => self.dir.join(format!("p{partition}e{epoch}.journal")),
+        }
+    }
+
+    /// The partition machine's database of a partition's group.
+    fn database(&self, (partition, epoch): GroupKey) -> PathBuf {
+        match epoch {
+            0 => self.dir.join(format!("p{partition}.redb")),
+            _ => self.dir.join(format!("p{partition}e{epoch}.redb")),
+        }
+    }
+
+    /// Starts the group `key` among `replicas` and records it in `running`; the newest epoch
+    /// of its partition here is the one the entity layer goes through.
+    fn run_group(
+        &self,
+        running: &mut BTreeMap<GroupKey, Running>,
+        key: GroupKey,
+        replicas: &[String],
+        generation: u64,
+    ) {
+        let (partition, epoch) = key;
+        match self.start_group(key, replicas) {
+            Ok((group, state)) => {
+                running.insert(
+                    key,
+                    Running {
+                        replicas: group_voters(partition, replicas),
+                        generation,
+                        group,
+                        state,
+                        reclaim_at: Instant::now() + PRIMARY_RECLAIM_AFTER,
+                        leaving: None,
+                    },
+                );
+                // An operation a sealed epoch refuses goes on to the next one here.
+                let state = |epoch| running.get(&(partition, epoch)).map(|r| r.state.clone());
+                let before = epoch.checked_sub(1).and_then(state);
+                if let (Some(before), Some(this)) = (before, state(epoch)) {
+                    before.succeeded_by(this);
+                }
+                if let (Some(this), Some(after)) = (state(epoch), state(epoch + 1)) {
+                    this.succeeded_by(after);
+                }
+                self.route(running, partition);
+            }
+            Err(error) => {
+                tracing::error!(partition, epoch, %error, "this node's replica of the partition did not start");
+            }
+        }
+    }
+
+    fn start_group(
+        &self,
+        key: GroupKey,
+        replicas: &[String],
+    ) -> Result<(Arc<Group>, Arc<PartitionState>), String> {
+        let (partition, epoch) = key;
+        let group = partition_group(partition, epoch);
         let voters = group_voters(partition, replicas);
         let config = GroupConfig {
             tick: self.tick,
@@ -301,13 +499,16 @@ impl PartitionGroups {
             ..GroupConfig::new(group, voters.clone(), self.node.clone())
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
-        let journal = self.dir.join(format!("p{partition}.journal"));
-        let machine = PartitionMachine::create(&self.dir.join(format!("p{partition}.redb")))
-            .map_err(|error| error.to_string())?;
+        let mut machine =
+            PartitionMachine::create(&self.database(key)).map_err(|error| error.to_string())?;
+        if epoch > 0 {
+            // A move's new group: it serves once a sealed copy filled it.
+            machine = machine.filling().map_err(|error| error.to_string())?;
+        }
         let store = machine.store().clone();
         let started = Group::start_voter(
             config,
-            &journal,
+            &self.journal(key),
             PartitionReplica::new(machine),
             Arc::new(Unobserved),
             self.mesh.clone(),
@@ -315,15 +516,15 @@ impl PartitionGroups {
         )
         .map_err(|error| error.to_string())?;
         let started = Arc::new(started);
-        let served = PartitionState::new(store, started.clone());
-        self.routed.hold(partition, Arc::new(served));
+        let served = Arc::new(PartitionState::new(store, started.clone()));
         self.mesh.groups.materialise(group, queue);
         tracing::info!(
             partition,
+            epoch,
             ?voters,
             "this node's replica of the partition started"
         );
-        Ok(started)
+        Ok((started, served))
     }
 }
 
@@ -334,17 +535,13 @@ async fn follow_placement(
     plane: Weak<dyn MetadataPlane>,
     mut status: watch::Receiver<PlaneStatus>,
 ) {
-    let mut last: Option<BTreeMap<u32, (Vec<String>, u64)>> = None;
+    let mut last: Option<BTreeMap<u32, PartitionReplicas>> = None;
     loop {
         let (Some(groups), Some(plane)) = (groups.upgrade(), plane.upgrade()) else {
             return;
         };
         match plane.store().partitions() {
-            Ok(placed) => {
-                let placement: BTreeMap<u32, (Vec<String>, u64)> = placed
-                    .into_iter()
-                    .map(|(partition, placed)| (partition, (placed.replicas, placed.generation)))
-                    .collect();
+            Ok(placement) => {
                 if last.as_ref() != Some(&placement) {
                     groups.reconcile(&placement);
                     last = Some(placement);

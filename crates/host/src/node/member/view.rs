@@ -64,7 +64,11 @@ pub struct PartitionView {
     pub replicas: Vec<String>,
     /// The placement's generation.
     pub generation: u64,
-    /// Its group as this node's replica sees it — primary, view, commit, and where this node
+    /// The replica set's epoch (a move starts the next).
+    pub epoch: u64,
+    /// The replicas a move to this epoch leaves, until it settles (empty: no move under way).
+    pub moving_from: Vec<String>,
+    /// Its current epoch's group as this node's replica sees it — primary, view, commit, and where this node
     /// is the primary each replica's lag; `None` where this node holds no replica of it.
     pub group: Option<tessera_consensus::group::GroupStatus>,
 }
@@ -120,10 +124,10 @@ impl Node {
         } else {
             (plane.voters, plane.primary)
         };
-        let mut groups: BTreeMap<u32, _> = self
+        let mut groups: BTreeMap<(u32, u64), _> = self
             .partitions_here()
             .into_iter()
-            .map(|here| (here.partition, here.status))
+            .map(|here| ((here.partition, here.epoch), here.status))
             .collect();
         let partitions = self
             .plane
@@ -134,7 +138,9 @@ impl Node {
                 partition,
                 replicas: placed.replicas,
                 generation: placed.generation,
-                group: groups.remove(&partition),
+                epoch: placed.epoch,
+                moving_from: placed.previous,
+                group: groups.remove(&(partition, placed.epoch)),
             })
             .collect();
         Ok(ClusterStatus {

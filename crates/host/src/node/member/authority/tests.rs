@@ -21,7 +21,7 @@ struct Catalog {
     allocations: BTreeMap<ShardKey, Allocation>,
     handoffs: BTreeMap<ShardKey, NodeId>,
     next_generation: u64,
-    partitions: BTreeMap<u32, Vec<NodeId>>,
+    partitions: BTreeMap<u32, PartitionReplicas>,
 }
 
 impl CommittedCatalog for Catalog {
@@ -37,7 +37,7 @@ impl CommittedCatalog for Catalog {
     fn next_generation(&self) -> u64 {
         self.next_generation
     }
-    fn partition_replicas(&self, partition: u32) -> Option<Vec<NodeId>> {
+    fn partition_placed(&self, partition: u32) -> Option<PartitionReplicas> {
         self.partitions.get(&partition).cloned()
     }
 }
@@ -73,11 +73,23 @@ fn catalog() -> Catalog {
             .collect(),
         next_generation: 10,
         partitions: [
-            (0, vec!["n2".to_string(), "n4".to_string()]),
-            (1, vec!["n1".into(), "n3".into()]),
+            (0, placed(&["n2", "n4"], 0, &[])),
+            (1, placed(&["n1", "n3"], 0, &[])),
+            // Moved from n2 and n4 to n2 and n3: its epoch 2, from epoch 1.
+            (2, placed(&["n2", "n3"], 2, &["n2", "n4"])),
         ]
         .into_iter()
         .collect(),
+    }
+}
+
+fn placed(replicas: &[&str], epoch: u64, previous: &[&str]) -> PartitionReplicas {
+    let nodes = |names: &[&str]| names.iter().map(|name| name.to_string()).collect();
+    PartitionReplicas {
+        replicas: nodes(replicas),
+        generation: 1,
+        epoch,
+        previous: nodes(previous),
     }
 }
 
@@ -523,30 +535,43 @@ fn commands_to_the_coordinator_come_from_members_and_a_completion_from_the_losin
 
 #[test]
 fn a_report_of_partitions_led_comes_from_the_node_it_names_for_partitions_it_replicates() {
-    let report = |node: &str, led: Vec<(u32, u64)>| {
+    let report = |node: &str, led: Vec<(u32, u64, u64)>| {
         PeerMessage::Coordinator(CoordinatorCommand::PartitionPrimaries {
             node: node.into(),
             led,
         })
     };
-    assert_eq!(verdict("n2", report("n2", vec![(0, 3)])), Verdict::Accept);
+    assert_eq!(
+        verdict("n2", report("n2", vec![(0, 0, 3)])),
+        Verdict::Accept
+    );
+    assert_eq!(
+        verdict("n4", report("n4", vec![(2, 1, 3)])),
+        Verdict::Accept,
+        "the epoch a move leaves"
+    );
+    assert_eq!(
+        verdict("n3", report("n3", vec![(2, 3, 0)])),
+        Verdict::Hold,
+        "an epoch not placed yet here"
+    );
     assert_eq!(
         verdict("n2", report("n2", vec![])),
         Verdict::Accept,
         "leads none"
     );
     assert_eq!(
-        verdict("n1", report("n2", vec![(0, 3)])),
+        verdict("n1", report("n2", vec![(0, 0, 3)])),
         Verdict::Refuse,
         "for another node"
     );
     assert_eq!(
-        verdict("n2", report("n2", vec![(0, 3), (1, 3)])),
+        verdict("n2", report("n2", vec![(0, 0, 3), (1, 0, 3)])),
         Verdict::Refuse,
         "a partition it is no replica of"
     );
     assert_eq!(
-        verdict("n2", report("n2", vec![(7, 1)])),
+        verdict("n2", report("n2", vec![(7, 0, 1)])),
         Verdict::Hold,
         "a partition not placed yet here"
     );
@@ -665,8 +690,12 @@ fn every_kind_has_its_own_label_and_place() {
 }
 
 fn partition_frame(partition: u64) -> PeerMessage {
+    epoch_frame(partition, 0)
+}
+
+fn epoch_frame(partition: u64, epoch: u64) -> PeerMessage {
     PeerMessage::Group(GroupFrame {
-        group: tessera_consensus::group::GroupId(partition + 1),
+        group: tessera_consensus::group::GroupId((epoch << 32) | (partition + 1)),
         message: GroupMessage::Replica(Message::Commit { view: 1, commit: 3 }),
     })
 }
@@ -688,6 +717,22 @@ fn a_partition_groups_frames_pass_only_between_its_replicas() {
     );
     // A placement this node has not applied yet: held until its catalog catches up.
     assert_eq!(verdict("n4", partition_frame(7)), Verdict::Hold);
+    // A moved partition: its epoch's group between its replicas, the epoch it leaves between
+    // the replicas before, a later epoch held, an earlier one refused.
+    assert_eq!(verdict("n3", epoch_frame(2, 2)), Verdict::Accept);
+    assert_eq!(
+        verdict("n4", epoch_frame(2, 2)),
+        Verdict::Refuse,
+        "no longer a replica"
+    );
+    assert_eq!(verdict("n4", epoch_frame(2, 1)), Verdict::Accept);
+    assert_eq!(
+        verdict("n3", epoch_frame(2, 1)),
+        Verdict::Refuse,
+        "not a replica before"
+    );
+    assert_eq!(verdict("n3", epoch_frame(2, 3)), Verdict::Hold);
+    assert_eq!(verdict("n4", epoch_frame(2, 0)), Verdict::Refuse);
     // A group id that names no partition at all.
     assert_eq!(
         verdict(

@@ -1,0 +1,174 @@
+//! One node's part of moving a partition to a new replica set (the next epoch; the steps and
+//! why they are safe are in `tessera_state::partition`'s `moving`, and `docs/partitions.md`,
+//! "Moves"). The replica of both epochs first in the new group's order leads the move: it
+//! takes the old group's primary role if a node that is no replica of the new epoch leads it
+//! (the partition's shards follow that role, so they are served where the new group runs too,
+//! and their commits follow the partition there), seals the epoch being left, fills the new
+//! group from its own sealed copy and opens it. The other replicas of both epochs stand by
+//! and do the same if the new group has not opened after a while (two fillers at once are
+//! harmless: an open group takes no more fills). A replica of the old epoch only keeps its group running: it
+//! counts for the seal. When every replica before was removed, nothing can fill the new
+//! group: its replicas open it empty. Each step is tried again, less and less often, until it
+//! is done or the move is dropped with its group.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_consensus::group::Group;
+use tessera_consensus::state_machine::StateMachine;
+use tessera_sharding::PRIMARY_REPORT_INTERVAL;
+use tessera_state::partition::{PartitionMachine, PartitionState, Phase, RoutedState};
+
+/// The first wait before a step is tried again (a view change, no quorum yet).
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+
+/// The longest wait between tries.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How long the node that takes the old group's primary role waits to have it before it
+/// seals anyway (the seal is safe whoever leads; only where the shards are served differs).
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the node that took the old group's primary role waits before it seals: a few of
+/// the reports by which the coordinator moves the partition's shards to their primary.
+const HANDOVER_SETTLE: Duration = PRIMARY_REPORT_INTERVAL.saturating_mul(3);
+
+/// How long the replicas of both epochs that do not lead a move wait for the one that does
+/// to open the new group before they seal and fill it themselves (it may be down).
+const STAND_BY: Duration = Duration::from_secs(10);
+
+/// This node's part of one partition's move.
+pub(super) struct Move {
+    pub(super) partition: u32,
+    /// This node's replica of the epoch being left and its group, if it has one.
+    pub(super) old: Option<(Arc<PartitionState>, Arc<Group>)>,
+    /// This node's replica of the new epoch, if it is one.
+    pub(super) new: Option<Arc<PartitionState>>,
+    /// The new epoch's replicas.
+    pub(super) replicas: Vec<String>,
+    /// Whether this node leads the move: it takes the old group's primary role when a node
+    /// leaving leads it, seals and fills at once. The other replicas of both epochs do it
+    /// only if the new group has not opened after [`STAND_BY`].
+    pub(super) leads_the_move: bool,
+    /// This node.
+    pub(super) node: String,
+    /// Where the entity layer reads and commits: pointed at the new group once it is open.
+    pub(super) routed: Arc<RoutedState>,
+}
+
+impl Move {
+    pub(super) async fn run(self) {
+        let partition = self.partition;
+        let Some(new) = &self.new else {
+            return;
+        };
+        let image = match &self.old {
+            Some((old, group)) => {
+                if self.leads_the_move {
+                    if self.take_primary(group).await {
+                        // The partition's shards follow the role once this node reports it:
+                        // until then the node leaving still serves them, and what it
+                        // commits after the seal would be refused.
+                        tokio::time::sleep(HANDOVER_SETTLE).await;
+                    }
+                } else if self.opened_by_another(new).await {
+                    self.routed.hold(partition, new.clone());
+                    return;
+                }
+                retry(partition, "sealing the epoch it leaves", || old.seal()).await;
+                tracing::info!(partition, "the partition's epoch being left is sealed");
+                match old.image() {
+                    Ok(image) => image,
+                    Err(error) => {
+                        tracing::error!(partition, %error, "the sealed replica could not be read: another replica fills the new group");
+                        return;
+                    }
+                }
+            }
+            None => match PartitionMachine::in_memory() {
+                Ok(empty) => {
+                    tracing::warn!(
+                        partition,
+                        "every replica of the partition's epoch before was removed: its new group opens empty"
+                    );
+                    empty.snapshot()
+                }
+                Err(error) => {
+                    tracing::error!(partition, %error, "an empty image could not be made");
+                    return;
+                }
+            },
+        };
+        let bytes = image.len();
+        retry(partition, "filling the new epoch's group", || {
+            new.fill(image.clone())
+        })
+        .await;
+        // Open, and applied here (a fill answers once this replica applied it).
+        self.routed.hold(partition, new.clone());
+        tracing::info!(
+            partition,
+            bytes,
+            "the partition's new group is filled and open"
+        );
+    }
+
+    /// Waits up to [`STAND_BY`] for the new group to open (by the replica leading the move);
+    /// whether it did.
+    async fn opened_by_another(&self, new: &PartitionState) -> bool {
+        let deadline = tokio::time::Instant::now() + STAND_BY;
+        while tokio::time::Instant::now() < deadline {
+            if new.phase() == Ok(Phase::Serving) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Takes the old group's primary role if a node that is no replica of the new epoch has
+    /// it, waiting up to [`HANDOVER_WAIT`] for it; whether this node took it.
+    async fn take_primary(&self, group: &Group) -> bool {
+        let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
+        let mut asked = false;
+        loop {
+            let primary = group.status().primary;
+            if asked && primary.as_deref() == Some(self.node.as_str()) {
+                return true;
+            }
+            let leaving = primary
+                .as_ref()
+                .is_some_and(|primary| !self.replicas.contains(primary));
+            if !leaving {
+                return false;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::debug!(
+                    partition = self.partition,
+                    "the old group's primary role was not handed over in time: sealing anyway"
+                );
+                return false;
+            }
+            asked = true;
+            group.take_primary();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Runs `step` until it succeeds, waiting longer after each failure (up to [`RETRY_MAX`]).
+async fn retry<F, T>(partition: u32, what: &str, mut step: impl FnMut() -> F)
+where
+    F: std::future::Future<Output = Result<T, tessera_state::CommitError>>,
+{
+    let mut wait = RETRY_FIRST;
+    loop {
+        match step().await {
+            Ok(_) => return,
+            Err(error) => {
+                tracing::debug!(partition, what, %error, "a step of the partition's move is tried again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Moving partitions between nodes: three voters serve six partitions of three replicas and
+//! counters asked through every node; a fourth node joins and is given replicas — each moved
+//! partition's next epoch started on its new replica set, the epoch it leaves sealed, the new
+//! group filled from a sealed copy and opened, the move settled — while the counters go on,
+//! every answer checked against the acknowledged values. The fourth node then leaves on
+//! SIGTERM: its replicas move back to the voters before it is removed. At the end every counter
+//! reads its last acknowledged value through every node, and the moved groups serve on the
+//! nodes they moved to. Each node is this test binary re-run as a child
+//! (`tessera_tests::processes`).
+
+use serde_json::Value as Json;
+use tessera_tests::cluster::*;
+use tessera_tests::partition_plane::*;
+use tessera_tests::processes::run_child_if_asked;
+
+const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
+const VOTERS: [usize; 3] = [0, 1, 2];
+const JOINER: usize = 3;
+const COUNTERS: usize = 12;
+
+/// Not a test of its own: a child process's node, run by the command line until killed.
+#[test]
+#[ignore = "run by the tests of this file as their child processes"]
+fn partitions_moved_child_node() {
+    run_child_if_asked();
+}
+
+/// A placed partition as a node shows it: `(replicas, epoch, moving_from)`.
+type Placed = (Vec<String>, u64, Vec<String>);
+
+/// Each placed partition as node `index` shows it.
+fn placement(cluster: &Cluster, index: usize) -> Option<Vec<Placed>> {
+    let status = cluster_status(cluster, index)?;
+    let nodes = |value: &Json| -> Vec<String> {
+        value
+            .as_array()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .filter_map(|node| node.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let placed: Vec<_> = status["partitions"]
+        .as_array()?
+        .iter()
+        .map(|placed| {
+            (
+                nodes(&placed["replicas"]),
+                placed["epoch"].as_u64().unwrap_or(0),
+                nodes(&placed["moving_from"]),
+            )
+        })
+        .collect();
+    (placed.len() == PARTITIONS).then_some(placed)
+}
+
+/// Whether every group node `index` runs serves, with a primary it is in contact with.
+fn serving_here(cluster: &Cluster, index: usize) -> Option<usize> {
+    let groups = groups_here(cluster, index)?;
+    let serving = groups.iter().all(|here| {
+        here["phase"] == "serving"
+            && here["status"]["primary"].is_string()
+            && here["status"]["contact_age_ms"]
+                .as_u64()
+                .is_some_and(|age| age < 1_000)
+    });
+    serving.then_some(groups.len())
+}
+
+#[test]
+fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_add() {
+    let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(VOTERS.len());
+    for index in VOTERS {
+        eventually("every partition's group has a primary", &cluster, || {
+            groups_ready(&cluster, index)
+        });
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in VOTERS {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let mut ledger = Ledger::default();
+    for id in 0..COUNTERS {
+        let id = format!("c{id}");
+        let value = eventually(&format!("{id} read"), &cluster, || {
+            read_through(&cluster, 0, &token, &id)
+        });
+        ledger.start(&id, value);
+    }
+    add_rounds(&cluster, &token, &mut ledger, &VOTERS, 0..2);
+    let before = placement(&cluster, 0).expect("placed");
+    assert!(before.iter().all(|(_, epoch, _)| *epoch == 0), "{before:?}");
+
+    // n4 joins: partitions move replicas onto it, each to its next epoch, while adds go on.
+    cluster.start(JOINER);
+    let mut round = 2;
+    let joined = eventually("n4 holds settled replicas that serve", &cluster, || {
+        add_rounds(&cluster, &token, &mut ledger, &VOTERS, round..round + 1);
+        round += 1;
+        let placed = placement(&cluster, 0)?;
+        let on_joiner = placed
+            .iter()
+            .filter(|(replicas, ..)| replicas.iter().any(|node| node == NODES[JOINER]))
+            .count();
+        let settled = placed.iter().all(|(_, _, moving)| moving.is_empty());
+        (on_joiner >= 2 && settled).then_some(())?;
+        (serving_here(&cluster, JOINER)? == on_joiner).then_some(placed)
+    });
+    eprintln!(
+        "after n4 joined: {joined:?}; adds refused, unknown: {:?}",
+        ledger.failed()
+    );
+    for (replicas, epoch, _) in &joined {
+        if replicas.iter().any(|node| node == NODES[JOINER]) {
+            assert!(*epoch >= 1, "a replica on n4 is a moved epoch: {joined:?}");
+        }
+    }
+    // Served through n4 too: its replicas hold what was acknowledged before they existed.
+    let all = [0, 1, 2, JOINER];
+    add_rounds(&cluster, &token, &mut ledger, &all, round..round + 2);
+    round += 2;
+
+    // n4 leaves on SIGTERM: its replicas move back before it is removed.
+    let (left, exit) = std::thread::scope(|scope| {
+        let leaver = scope.spawn(|| cluster.terminate(JOINER));
+        let left = eventually("n4's replicas moved away and settled", &cluster, || {
+            add_rounds(&cluster, &token, &mut ledger, &VOTERS, round..round + 1);
+            round += 1;
+            let placed = placement(&cluster, 0)?;
+            let gone = placed.iter().all(|(replicas, _, moving)| {
+                moving.is_empty() && replicas.iter().all(|node| node != NODES[JOINER])
+            });
+            gone.then_some(placed)
+        });
+        (left, leaver.join().expect("the leaver's wait"))
+    });
+    eprintln!(
+        "after n4 left: {left:?}; adds refused, unknown: {:?}",
+        ledger.failed()
+    );
+    assert!(exit.success(), "n4 left gracefully: {exit:?}");
+    for index in VOTERS {
+        eventually("every group on the voters serves", &cluster, || {
+            serving_here(&cluster, index).filter(|groups| *groups == PARTITIONS)
+        });
+    }
+    for id in ledger.ids() {
+        for index in VOTERS {
+            let value = eventually(&format!("{id} read through node {index}"), &cluster, || {
+                read_through(&cluster, index, &token, &id)
+            });
+            ledger.check_read(&id, value, NODES[index]);
+        }
+    }
+    add_rounds(&cluster, &token, &mut ledger, &VOTERS, round..round + 1);
+    if std::env::var("DUMP").is_ok() {
+        for index in 0..4 {
+            for line in cluster
+                .log(index)
+                .lines()
+                .filter(|l| l.contains("partition") && !l.contains("DEBUG"))
+            {
+                eprintln!("n{}: {line}", index + 1);
+            }
+        }
+    }
+}
