@@ -8,6 +8,8 @@
 //! - [`partition`] is a [`vsr::Workload`] of the partition plane: messages to counters run
 //!   where they arrive against that replica's copy, and the real `tessera-state` partition
 //!   machine replicates their outcomes;
+//! - [`partition_move`] runs partition moves — seal, fill, open, commits following the
+//!   partition — with the real partition machine and checks that no add is lost;
 //! - [`lease`] simulates the sharding protocol built on `tessera-sharding`'s leases and checks
 //!   that at most one node serves a shard at a time;
 //! - [`rng`] is the one seeded generator they all draw from.
@@ -19,5 +21,6 @@
 pub mod catalog;
 pub mod lease;
 pub mod partition;
+pub mod partition_move;
 pub mod rng;
 pub mod vsr;
