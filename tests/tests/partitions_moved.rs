@@ -3,9 +3,9 @@
 //! partition's next epoch started on its new replica set, the epoch it leaves sealed, the new
 //! group filled from a sealed copy and opened, the move settled — while the counters go on,
 //! every answer checked against the acknowledged values. The fourth node then leaves on
-//! SIGTERM: its replicas move back to the voters before it is removed. At the end every counter
-//! reads its last acknowledged value through every node, and the moved groups serve on the
-//! nodes they moved to. Each node is this test binary re-run as a child
+//! SIGTERM: its replicas move back to the voters before it is removed. No add fails on the way,
+//! every counter then reads its last acknowledged value through every node, and the moved
+//! groups serve on the nodes they moved to. Each node is this test binary re-run as a child
 //! (`tessera_tests::processes`).
 
 use serde_json::Value as Json;
@@ -158,15 +158,7 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
         }
     }
     add_rounds(&cluster, &token, &mut ledger, &VOTERS, round..round + 1);
-    if std::env::var("DUMP").is_ok() {
-        for index in 0..4 {
-            for line in cluster
-                .log(index)
-                .lines()
-                .filter(|l| l.contains("partition") && !l.contains("DEBUG"))
-            {
-                eprintln!("n{}: {line}", index + 1);
-            }
-        }
-    }
+    // No ask failed while the partitions moved: commits followed them from the sealed groups,
+    // and activations waited for the new copies (`docs/partitions.md`, "Moves").
+    assert_eq!(ledger.failed(), (0, 0), "adds refused, of unknown outcome");
 }

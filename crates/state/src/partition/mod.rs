@@ -48,4 +48,4 @@ pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use remembered::RoutedRemember;
 pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};
 pub use routed::{PartitionOf, RoutedState};
-pub use served::PartitionState;
+pub use served::{MOVE_WAIT_MAX, PartitionState};

@@ -290,8 +290,8 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
         old["n2"].image().expect("image"),
     ];
     let (first, second) = tokio::join!(
-        new["n1"].fill(images[0].clone()),
-        new["n2"].fill(images[1].clone())
+        new["n1"].fill(images[0].clone().into()),
+        new["n2"].fill(images[1].clone().into())
     );
     first.expect("filled");
     second.expect("filled");
@@ -321,4 +321,57 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
         state.get(&counter(0), "value").ok().flatten() == Some(vec![99])
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_mid_move_rebuilds_its_phase_and_pieces_from_its_journal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let voters = ["n1"];
+    let mut sealed = PartitionMachine::in_memory().expect("machine");
+    for id in 0..8 {
+        apply(&mut sealed, write(id, 0, 50 + u64::from(id), id as u8));
+    }
+    apply(&mut sealed, PartitionOp::Seal);
+    let (pieces, open) = fills(&sealed.snapshot(), 64);
+    let half = pieces.len() / 2;
+    let start = || {
+        let machine = PartitionMachine::create(&dir.path().join("n1.redb"))
+            .and_then(PartitionMachine::filling)
+            .expect("the partition database opens");
+        let network = Arc::new(Network::default());
+        let (group, _, store) = start_member(GroupId(10), &voters, "n1", &network, &dir, machine);
+        (group, store, network)
+    };
+    let (group, store, network) = start();
+    for fill in &pieces[..half] {
+        assert_eq!(submit(&group, fill).await, applied());
+    }
+    drop((group, network));
+    // Restarted: the machine is rebuilt from the journal, still filling, with its pieces.
+    let (group, store_again, network) = start();
+    drop(store);
+    assert_eq!(phase(&store_again), Ok(Phase::Filling));
+    for fill in &pieces[half..] {
+        assert_eq!(submit(&group, fill).await, applied());
+    }
+    assert_eq!(submit(&group, &open).await, applied());
+    drop((group, network, store_again));
+    // Restarted once more: open, with every row.
+    let (group, store, _network) = start();
+    assert_eq!(phase(&store), Ok(Phase::Serving));
+    for id in 0..8 {
+        assert_eq!(
+            store.get(&counter(id), "value").expect("get"),
+            Some(vec![id as u8])
+        );
+    }
+    assert_eq!(
+        submit(&group, &write(0, 50, 99, 7)).await,
+        PartitionResult::Applied { reply: vec![7] }
+    );
+}
+
+/// Submits `op` to a group of one voter and reads the result.
+async fn submit(group: &tessera_consensus::group::Group, op: &PartitionOp) -> PartitionResult {
+    PartitionResult::decode(&group.submit(op.encode()).await.expect("commits"))
 }

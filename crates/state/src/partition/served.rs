@@ -153,7 +153,7 @@ impl PartitionState {
     /// Fills this replica's group — a move's new one — with `image` (a sealed replica's
     /// [`PartitionState::image`]) in pieces of at most [`FILL_BYTES_MAX`] and opens it.
     /// Resolves `Ok` once the group is open, by this fill or another.
-    pub fn fill(&self, image: Vec<u8>) -> CommitFuture {
+    pub fn fill(&self, image: Arc<[u8]>) -> CommitFuture {
         let group = Arc::clone(&self.group);
         Box::pin(async move {
             let checksum = checksum_bytes(&image);

@@ -99,6 +99,7 @@ impl Move {
             },
         };
         let bytes = image.len();
+        let image: Arc<[u8]> = image.into();
         retry(partition, "filling the new epoch's group", || {
             new.fill(image.clone())
         })
