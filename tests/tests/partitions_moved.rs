@@ -162,3 +162,84 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
     // and activations waited for the new copies (`docs/partitions.md`, "Moves").
     assert_eq!(ledger.failed(), (0, 0), "adds refused, of unknown outcome");
 }
+
+/// A member killed with its disk and removed: each partition it held a replica of moves to the
+/// three voters — a new replica on a voter that had none of it, filled from a survivor's sealed
+/// copy while the old group, one member short, still sealed with its majority — and every
+/// acknowledged add is there.
+#[test]
+fn a_removed_nodes_replicas_are_rebuilt_on_the_others_with_every_acknowledged_add() {
+    let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(NODES.len());
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let spread = eventually("n4 holds settled replicas that serve", &cluster, || {
+        let placed = placement(&cluster, 0)?;
+        let on_victim = placed
+            .iter()
+            .filter(|(replicas, ..)| replicas.iter().any(|node| node == NODES[JOINER]))
+            .count();
+        let settled = placed.iter().all(|(_, _, moving)| moving.is_empty());
+        (on_victim >= 2 && settled).then_some(())?;
+        for index in 0..NODES.len() {
+            serving_here(&cluster, index)?;
+        }
+        Some(placed)
+    });
+    let mut ledger = Ledger::default();
+    for id in 0..COUNTERS {
+        let id = format!("c{id}");
+        let value = eventually(&format!("{id} read"), &cluster, || {
+            read_through(&cluster, 0, &token, &id)
+        });
+        ledger.start(&id, value);
+    }
+    let all = [0, 1, 2, JOINER];
+    add_rounds(&cluster, &token, &mut ledger, &all, 0..3);
+
+    cluster.kill(JOINER);
+    cluster.lose_disk(JOINER);
+    declare_lost(&cluster, 0, NODES[JOINER]);
+    let rebuilt = eventually(
+        "n4's replicas placed on the voters, settled",
+        &cluster,
+        || {
+            let placed = placement(&cluster, 0)?;
+            let done = placed.iter().all(|(replicas, _, moving)| {
+                moving.is_empty()
+                    && replicas.len() == VOTERS.len()
+                    && replicas.iter().all(|node| node != NODES[JOINER])
+            });
+            done.then_some(placed)
+        },
+    );
+    eprintln!("before: {spread:?}\nafter n4's removal: {rebuilt:?}");
+    for (before, after) in spread.iter().zip(&rebuilt) {
+        if before.0.iter().any(|node| node == NODES[JOINER]) {
+            assert!(
+                after.1 > before.1,
+                "a partition n4 held moved: {before:?} → {after:?}"
+            );
+        }
+    }
+    for index in VOTERS {
+        eventually(
+            "every partition's group serves on every voter",
+            &cluster,
+            || serving_here(&cluster, index).filter(|groups| *groups == PARTITIONS),
+        );
+    }
+    for id in ledger.ids() {
+        for index in VOTERS {
+            let value = eventually(&format!("{id} read through node {index}"), &cluster, || {
+                read_through(&cluster, index, &token, &id)
+            });
+            ledger.check_read(&id, value, NODES[index]);
+        }
+    }
+    add_rounds(&cluster, &token, &mut ledger, &VOTERS, 3..5);
+}

@@ -20,7 +20,9 @@ pub const HELLO_MAGIC: u32 = u32::from_be_bytes(*b"TSRA");
 /// The protocol this build speaks. A peer with another version is refused. Version 2: every
 /// VSR group's frame names its group. Version 3: a hello names its sender's incarnation.
 /// Version 4: a VSR request's operation is MessagePack `bin`, not an array of integers.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// Version 5: a partition group is named by its partition and epoch, and a report of the
+/// partitions a node leads carries each one's epoch (partition moves).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// The largest hello or hello reply. Hellos are tiny; the cap keeps a peer from making the
 /// handshake buffer a full `max_frame_bytes`.

@@ -1,0 +1,60 @@
+//! Partition moves in the simulator: seeds pass with moves again and again and commits
+//! following them, and each canary that breaks the move protocol is caught.
+
+use super::*;
+
+/// Seeds run by `cargo test`.
+const SEEDS: u64 = 300;
+
+#[test]
+fn partitions_move_again_and_again_and_lose_no_add() {
+    let mut total = MoveSummary::default();
+    for seed in 0..SEEDS {
+        let summary =
+            run_seed(seed, MoveCanary::None).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
+        total.moves += summary.moves;
+        total.adds += summary.adds;
+        total.refused += summary.refused;
+        total.followed += summary.followed;
+    }
+    eprintln!("{SEEDS} seeds: {total:?}");
+    assert!(total.moves > SEEDS, "moves: {total:?}");
+    assert!(total.followed > 0, "commits followed a move: {total:?}");
+    assert!(total.adds > 10 * SEEDS, "adds: {total:?}");
+}
+
+/// Many seeds: `MOVE_SEEDS=10000 cargo test --release -p tessera-sim --lib
+/// partition_move -- --ignored --nocapture`.
+#[test]
+#[ignore = "long: run by hand with MOVE_SEEDS"]
+fn many_move_seeds_pass() {
+    let seeds = std::env::var("MOVE_SEEDS")
+        .ok()
+        .and_then(|seeds| seeds.parse().ok())
+        .unwrap_or(10_000u64);
+    let started = std::time::Instant::now();
+    let mut total = MoveSummary::default();
+    for seed in 0..seeds {
+        let summary =
+            run_seed(seed, MoveCanary::None).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
+        total.moves += summary.moves;
+        total.adds += summary.adds;
+        total.refused += summary.refused;
+        total.followed += summary.followed;
+    }
+    eprintln!(
+        "{seeds} seeds passed in {:.1} s: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn each_move_canary_is_caught() {
+    for canary in [MoveCanary::ServeBeforeFilled, MoveCanary::ImageBeforeSeal] {
+        let caught = (0..SEEDS)
+            .filter(|seed| run_seed(*seed, canary).is_err())
+            .count();
+        eprintln!("{canary:?}: caught by {caught} of {SEEDS} seeds");
+        assert!(caught > 0, "{canary:?} was never caught");
+    }
+}
