@@ -1,11 +1,13 @@
 //! The apply loop: committed ops are executed in op order against the state machine through
 //! the client table (at most once per request; an evicted session is answered
 //! [`ReplyError::SessionEvicted`] and never executed), the primary replies, and every
-//! `checkpoint_interval_ops` applied ops the replica takes a checkpoint.
+//! `checkpoint_interval_ops` applied ops — or sooner, once the ops applied since the last one
+//! carry [`CHECKPOINT_LOG_BYTES`] — the replica takes a checkpoint.
 
 use super::client_table::{Lookup, Session};
+use super::config::CHECKPOINT_LOG_BYTES;
 use super::journal::Journal;
-use super::message::{OpNumber, Reply, ReplyError, Status};
+use super::message::{Entry, OpNumber, Reply, ReplyError, Status};
 use super::replica::{Action, Replica};
 use super::state_machine::StateMachine;
 
@@ -18,6 +20,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 panic!("the log holds every op above the checkpoint, which is applied");
             };
             let checksum = entry.checksum;
+            self.applied_bytes += entry_bytes(entry);
             let requests: Vec<(u64, u64)> = entry
                 .requests
                 .iter()
@@ -32,7 +35,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 checksum,
                 requests,
             });
-            if op.is_multiple_of(self.config.checkpoint_interval_ops) {
+            if op.is_multiple_of(self.config.checkpoint_interval_ops)
+                || self.applied_bytes >= CHECKPOINT_LOG_BYTES
+            {
                 self.take_checkpoint();
             }
         }
@@ -72,4 +77,13 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             self.outbox.push(Action::Reply(reply));
         }
     }
+}
+
+/// The operation bytes an entry carries.
+pub(super) fn entry_bytes(entry: &Entry) -> u64 {
+    entry
+        .requests
+        .iter()
+        .map(|request| request.operation.len() as u64)
+        .sum()
 }

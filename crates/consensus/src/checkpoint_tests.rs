@@ -175,3 +175,54 @@ fn an_evicted_client_is_told_so_and_nothing_executes_again() {
         "client 0 was not re-executed"
     );
 }
+
+/// A request carrying `bytes` of operation (not a key-value command: the machine refuses it,
+/// but it is ordered and logged like any other).
+fn large_request(request_number: u64, bytes: usize) -> Message {
+    Message::Request(Request {
+        client: 1,
+        request_number,
+        operation: vec![0xc1; bytes],
+    })
+}
+
+#[test]
+fn large_operations_checkpoint_before_the_interval_and_keep_the_log_within_its_bytes() {
+    use super::config::{BATCH_BYTES_MAX, CHECKPOINT_LOG_BYTES, PIPELINE_PREPARE_QUEUE_MAX};
+    const MIB: usize = 1024 * 1024;
+    let mut cluster = Cluster::new(3);
+    for request_number in 1..=60 {
+        cluster.send(0, large_request(request_number, MIB));
+        cluster.run(2);
+    }
+    cluster.run(SETTLE_TICKS);
+    let first = cluster.replica(0).checkpoint().clone();
+    for index in 0..3 {
+        let replica = cluster.replica(index);
+        assert_eq!(replica.commit(), 60, "replica {index}");
+        // 16 ops of 1 MiB fill the bytes of an interval of 1,024 ops.
+        assert!(
+            replica.counters().checkpoints_taken >= 3,
+            "replica {index}: {:?}",
+            replica.counters()
+        );
+        assert_eq!(
+            *replica.checkpoint(),
+            first,
+            "the same checkpoint on every replica"
+        );
+        let bytes: usize = replica
+            .log()
+            .iter()
+            .flat_map(|entry| &entry.requests)
+            .map(|request| request.operation.len())
+            .sum();
+        let bound = 2 * CHECKPOINT_LOG_BYTES as usize
+            + PIPELINE_PREPARE_QUEUE_MAX as usize * BATCH_BYTES_MAX;
+        assert!(bytes <= bound, "replica {index} logs {bytes} bytes");
+        assert!(
+            bytes <= 2 * CHECKPOINT_LOG_BYTES as usize,
+            "all committed: {bytes}"
+        );
+    }
+}

@@ -21,6 +21,19 @@ pub const REQUEST_QUEUE_MAX: usize = 256;
 /// Requests batched into one op when batching is on. Bounds the size of a prepare.
 pub const BATCH_REQUESTS_MAX: usize = 64;
 
+/// Operation bytes batched into one op, at most: a batch takes requests while it holds fewer
+/// (its first whatever its size). With large operations — a partition's write set may carry
+/// 4 MiB — a batch of [`BATCH_REQUESTS_MAX`] could otherwise outgrow any frame a peer takes.
+pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Operation bytes of applied ops after which a replica checkpoints even before its interval
+/// is up, and the most it keeps in its log below its checkpoint. With the pipeline's
+/// [`PIPELINE_PREPARE_QUEUE_MAX`] batches of at most [`BATCH_BYTES_MAX`] above, the log — and
+/// the suffix a view change carries — stays under about 68 MiB however large the operations
+/// (the mesh's frames take 80 MiB); with small operations the interval comes first, as before.
+/// Every replica applies the same ops, so they checkpoint at the same ops.
+pub const CHECKPOINT_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Committed ops between two checkpoints by default. A replica snapshots its state machine
 /// and client table every this many applied ops, so its log (in memory, in view-change
 /// messages and in the journal) only spans a few intervals however long the cluster lives.

@@ -5,7 +5,8 @@
 
 use super::client_table::Lookup;
 use super::config::{
-    PIPELINE_PREPARE_QUEUE_MAX, REPAIR_BYTES_MAX, REPAIR_PREPARES_MAX, REQUEST_QUEUE_MAX,
+    BATCH_BYTES_MAX, PIPELINE_PREPARE_QUEUE_MAX, REPAIR_BYTES_MAX, REPAIR_PREPARES_MAX,
+    REQUEST_QUEUE_MAX,
 };
 use super::journal::Journal;
 use super::message::{
@@ -64,7 +65,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             && self.op() - self.commit.min(self.op()) < PIPELINE_PREPARE_QUEUE_MAX
             && self.op() + 1 - self.checkpoint.op <= self.config.log_entries_max() / 2
         {
-            let count = self.request_queue.len().min(self.config.batch_requests_max);
+            let count = batch_length(&self.request_queue, self.config.batch_requests_max);
             let batch: Vec<Request> = self.request_queue.drain(..count).collect();
             let entry = Entry::new(self.op() + 1, self.view, self.head_checksum(), batch);
             self.append(entry.clone());
@@ -322,5 +323,54 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if self.repair_target > self.op() || self.commit > self.op() {
             self.request_repair();
         }
+    }
+}
+
+/// How many of the first queued requests one batch takes: at most `count_max`, and while the
+/// batch holds fewer than [`BATCH_BYTES_MAX`] bytes of operations (at least one).
+fn batch_length<'a>(queue: impl IntoIterator<Item = &'a Request>, count_max: usize) -> usize {
+    let mut bytes = 0;
+    let mut taken = 0;
+    for request in queue.into_iter().take(count_max) {
+        if taken > 0 && bytes + request.operation.len() > BATCH_BYTES_MAX {
+            break;
+        }
+        bytes += request.operation.len();
+        taken += 1;
+    }
+    taken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(bytes: usize) -> Request {
+        Request {
+            client: 1,
+            request_number: 1,
+            operation: vec![0; bytes],
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_bytes_but_always_takes_one() {
+        let small: Vec<Request> = (0..100).map(|_| request(10)).collect();
+        assert_eq!(
+            batch_length(&small, 64),
+            64,
+            "small requests: the count bounds"
+        );
+        let large: Vec<Request> = (0..5).map(|_| request(3 * 1024 * 1024)).collect();
+        assert_eq!(batch_length(&large, 64), 1, "3 MiB each: one a batch");
+        let huge = [request(BATCH_BYTES_MAX + 1), request(1)];
+        assert_eq!(batch_length(&huge, 64), 1, "one over the bound goes alone");
+        let mixed = [
+            request(1024 * 1024),
+            request(2 * 1024 * 1024),
+            request(1024 * 1024 + 1),
+        ];
+        assert_eq!(batch_length(&mixed, 64), 2, "up to 4 MiB");
+        assert_eq!(batch_length(&[] as &[Request], 64), 0);
     }
 }

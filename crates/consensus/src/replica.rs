@@ -177,6 +177,9 @@ pub struct Replica<J: Journal, S: StateMachine> {
     /// The highest op a backup knows exists in its view (from prepares and commits).
     pub(super) repair_target: OpNumber,
     pub(super) durable_dirty: bool,
+    /// Operation bytes of the ops applied since the last checkpoint (see
+    /// [`CHECKPOINT_LOG_BYTES`](super::config::CHECKPOINT_LOG_BYTES)).
+    pub(super) applied_bytes: u64,
     pub(super) outbox: Vec<Action>,
     pub(super) counters: Counters,
 }
@@ -321,6 +324,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             repair_allowed_tick: 0,
             repair_target: 0,
             durable_dirty: false,
+            applied_bytes: 0,
             outbox: Vec::new(),
             counters: Counters::default(),
         }

@@ -2,8 +2,9 @@
 //! trimming the log below it), restoring the latest at a restart, and installing one a peer
 //! sent ([`Checkpoint`]).
 
+use super::apply::entry_bytes;
 use super::checkpoint::{Checkpoint, CheckpointError, decode_state, encode_state};
-use super::config::CHECKPOINT_BYTES_MAX;
+use super::config::{CHECKPOINT_BYTES_MAX, CHECKPOINT_LOG_BYTES};
 use super::journal::Journal;
 use super::log::Log;
 use super::replica::{Action, Replica};
@@ -20,6 +21,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// (the catalog does, with tenant quotas) so this never happens.
     pub(super) fn take_checkpoint(&mut self) {
         let op = self.applied;
+        self.applied_bytes = 0;
         let Some(entry_checksum) = self.log.checksum_at(op) else {
             panic!("the op just applied is in the log");
         };
@@ -61,6 +63,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.state_machine.restore(&machine)?;
         self.clients = clients;
         self.applied = checkpoint.op;
+        self.applied_bytes = 0;
         self.commit = self.commit.max(checkpoint.op);
         // Recomputed from the state as restored, so a checker compares what the replica holds.
         let state_checksum = Checkpoint::compute_state_checksum(
@@ -103,12 +106,26 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         Ok(())
     }
 
-    /// Discards entries more than one interval below the checkpoint, and more below it if the
-    /// log would otherwise hold more than `log_entries_max` entries.
+    /// Discards entries more than one interval below the checkpoint, below it past
+    /// [`CHECKPOINT_LOG_BYTES`] of operations, and more below it if the log would otherwise
+    /// hold more than `log_entries_max` entries.
     pub(super) fn trim_log(&mut self) {
         let interval = self.config.checkpoint_interval_ops;
         self.log
             .discard_through(self.checkpoint.op.saturating_sub(interval));
+        let mut kept = 0;
+        let mut keep_from = self.checkpoint.op + 1;
+        for entry in self.log.entries().iter().rev() {
+            if entry.op > self.checkpoint.op {
+                continue;
+            }
+            kept += entry_bytes(entry);
+            if kept > CHECKPOINT_LOG_BYTES {
+                break;
+            }
+            keep_from = entry.op;
+        }
+        self.log.discard_through(keep_from.saturating_sub(1));
         let excess = self.op().saturating_sub(self.config.log_entries_max());
         self.log.discard_through(excess.min(self.checkpoint.op));
     }
