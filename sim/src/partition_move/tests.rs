@@ -1,5 +1,6 @@
-//! Partition moves in the simulator: seeds pass with moves again and again and commits
-//! following them, and each canary that breaks the move protocol is caught.
+//! Partition moves in the simulator: seeds pass with moves again and again — standbys filling
+//! for a leader that is down or beside it, replicas restarting — and commits following them,
+//! and each canary that breaks the move protocol is caught.
 
 use super::*;
 
@@ -16,11 +17,13 @@ fn partitions_move_again_and_again_and_lose_no_add() {
         total.adds += summary.adds;
         total.refused += summary.refused;
         total.followed += summary.followed;
+        total.restarts += summary.restarts;
     }
     eprintln!("{SEEDS} seeds: {total:?}");
     assert!(total.moves > SEEDS, "moves: {total:?}");
     assert!(total.followed > 0, "commits followed a move: {total:?}");
     assert!(total.adds > 10 * SEEDS, "adds: {total:?}");
+    assert!(total.restarts > SEEDS, "replicas restarted: {total:?}");
 }
 
 /// Many seeds: `MOVE_SEEDS=10000 cargo test --release -p tessera-sim --lib
@@ -41,6 +44,7 @@ fn many_move_seeds_pass() {
         total.adds += summary.adds;
         total.refused += summary.refused;
         total.followed += summary.followed;
+        total.restarts += summary.restarts;
     }
     eprintln!(
         "{seeds} seeds passed in {:.1} s: {total:?}",
