@@ -192,6 +192,20 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// A ledger of counters `c0` to `c{counters - 1}`, each started at its value read through
+    /// node `index`.
+    pub fn read_through(cluster: &Cluster, index: usize, token: &str, counters: usize) -> Ledger {
+        let mut ledger = Ledger::default();
+        for id in 0..counters {
+            let id = format!("c{id}");
+            let value = eventually(&format!("{id} read"), cluster, || {
+                read_through(cluster, index, token, &id)
+            });
+            ledger.start(&id, value);
+        }
+        ledger
+    }
+
     /// Starts counter `id` at `value` (a read every node agreed on).
     pub fn start(&mut self, id: &str, value: u64) {
         self.counters.insert(

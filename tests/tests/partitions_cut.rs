@@ -157,14 +157,7 @@ fn a_node_cut_off_from_the_others_serves_nothing_and_the_majority_serves_everyth
     }
     let (cluster, token) = serving_cluster(cluster);
 
-    let mut ledger = Ledger::default();
-    for id in 0..COUNTERS {
-        let id = format!("c{id}");
-        let value = eventually(&format!("{id} read"), &cluster, || {
-            read_through(&cluster, 0, &token, &id)
-        });
-        ledger.start(&id, value);
-    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
     add_rounds(&cluster, &token, &mut ledger, &[0, 1, 2], 0..2);
 
     // The node that leads the most partitions is cut off; among equals the first, which

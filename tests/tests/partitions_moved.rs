@@ -84,14 +84,7 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
     for index in VOTERS {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
-    let mut ledger = Ledger::default();
-    for id in 0..COUNTERS {
-        let id = format!("c{id}");
-        let value = eventually(&format!("{id} read"), &cluster, || {
-            read_through(&cluster, 0, &token, &id)
-        });
-        ledger.start(&id, value);
-    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
     add_rounds(&cluster, &token, &mut ledger, &VOTERS, 0..2);
     let before = placement(&cluster, 0).expect("placed");
     assert!(before.iter().all(|(_, epoch, _)| *epoch == 0), "{before:?}");
@@ -190,14 +183,7 @@ fn a_removed_nodes_replicas_are_rebuilt_on_the_others_with_every_acknowledged_ad
         }
         Some(placed)
     });
-    let mut ledger = Ledger::default();
-    for id in 0..COUNTERS {
-        let id = format!("c{id}");
-        let value = eventually(&format!("{id} read"), &cluster, || {
-            read_through(&cluster, 0, &token, &id)
-        });
-        ledger.start(&id, value);
-    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
     let all = [0, 1, 2, JOINER];
     add_rounds(&cluster, &token, &mut ledger, &all, 0..3);
 

@@ -79,14 +79,7 @@ fn a_node_restarted_on_an_empty_disk_rebuilds_its_replicas_from_the_others() {
         "partitions_rebuild_child_node",
     ));
     let all = [0, 1, 2];
-    let mut ledger = Ledger::default();
-    for id in 0..COUNTERS {
-        let id = format!("c{id}");
-        let value = eventually(&format!("{id} read"), &cluster, || {
-            read_through(&cluster, 0, &token, &id)
-        });
-        ledger.start(&id, value);
-    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
     add_rounds(&cluster, &token, &mut ledger, &all, 0..3);
 
     // n3 dies with its disk, and comes back empty under its own name and address.

@@ -13,11 +13,7 @@ fn partitions_move_again_and_again_and_lose_no_add() {
     for seed in 0..SEEDS {
         let summary =
             run_seed(seed, MoveCanary::None).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
-        total.moves += summary.moves;
-        total.adds += summary.adds;
-        total.refused += summary.refused;
-        total.followed += summary.followed;
-        total.restarts += summary.restarts;
+        add(&mut total, summary);
     }
     eprintln!("{SEEDS} seeds: {total:?}");
     assert!(total.moves > SEEDS, "moves: {total:?}");
@@ -40,11 +36,7 @@ fn many_move_seeds_pass() {
     for seed in 0..seeds {
         let summary =
             run_seed(seed, MoveCanary::None).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
-        total.moves += summary.moves;
-        total.adds += summary.adds;
-        total.refused += summary.refused;
-        total.followed += summary.followed;
-        total.restarts += summary.restarts;
+        add(&mut total, summary);
     }
     eprintln!(
         "{seeds} seeds passed in {:.1} s: {total:?}",
@@ -61,4 +53,13 @@ fn each_move_canary_is_caught() {
         eprintln!("{canary:?}: caught by {caught} of {SEEDS} seeds");
         assert!(caught > 0, "{canary:?} was never caught");
     }
+}
+
+/// Adds `summary`'s counts to `total`.
+fn add(total: &mut MoveSummary, summary: MoveSummary) {
+    total.moves += summary.moves;
+    total.adds += summary.adds;
+    total.refused += summary.refused;
+    total.followed += summary.followed;
+    total.restarts += summary.restarts;
 }

@@ -173,20 +173,7 @@ async fn table_until(
 /// that keeps reporting hands its shards off gracefully instead.
 #[tokio::test(start_paused = true)]
 async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_a_handoff() {
-    let lease = crate::lease::LeaseConfig {
-        duration_ms: 60_000,
-        renew_every_ms: 1_000,
-        drift_ppm: 1_000,
-        margin_ms: 100,
-    };
-    let config = ShardingConfig {
-        moves: crate::ShardMoves::OwnerHoldsState(lease),
-        partitions: PartitionConfig {
-            count: 2,
-            replication_factor: 3,
-        },
-        ..test_config()
-    };
+    let config = serving_config(2);
     let directory = tempfile::tempdir().unwrap();
     let plane = test_plane(&directory);
     let membership = Membership::new();
@@ -309,20 +296,7 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
 /// second change of members leaves it where it is.
 #[tokio::test(start_paused = true)]
 async fn a_partition_moves_again_only_once_its_last_move_settled() {
-    let lease = crate::lease::LeaseConfig {
-        duration_ms: 60_000,
-        renew_every_ms: 1_000,
-        drift_ppm: 1_000,
-        margin_ms: 100,
-    };
-    let config = ShardingConfig {
-        moves: crate::ShardMoves::OwnerHoldsState(lease),
-        partitions: PartitionConfig {
-            count: 4,
-            replication_factor: 3,
-        },
-        ..test_config()
-    };
+    let config = serving_config(4);
     let directory = tempfile::tempdir().unwrap();
     let plane = test_plane(&directory);
     let membership = Membership::new();
@@ -390,4 +364,23 @@ async fn a_partition_moves_again_only_once_its_last_move_settled() {
         assert_eq!(settled[partition].epoch, 2, "partition {partition}");
     }
     reporting.abort();
+}
+
+/// A coordinator's configuration with the partition plane serving `count` partitions of three
+/// replicas (owners hold state under leases, as nodes run it).
+fn serving_config(count: u32) -> ShardingConfig {
+    let lease = crate::lease::LeaseConfig {
+        duration_ms: 60_000,
+        renew_every_ms: 1_000,
+        drift_ppm: 1_000,
+        margin_ms: 100,
+    };
+    ShardingConfig {
+        moves: crate::ShardMoves::OwnerHoldsState(lease),
+        partitions: PartitionConfig {
+            count,
+            replication_factor: 3,
+        },
+        ..test_config()
+    }
 }

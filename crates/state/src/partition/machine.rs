@@ -297,14 +297,7 @@ impl PartitionMachine {
                 "a write's stamp must not be 0".into(),
             ));
         }
-        let mut transaction = self
-            .store
-            .database()
-            .begin_write()
-            .map_err(StoreError::io)?;
-        transaction
-            .set_durability(Durability::None)
-            .map_err(StoreError::io)?;
+        let transaction = self.unsynced()?;
         let entity = key3(writes.entity());
         {
             let mut stamps = transaction.open_table(STAMPS).map_err(StoreError::io)?;
@@ -331,28 +324,14 @@ impl PartitionMachine {
                 "a settle must not change state keys or the version".into(),
             ));
         }
-        let mut transaction = self
-            .store
-            .database()
-            .begin_write()
-            .map_err(StoreError::io)?;
-        transaction
-            .set_durability(Durability::None)
-            .map_err(StoreError::io)?;
+        let transaction = self.unsynced()?;
         apply_write_sets(&transaction, std::iter::once(writes), at_ms)?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply: Vec::new() })
     }
 
     fn apply_remember(&self, ops: &[RememberOp]) -> Result<PartitionResult, StoreError> {
-        let mut transaction = self
-            .store
-            .database()
-            .begin_write()
-            .map_err(StoreError::io)?;
-        transaction
-            .set_durability(Durability::None)
-            .map_err(StoreError::io)?;
+        let transaction = self.unsynced()?;
         apply_remember_ops(&transaction, ops.iter())?;
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply: Vec::new() })
@@ -370,14 +349,7 @@ impl PartitionMachine {
                 "an install's stamp must not be 0".into(),
             ));
         }
-        let mut transaction = self
-            .store
-            .database()
-            .begin_write()
-            .map_err(StoreError::io)?;
-        transaction
-            .set_durability(Durability::None)
-            .map_err(StoreError::io)?;
+        let transaction = self.unsynced()?;
         // The restoring node checked the part's ids against the shard (its shard function).
         let scope = ShardScope {
             type_key: type_key.clone(),
