@@ -141,6 +141,12 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
         eventually("every group on the voters serves", &cluster, || {
             serving_here(&cluster, index).filter(|groups| *groups == PARTITIONS)
         });
+        // Once every move settled and the old groups are dropped, none is counted as moving.
+        eventually("no group here in a move", &cluster, || {
+            let moving = metric_sum(&cluster, index, "tessera_partition_groups_moving ");
+            let groups = metric_sum(&cluster, index, "tessera_partition_groups ");
+            (moving == 0.0 && groups == PARTITIONS as f64).then_some(())
+        });
     }
     for id in ledger.ids() {
         for index in VOTERS {

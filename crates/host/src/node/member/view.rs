@@ -263,6 +263,11 @@ impl Node {
                     .is_none_or(|age| age > PARTITION_CONTACT_STALE_MS)
             })
             .count();
+        // Groups here in a move: a new epoch still filling, or the epoch a move leaves.
+        let moving = groups
+            .iter()
+            .filter(|group| group.phase != "serving")
+            .count();
         // The most ops any replica of a group this node leads has not acknowledged (unknown
         // lags, of replicas that acknowledged nothing since a view change, are left out).
         let lag_max = groups
@@ -287,6 +292,12 @@ impl Node {
                 "Partition groups whose replica here knows of no working group (a view change \
                  under way, or cut off for more than a second).",
                 out_of_contact as u64,
+            ),
+            (
+                "tessera_partition_groups_moving",
+                "Partition groups this node runs that are in a move: a new epoch's group still \
+                 taking its state, or the sealed group of the epoch a move leaves.",
+                moving as u64,
             ),
             (
                 "tessera_partition_replica_lag_max",
