@@ -78,8 +78,8 @@ impl PartitionState {
     }
 
     /// `next` is this node's replica of the partition's next epoch: an operation this group
-    /// refuses as sealed goes there (see [`MOVE_WAIT_MAX`]). Set once; later calls change
-    /// nothing.
+    /// refuses as sealed goes there, waiting up to [`MOVE_WAIT_MAX`] while it fills. Set once;
+    /// later calls change nothing.
     pub fn succeeded_by(&self, next: Arc<PartitionState>) {
         let _ = self.successor.set(next);
     }

@@ -9,9 +9,9 @@
 //! ([`PartitionReplicas::epoch`]). A placement that changes the set starts the next epoch's
 //! group on its replicas, and this node carries out its part of the move (`moves`): it seals
 //! the epoch it leaves, fills the new group from its sealed copy if it is in both, and drops
-//! the old group once the coordinator settled the move. Each partition's newest group here is
-//! held in the node's [`RoutedState`]: the entities of its partition are read from this
-//! replica and committed through the group.
+//! the old group once the coordinator settled the move. Each partition's newest group here that
+//! is not still filling is held in the node's [`RoutedState`]: the entities of its partition
+//! are read from this replica and committed through the group.
 
 mod moves;
 
@@ -99,7 +99,8 @@ struct Running {
     state: Arc<PartitionState>,
     /// When this node may next ask for the primary's role, if it is the preferred primary.
     reclaim_at: Instant,
-    /// This node's part of the move away from this group, once started.
+    /// This node's part of a move from this group (or, when nothing can fill it, to it),
+    /// once started.
     leaving: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -121,8 +122,8 @@ pub(in crate::node) struct PartitionGroups {
     tick: Duration,
     checkpoint_interval_ops: Option<u64>,
     mesh: Arc<Mesh>,
-    /// Where the entity layer reads and commits: told of each partition's newest group here
-    /// as it starts, and when its last stops.
+    /// Where the entity layer reads and commits: pointed at each partition's newest group here
+    /// that is not filling (`route`), and released when its last stops.
     routed: Arc<RoutedState>,
     running: Mutex<BTreeMap<GroupKey, Running>>,
 }
