@@ -235,3 +235,84 @@ fn a_removed_nodes_replicas_are_rebuilt_on_the_others_with_every_acknowledged_ad
     }
     add_rounds(&cluster, &token, &mut ledger, &VOTERS, 3..5);
 }
+
+/// A voter killed (`kill -9`) while partitions move onto a joining node — the one that leads a
+/// move — and started again later. The moves whose new group has it as a replica wait: a
+/// group starting for the first time forms only once every replica answered, and a move seals
+/// its old group only once every replica of the new one is in its view; meanwhile the old
+/// groups serve, and the partitions' shards stay with their replicas. Every acknowledged add is
+/// there through it all, and once the voter is back every move settles and its replicas catch
+/// up.
+#[test]
+fn a_voter_killed_while_partitions_move_loses_no_acknowledged_add() {
+    let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
+        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    cluster.start_until_up(VOTERS.len());
+    for index in VOTERS {
+        eventually("every partition's group has a primary", &cluster, || {
+            groups_ready(&cluster, index)
+        });
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in VOTERS {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
+    add_rounds(&cluster, &token, &mut ledger, &VOTERS, 0..2);
+
+    // n4 joins; as soon as a move is under way, its leader — the first replica of both epochs
+    // in the new group's voter order — is killed.
+    cluster.start(JOINER);
+    let victim = eventually("a move under way", &cluster, || {
+        let placed = placement(&cluster, 0)?;
+        let (partition, (replicas, _, previous)) = placed
+            .iter()
+            .enumerate()
+            .find(|(_, (_, _, previous))| !previous.is_empty())?;
+        let voters = tessera_metadata::group_voters(partition as u32, replicas);
+        let leader = voters.iter().find(|node| previous.contains(node))?;
+        Some(cluster.index_of(leader))
+    });
+    cluster.kill(victim);
+    // Every counter is still served while the voter is dead.
+    let alive: Vec<usize> = (0..NODES.len()).filter(|index| *index != victim).collect();
+    add_rounds(&cluster, &token, &mut ledger, &alive, 2..6);
+    eprintln!(
+        "with {} dead: {:?}; adds refused, unknown: {:?}",
+        NODES[victim],
+        placement(&cluster, alive[0]),
+        ledger.failed()
+    );
+
+    cluster.start(victim);
+    let mut round = 6;
+    let settled = eventually(
+        "every move settled once the voter is back",
+        &cluster,
+        || {
+            add_rounds(&cluster, &token, &mut ledger, &alive, round..round + 1);
+            round += 1;
+            let placed = placement(&cluster, alive[0])?;
+            placed
+                .iter()
+                .all(|(_, _, moving)| moving.is_empty())
+                .then_some(placed)
+        },
+    );
+    eprintln!("settled: {settled:?}");
+    for index in 0..NODES.len() {
+        eventually("every group here serves", &cluster, || {
+            serving_here(&cluster, index)
+        });
+    }
+    for id in ledger.ids() {
+        for (index, node) in NODES.iter().enumerate() {
+            let value = eventually(&format!("{id} read through node {index}"), &cluster, || {
+                read_through(&cluster, index, &token, &id)
+            });
+            ledger.check_read(&id, value, node);
+        }
+    }
+    add_rounds(&cluster, &token, &mut ledger, &VOTERS, round..round + 1);
+}

@@ -75,8 +75,9 @@ impl Coordinator {
         candidates.iter().find(|node| *node == primary)
     }
 
-    /// Each partition's committed replicas (empty while the plane does not serve, or before
-    /// its first placement).
+    /// Each partition's committed replicas — and, while a move to them has not settled, the
+    /// replicas it leaves, whose group serves until the new one opens (empty while the plane
+    /// does not serve, or before its first placement).
     pub(super) fn partition_replicas(&self) -> BTreeMap<u32, Vec<NodeId>> {
         if !self.partitions_serve() {
             return BTreeMap::new();
@@ -84,7 +85,15 @@ impl Coordinator {
         match self.plane.store().partitions() {
             Ok(placed) => placed
                 .into_iter()
-                .map(|(partition, placed)| (partition, placed.replicas))
+                .map(|(partition, placed)| {
+                    let mut replicas = placed.replicas;
+                    for node in placed.previous {
+                        if !replicas.contains(&node) {
+                            replicas.push(node);
+                        }
+                    }
+                    (partition, replicas)
+                })
                 .collect(),
             Err(error) => {
                 tracing::warn!(%error, "the partition table could not be read");

@@ -144,6 +144,18 @@ impl PartitionState {
         Box::pin(async move { answer(submitted.await) })
     }
 
+    /// Commits an op that changes nothing (an open of nothing: a filling group refuses it, an
+    /// open one has nothing to do), for the group's backups to acknowledge; resolves once it
+    /// committed and this replica applied it.
+    pub fn probe(&self) -> CommitFuture {
+        let op = PartitionOp::Open {
+            checksum: 0,
+            pieces: 0,
+        };
+        let submitted = self.group.submit(op.encode());
+        Box::pin(async move { submitted.await.map(|_| ()).map_err(submit_failure) })
+    }
+
     /// This replica's whole state as a checkpoint image, for a move's new group: final once
     /// the group is sealed.
     pub fn image(&self) -> Result<Vec<u8>, StoreError> {

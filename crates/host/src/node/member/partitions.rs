@@ -332,7 +332,7 @@ impl PartitionGroups {
     ) {
         let new = running
             .get(&(partition, placed.epoch))
-            .map(|running| running.state.clone());
+            .map(|running| (running.state.clone(), running.group.clone()));
         let here_before = placed.previous.contains(&self.node);
         let filled_by_none = !placed
             .previous
@@ -341,10 +341,12 @@ impl PartitionGroups {
         let old_key = (partition, placed.epoch - 1);
         // The replica of both epochs first in the new group's order leads the move (`moves`).
         let voters = group_voters(partition, &placed.replicas);
-        let leads_the_move = voters
+        let leader = voters
             .iter()
             .find(|node| placed.previous.contains(node))
-            .is_some_and(|node| *node == self.node);
+            .cloned()
+            .unwrap_or_default();
+        let leads_the_move = leader == self.node;
         let job = |old: Option<&Running>, new| moves::Move {
             partition,
             old: old.map(|old| (old.state.clone(), old.group.clone())),
@@ -352,6 +354,7 @@ impl PartitionGroups {
             replicas: placed.replicas.clone(),
             leads_the_move,
             node: self.node.clone(),
+            leader: leader.clone(),
             routed: self.routed.clone(),
         };
         if let Some(old) = running.get(&old_key) {

@@ -41,8 +41,8 @@ pub(super) struct Move {
     pub(super) partition: u32,
     /// This node's replica of the epoch being left and its group, if it has one.
     pub(super) old: Option<(Arc<PartitionState>, Arc<Group>)>,
-    /// This node's replica of the new epoch, if it is one.
-    pub(super) new: Option<Arc<PartitionState>>,
+    /// This node's replica of the new epoch and its group, if it is one.
+    pub(super) new: Option<(Arc<PartitionState>, Arc<Group>)>,
     /// The new epoch's replicas.
     pub(super) replicas: Vec<String>,
     /// Whether this node leads the move: it takes the old group's primary role when a node
@@ -51,6 +51,8 @@ pub(super) struct Move {
     pub(super) leads_the_move: bool,
     /// This node.
     pub(super) node: String,
+    /// The node that leads the move.
+    pub(super) leader: String,
     /// Where the entity layer reads and commits: pointed at the new group once it is open.
     pub(super) routed: Arc<RoutedState>,
 }
@@ -58,21 +60,22 @@ pub(super) struct Move {
 impl Move {
     pub(super) async fn run(self) {
         let partition = self.partition;
-        let Some(new) = &self.new else {
+        let Some((new, new_group)) = &self.new else {
             return;
         };
         let image = match &self.old {
             Some((old, group)) => {
-                if self.leads_the_move {
-                    if self.take_primary(group).await {
-                        // The partition's shards follow the role once this node reports it:
-                        // until then the node leaving still serves them, and what it
-                        // commits after the seal would be refused.
-                        tokio::time::sleep(HANDOVER_SETTLE).await;
-                    }
-                } else if self.opened_by_another(new).await {
+                if !self.leads_the_move && self.opened_by_another(new).await {
                     self.routed.hold(partition, new.clone());
                     return;
+                }
+                // Sealed, the old group serves nothing: not before the new one can take over.
+                self.lead_new_group(new, new_group).await;
+                if self.take_primary(group).await {
+                    // The partition's shards follow the role once this node reports it: until
+                    // then the node leaving still serves them, and what it commits after the
+                    // seal would be refused.
+                    tokio::time::sleep(HANDOVER_SETTLE).await;
                 }
                 retry(partition, "sealing the epoch it leaves", || old.seal()).await;
                 tracing::info!(partition, "the partition's epoch being left is sealed");
@@ -111,6 +114,39 @@ impl Move {
             bytes,
             "the partition's new group is filled and open"
         );
+    }
+
+    /// Takes the new group's primary role and waits until every one of its replicas has
+    /// acknowledged an op in this view — the new group is whole — before the old one is
+    /// sealed. A group starting for the first time forms only once every replica answered once
+    /// (`Replica::start_empty`: an empty replica cannot tell a new group from a lost disk
+    /// otherwise), and one that loses its primary while a replica still recovers cannot change
+    /// its view: sealing the old group before would leave the partition answering nothing. Once
+    /// every replica is in the view, the new group survives the loss of any minority of them.
+    /// So a replica of the new set that is down holds the move, and the old group serves on.
+    async fn lead_new_group(&self, new: &PartitionState, group: &Group) {
+        loop {
+            let status = group.status();
+            let leader_leads = status.primary.as_deref() == Some(self.leader.as_str())
+                && status.contact_age_ms.is_some();
+            if status.primary.as_deref() != Some(self.node.as_str()) {
+                // A standby leaves the role to the move's leader while that one has it.
+                if self.leads_the_move || !leader_leads {
+                    group.take_primary();
+                }
+            } else {
+                // An op for the backups to acknowledge: an open of nothing commits and
+                // changes nothing while the group fills.
+                let _ = new.probe().await;
+                let status = group.status();
+                let whole = status.lag.len() == status.voters.len()
+                    && status.lag.iter().all(Option::is_some);
+                if whole && status.primary.as_deref() == Some(self.node.as_str()) {
+                    return;
+                }
+            }
+            tokio::time::sleep(WHOLE_POLL).await;
+        }
     }
 
     /// Waits up to [`STAND_BY`] for the new group to open (by the replica leading the move);
@@ -155,6 +191,9 @@ impl Move {
         }
     }
 }
+
+/// How often a move looks again whether the new group is whole.
+const WHOLE_POLL: Duration = Duration::from_millis(100);
 
 /// Runs `step` until it succeeds, waiting longer after each failure (up to [`RETRY_MAX`]).
 async fn retry<F, T>(partition: u32, what: &str, mut step: impl FnMut() -> F)
