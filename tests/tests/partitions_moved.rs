@@ -69,8 +69,9 @@ fn serving_here(cluster: &Cluster, index: usize) -> Option<usize> {
     serving.then_some(groups.len())
 }
 
-#[test]
-fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_add() {
+/// The three voters started (n4 not yet) with every partition's group serving, the counter
+/// deployed, and a ledger of the counters after two rounds of adds through every voter.
+fn voters_serving() -> (Cluster, String, Ledger) {
     let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
         .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
     cluster.start_until_up(VOTERS.len());
@@ -86,6 +87,12 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
     }
     let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
     add_rounds(&cluster, &token, &mut ledger, &VOTERS, 0..2);
+    (cluster, token, ledger)
+}
+
+#[test]
+fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_add() {
+    let (cluster, token, mut ledger) = voters_serving();
     let before = placement(&cluster, 0).expect("placed");
     assert!(before.iter().all(|(_, epoch, _)| *epoch == 0), "{before:?}");
 
@@ -245,21 +252,7 @@ fn a_removed_nodes_replicas_are_rebuilt_on_the_others_with_every_acknowledged_ad
 /// up.
 #[test]
 fn a_voter_killed_while_partitions_move_loses_no_acknowledged_add() {
-    let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
-    cluster.start_until_up(VOTERS.len());
-    for index in VOTERS {
-        eventually("every partition's group has a primary", &cluster, || {
-            groups_ready(&cluster, index)
-        });
-    }
-    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
-    deploy_counter(&cluster, 0, &token, "counter", "");
-    for index in VOTERS {
-        wait_bound(&cluster, index, &token, "counter", 1);
-    }
-    let mut ledger = Ledger::read_through(&cluster, 0, &token, COUNTERS);
-    add_rounds(&cluster, &token, &mut ledger, &VOTERS, 0..2);
+    let (cluster, token, mut ledger) = voters_serving();
 
     // n4 joins; as soon as a move is under way, its leader — the first replica of both epochs
     // in the new group's voter order — is killed.

@@ -21,8 +21,15 @@ use std::process::ExitCode;
 /// The media type of a backup record sent to a restore endpoint.
 const RECORD_MEDIA_TYPE: &str = "application/msgpack";
 
-/// Hops a shard part follows to its owner (a node that does not own it names the owner).
-const SHARD_HOPS_MAX: usize = 3;
+/// Hops a shard part follows to its owner (a node that does not own it names the owner). With
+/// the partition plane a shard follows its partition's primary, which may change more than
+/// once while a large restore loads the groups: each hop after the first waits a little longer
+/// ([`SHARD_HOP_PAUSE`] times the hops so far) for the move to settle.
+const SHARD_HOPS_MAX: usize = 8;
+
+/// The pause before a shard part's second hop; later hops wait as many times this as hops came
+/// before.
+const SHARD_HOP_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tries of one shard part refused as unavailable (its shard still being allocated) before
 /// the restore gives up.
@@ -352,7 +359,10 @@ fn check_target(
 /// Sends a shard part to `target`, following the owner it names; the client of the node that
 /// installed it.
 fn restore_part(mut target: Client, body: &[u8]) -> Result<Client, ClientError> {
-    for _ in 0..SHARD_HOPS_MAX {
+    for hop in 0..SHARD_HOPS_MAX {
+        if hop > 1 {
+            std::thread::sleep(SHARD_HOP_PAUSE * (hop as u32 - 1));
+        }
         let answer = post_retrying(&target, body)?;
         let restored: ShardRestored = serde_json::from_value(answer)
             .map_err(|error| ClientError::Usage(format!("a restore answer: {error}")))?;
