@@ -45,6 +45,7 @@ pub use member_state::MemberState;
 pub use members::{MEMBER_ADDRESS_BYTES_MAX, MEMBER_ROLES_MAX, MemberRecord};
 pub use partitions::{
     PARTITION_REPLICAS_MAX, PARTITIONS_MAX, group_partition, group_voters, partition_group,
+    same_replica_set,
 };
 pub use plane::{CatalogObserver, LocalPlane, MetadataPlane, PlaneStatus};
 pub use records::{

@@ -117,7 +117,8 @@ pub(crate) fn place_partitions(
                 Some(row) => Some(decode_row(placement.partition, row.value().0)?),
                 None => None,
             };
-            if !before.is_some_and(|before| same_set(&before.replicas, &placement.replicas)) {
+            if !before.is_some_and(|before| same_replica_set(&before.replicas, &placement.replicas))
+            {
                 return Err(MetadataError::InvalidPlacement(format!(
                     "partition {}: a settled move keeps its replica set",
                     placement.partition
@@ -134,7 +135,7 @@ pub(crate) fn place_partitions(
         };
         let (epoch, previous) = match before {
             None => (0, Vec::new()),
-            Some(before) if same_set(&before.replicas, &placement.replicas) => {
+            Some(before) if same_replica_set(&before.replicas, &placement.replicas) => {
                 let previous = if placement.settled {
                     Vec::new()
                 } else {
@@ -159,8 +160,16 @@ pub(crate) fn place_partitions(
     Ok(Applied::PartitionsPlaced(placed))
 }
 
-/// Whether two replica lists name the same nodes, in any order.
-pub(crate) fn same_set(left: &[NodeId], right: &[NodeId]) -> bool {
+/// Whether two replica lists name the same nodes, in any order: a placement that changes only
+/// the order keeps its epoch.
+///
+/// ```
+/// use tessera_metadata::same_replica_set;
+/// let nodes = |names: &[&str]| names.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+/// assert!(same_replica_set(&nodes(&["n1", "n2"]), &nodes(&["n2", "n1"])));
+/// assert!(!same_replica_set(&nodes(&["n1", "n2"]), &nodes(&["n1", "n3"])));
+/// ```
+pub fn same_replica_set(left: &[NodeId], right: &[NodeId]) -> bool {
     let left: BTreeSet<&NodeId> = left.iter().collect();
     let right: BTreeSet<&NodeId> = right.iter().collect();
     left == right

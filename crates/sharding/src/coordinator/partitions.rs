@@ -9,7 +9,7 @@ use crate::membership::MemberStatus;
 use crate::placement::{self, Placement, PlacementInput};
 use std::collections::BTreeSet;
 use tessera_contract::NodeId;
-use tessera_metadata::{Command, MetadataError, PartitionPlacement};
+use tessera_metadata::{Command, MetadataError, PartitionPlacement, same_replica_set};
 
 /// Partitions placed by one catalog command, at most (a round with more commits several).
 pub const PLACEMENTS_PER_COMMIT_MAX: usize = 256;
@@ -79,7 +79,7 @@ impl Coordinator {
                     replicas,
                     settled,
                 };
-                if same_set(&placed.replicas, &replicas) {
+                if same_replica_set(&placed.replicas, &replicas) {
                     let reordered = placed.replicas != replicas;
                     return (reordered || settles).then(|| placement(replicas, settles));
                 }
@@ -114,11 +114,6 @@ impl Coordinator {
             }
         }
     }
-}
-
-/// Whether two replica lists name the same nodes, in any order.
-fn same_set(left: &[NodeId], right: &[NodeId]) -> bool {
-    left.iter().collect::<BTreeSet<_>>() == right.iter().collect::<BTreeSet<_>>()
 }
 
 /// Whether `placed` may move to the replica set `next` now (`keeps`: whether a member still

@@ -346,13 +346,11 @@ impl PartitionGroups {
             .find(|node| placed.previous.contains(node))
             .cloned()
             .unwrap_or_default();
-        let leads_the_move = leader == self.node;
         let job = |old: Option<&Running>, new| moves::Move {
             partition,
             old: old.map(|old| (old.state.clone(), old.group.clone())),
             new,
             replicas: placed.replicas.clone(),
-            leads_the_move,
             node: self.node.clone(),
             leader: leader.clone(),
             routed: self.routed.clone(),

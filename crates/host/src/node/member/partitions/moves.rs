@@ -45,19 +45,21 @@ pub(super) struct Move {
     pub(super) new: Option<(Arc<PartitionState>, Arc<Group>)>,
     /// The new epoch's replicas.
     pub(super) replicas: Vec<String>,
-    /// Whether this node leads the move: it takes the old group's primary role when a node
-    /// leaving leads it, seals and fills at once. The other replicas of both epochs do it
-    /// only if the new group has not opened after [`STAND_BY`].
-    pub(super) leads_the_move: bool,
     /// This node.
     pub(super) node: String,
-    /// The node that leads the move.
+    /// The node that leads the move: it takes the new group's primary role (and the old one's
+    /// from a node leaving), seals and fills at once. The other replicas of both epochs do it
+    /// only if the new group has not opened after [`STAND_BY`].
     pub(super) leader: String,
     /// Where the entity layer reads and commits: pointed at the new group once it is open.
     pub(super) routed: Arc<RoutedState>,
 }
 
 impl Move {
+    fn leads_the_move(&self) -> bool {
+        self.leader == self.node
+    }
+
     pub(super) async fn run(self) {
         let partition = self.partition;
         let Some((new, new_group)) = &self.new else {
@@ -65,7 +67,7 @@ impl Move {
         };
         let image = match &self.old {
             Some((old, group)) => {
-                if !self.leads_the_move && self.opened_by_another(new).await {
+                if !self.leads_the_move() && self.opened_by_another(new).await {
                     self.routed.hold(partition, new.clone());
                     return;
                 }
@@ -131,7 +133,7 @@ impl Move {
                 && status.contact_age_ms.is_some();
             if status.primary.as_deref() != Some(self.node.as_str()) {
                 // A standby leaves the role to the move's leader while that one has it.
-                if self.leads_the_move || !leader_leads {
+                if self.leads_the_move() || !leader_leads {
                     group.take_primary();
                 }
             } else {
