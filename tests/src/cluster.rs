@@ -41,6 +41,10 @@ pub struct Cluster {
     extra: (String, String),
     /// Whole tables appended to every node's config file ([`Cluster::with_tables`]).
     extra_tables: String,
+    /// Every node's `sharding.partitions.count`: 0 (the plane off, owners holding their
+    /// shards' state) unless the test asks for the plane ([`Cluster::with_partitions`]) or for
+    /// the default ([`Cluster::with_default_partitions`]).
+    partitions: Option<u32>,
     /// Environment variables every node is started with ([`Cluster::with_env`]).
     env: Vec<(String, String)>,
     /// The cluster address peers dial, where it is not the node's own
@@ -71,6 +75,7 @@ impl Cluster {
             child_test,
             extra: (String::new(), String::new()),
             extra_tables: String::new(),
+            partitions: Some(0),
             env: Vec::new(),
             advertised: std::collections::BTreeMap::new(),
         }
@@ -92,6 +97,18 @@ impl Cluster {
     /// generated file does not have (say `[api]`), for the settings a test needs.
     pub fn with_tables(mut self, toml: &str) -> Cluster {
         self.extra_tables = toml.to_string();
+        self
+    }
+
+    /// The same cluster with the partition plane serving `count` partitions.
+    pub fn with_partitions(mut self, count: usize) -> Cluster {
+        self.partitions = Some(u32::try_from(count).expect("a partition count"));
+        self
+    }
+
+    /// The same cluster with no partition count in its config files: a cluster's default.
+    pub fn with_default_partitions(mut self) -> Cluster {
+        self.partitions = None;
         self
     }
 
@@ -196,8 +213,12 @@ impl Cluster {
             .get(&index)
             .map(|address| format!("advertise = \"{address}\"\n"))
             .unwrap_or_default();
+        let partitions = self
+            .partitions
+            .map(|count| format!("[sharding.partitions]\ncount = {count}\n"))
+            .unwrap_or_default();
         let config = format!(
-            "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
+            "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n{partitions}[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
              checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{advertise}{cluster}\n{}",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),

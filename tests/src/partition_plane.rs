@@ -18,7 +18,7 @@ pub const PARTITIONS: usize = 6;
 /// counter deployed and bound everywhere for tenant `acme`; the cluster and the tenant's
 /// token.
 pub fn serving_cluster(cluster: Cluster) -> (Cluster, String) {
-    let cluster = cluster.with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let cluster = cluster.with_partitions(PARTITIONS);
     let nodes = cluster.members.len();
     cluster.start_until_up(nodes);
     for index in 0..nodes {

@@ -158,8 +158,8 @@ const PARTITIONS: usize = 6;
 
 #[test]
 fn asks_through_a_killed_partition_primary_end_and_count_once() {
-    let cluster = Cluster::new(&NODES, NODES.len(), "failover_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let cluster =
+        Cluster::new(&NODES, NODES.len(), "failover_child_node").with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     asks_end_and_count_once(&cluster, the_primary_of_the_most_partitions);
 }

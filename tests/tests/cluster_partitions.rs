@@ -4,7 +4,8 @@
 //! (every partition on three distinct members, each member the preferred primary of as many
 //! partitions as the others). Each node runs a voter of every partition placed on it: every
 //! group elects a primary its replicas agree on, and a group whose primary's node is killed
-//! elects another among the rest; restarted, the node's replicas rejoin.
+//! elects another among the rest; restarted, the node's replicas rejoin. A cluster whose
+//! configs leave the count to its default runs the plane: its entity state survives `kill -9`.
 //!
 //! Each node is this test binary re-run as a child (`tessera_tests::processes`).
 
@@ -46,8 +47,8 @@ fn placement(cluster: &Cluster, index: usize) -> Option<BTreeMap<u64, Vec<String
 
 #[test]
 fn every_node_shows_the_coordinators_placement() {
-    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let cluster =
+        Cluster::new(&NODES, NODES.len(), "partitions_child_node").with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     let first = eventually("every partition placed on three members", &cluster, || {
         placement(&cluster, 0)
@@ -148,8 +149,8 @@ fn agreed(
 
 #[test]
 fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
-    let cluster = Cluster::new(&NODES, NODES.len(), "partitions_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let cluster =
+        Cluster::new(&NODES, NODES.len(), "partitions_child_node").with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     eventually("every partition placed on three members", &cluster, || {
         placement(&cluster, 0)
@@ -226,6 +227,7 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         .expect("some primary");
     let victim = cluster.index_of(victim);
     cluster.kill(victim);
+    let killed = std::time::Instant::now();
     let survivors: Vec<usize> = (0..NODES.len()).filter(|index| *index != victim).collect();
     let after = agreed(&cluster, &survivors, Some(NODES[victim]));
     for (partition, (primary, view)) in &after {
@@ -241,4 +243,71 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
     // Back on its journals, the dead node's replicas rejoin their groups.
     cluster.start(victim);
     agreed(&cluster, &[0, 1, 2], None);
+}
+
+/// A cluster whose nodes' configs leave the partition count to its default replicates entity
+/// state: the coordinator places `PARTITIONS_CLUSTER_DEFAULT` partitions of three replicas,
+/// counters added to through every node keep every acknowledged add, and `kill -9` of the
+/// node serving the first of them loses none: each reads its last acknowledged value through
+/// a survivor (with the plane off it would wait for the dead owner).
+#[test]
+fn a_cluster_left_to_its_defaults_replicates_entity_state() {
+    use tessera_sharding::PARTITIONS_CLUSTER_DEFAULT;
+    use tessera_tests::partition_plane::{Ledger, add_rounds, counters_served_by, read_through};
+    let cluster =
+        Cluster::new(&NODES, NODES.len(), "partitions_child_node").with_default_partitions();
+    cluster.start_until_up(NODES.len());
+    let defaults = PARTITIONS_CLUSTER_DEFAULT as usize;
+    for index in 0..NODES.len() {
+        eventually(
+            "the default partitions placed on three members",
+            &cluster,
+            || {
+                let status = cluster_status(&cluster, index)?;
+                let partitions = status["partitions"].as_array()?;
+                let whole = partitions.len() == defaults
+                    && partitions.iter().all(|partition| {
+                        partition["replicas"].as_array().map(Vec::len) == Some(NODES.len())
+                    });
+                whole.then_some(())
+            },
+        );
+    }
+    let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
+    deploy_counter(&cluster, 0, &token, "counter", "");
+    for index in 0..NODES.len() {
+        wait_bound(&cluster, index, &token, "counter", 1);
+    }
+    let mut ledger = Ledger::read_through(&cluster, 0, &token, 6);
+    add_rounds(&cluster, &token, &mut ledger, &[0, 1, 2], 0..3);
+
+    let ids = ledger.ids();
+    let served = eventually("the counters' owners", &cluster, || {
+        counters_served_by(&cluster, 0, &ids)
+    });
+    let victim = NODES
+        .iter()
+        .position(|node| *node == served[&ids[0]])
+        .expect("a node serves the first counter");
+    cluster.kill(victim);
+    let killed = std::time::Instant::now();
+    let survivors: Vec<usize> = (0..NODES.len()).filter(|index| *index != victim).collect();
+    for id in &ids {
+        let through = survivors[0];
+        let value = eventually(&format!("{id} read through a survivor"), &cluster, || {
+            read_through(&cluster, through, &token, id)
+        });
+        // Panics unless it is the last acknowledged value (plus adds of unknown outcome).
+        ledger.check_read(id, value, NODES[through]);
+    }
+    eprintln!(
+        "{} of {} counters' owners killed ({}); every value read within {:?}",
+        served
+            .values()
+            .filter(|node| *node == NODES[victim])
+            .count(),
+        ids.len(),
+        NODES[victim],
+        killed.elapsed()
+    );
 }

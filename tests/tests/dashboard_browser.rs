@@ -231,8 +231,8 @@ fn the_dashboard_of_three_nodes_in_chromium() {
     let Some(chromium) = chromium_or_skip("the_dashboard_of_three_nodes_in_chromium") else {
         return;
     };
-    let cluster = Cluster::new(&NODES, NODES.len(), "dashboard_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+    let cluster =
+        Cluster::new(&NODES, NODES.len(), "dashboard_child_node").with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     eventually("every partition placed on three members", &cluster, || {
         let status = cluster_status(&cluster, 1)?;

@@ -73,7 +73,7 @@ fn serving_here(cluster: &Cluster, index: usize) -> Option<usize> {
 /// deployed, and a ledger of the counters after two rounds of adds through every voter.
 fn voters_serving() -> (Cluster, String, Ledger) {
     let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+        .with_partitions(PARTITIONS);
     cluster.start_until_up(VOTERS.len());
     for index in VOTERS {
         eventually("every partition's group has a primary", &cluster, || {
@@ -176,7 +176,7 @@ fn a_joining_node_takes_replicas_and_gives_them_back_when_it_leaves_losing_no_ad
 #[test]
 fn a_removed_nodes_replicas_are_rebuilt_on_the_others_with_every_acknowledged_add() {
     let cluster = Cluster::new(&NODES, VOTERS.len(), "partitions_moved_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+        .with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
     deploy_counter(&cluster, 0, &token, "counter", "");

@@ -45,7 +45,7 @@ fn value_through(cluster: &Cluster, index: usize, token: &str, id: usize) -> u64
 /// the counter deployed and bound everywhere for tenant `acme`; the cluster and the token.
 fn serving_cluster() -> (Cluster, String) {
     let cluster = Cluster::new(&NODES, NODES.len(), "partitions_served_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+        .with_partitions(PARTITIONS);
     cluster.start_until_up(NODES.len());
     for index in 0..NODES.len() {
         eventually("every partition's group has a primary", &cluster, || {
@@ -128,7 +128,7 @@ fn a_killed_node_whose_disk_is_lost_takes_no_acknowledged_add_with_it() {
     let single = Cluster::new(&["b1"], 1, "partitions_served_child_node");
     single.start_until_up(1);
     let plane = Cluster::new(&["p1", "p2", "p3"], 3, "partitions_served_child_node")
-        .with_tables(&format!("[sharding.partitions]\ncount = {PARTITIONS}\n"));
+        .with_partitions(PARTITIONS);
     plane.start_until_up(3);
     for index in 0..3 {
         eventually("every partition's group has a primary", &plane, || {

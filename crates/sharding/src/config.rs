@@ -67,18 +67,73 @@ pub struct ShardingConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PartitionConfig {
-    /// Partitions in the cluster; 0 places none. The default while the plane cannot serve
-    /// yet: its groups do not run, so a placement would only be recorded.
-    pub count: u32,
+    /// Partitions in the cluster; 0 places none (the plane off: each owner keeps its shards'
+    /// state on its own disk). Unset, [`PartitionConfig::resolve`] takes
+    /// [`PARTITIONS_CLUSTER_DEFAULT`] for a node of a cluster and 0 for a single node.
+    pub count: Option<u32>,
     /// Replicas per partition; fewer while fewer members are eligible (one on a single node).
     pub replication_factor: usize,
+    /// The cluster's voters, as the host knows them (not configured here). A first placement
+    /// waits for as many eligible members as the replication factor asks, or as there are
+    /// voters if fewer — so a cluster of one voter places at once and its partitions gain
+    /// replicas, by moves, as members join. Unset, it waits for the replication factor.
+    #[serde(skip)]
+    pub voters: Option<usize>,
+    /// Whether [`PartitionConfig::resolve`] filled `count` in (the config left it unset).
+    #[serde(skip)]
+    pub defaulted: bool,
+}
+
+/// Partitions of a cluster whose config does not say: 64 groups at three replicas keep an
+/// idle three-node cluster on a 2-core machine near 2 % of its CPU (`docs/partitions.md`,
+/// "What one group costs").
+pub const PARTITIONS_CLUSTER_DEFAULT: u32 = 64;
+
+impl PartitionConfig {
+    /// The partition count in force (0 while unset and not yet resolved: the plane off).
+    ///
+    /// ```
+    /// use tessera_sharding::{PartitionConfig, PARTITIONS_CLUSTER_DEFAULT};
+    /// let mut clustered = PartitionConfig::default();
+    /// clustered.resolve(true);
+    /// assert_eq!(clustered.count(), PARTITIONS_CLUSTER_DEFAULT);
+    /// let mut single = PartitionConfig::default();
+    /// single.resolve(false);
+    /// assert_eq!(single.count(), 0);
+    /// ```
+    pub fn count(&self) -> u32 {
+        self.count.unwrap_or(0)
+    }
+
+    /// Fills an unset count with the default for where the node runs: the plane serves in a
+    /// cluster (`clustered`) and is off on a single node, where an entity's one copy is its
+    /// node's disk either way and a group of one would only add a journal. An explicit count,
+    /// 0 included, is kept.
+    pub fn resolve(&mut self, clustered: bool) {
+        if self.count.is_none() {
+            self.defaulted = true;
+            self.count = Some(if clustered {
+                PARTITIONS_CLUSTER_DEFAULT
+            } else {
+                0
+            });
+        }
+    }
+
+    /// Eligible members a first placement waits for (see [`PartitionConfig::voters`]).
+    pub fn first_placement_members(&self) -> usize {
+        let voters = self.voters.unwrap_or(self.replication_factor);
+        self.replication_factor.min(voters).max(1)
+    }
 }
 
 impl Default for PartitionConfig {
     fn default() -> Self {
         PartitionConfig {
-            count: 0,
+            count: None,
             replication_factor: 3,
+            voters: None,
+            defaulted: false,
         }
     }
 }
@@ -223,7 +278,7 @@ impl ShardingConfig {
         let bounds = [
             (
                 "partitions.count",
-                self.partitions.count as usize,
+                self.partitions.count() as usize,
                 tessera_metadata::PARTITIONS_MAX as usize,
             ),
             (

@@ -31,7 +31,10 @@ mod lease_tests;
 #[cfg(test)]
 mod tests;
 
-pub use config::{ConfigError, PartitionConfig, RememberConfig, ShardMoves, ShardingConfig};
+pub use config::{
+    ConfigError, PARTITIONS_CLUSTER_DEFAULT, PartitionConfig, RememberConfig, ShardMoves,
+    ShardingConfig,
+};
 pub use coordinator::{Coordinator, CoordinatorError, CoordinatorHandle};
 pub use extractor::{FnvExtractor, ShardExtractor, ShardId};
 pub use link::{

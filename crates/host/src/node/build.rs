@@ -8,6 +8,7 @@ use super::catalog::{BLOB_GARBAGE_EVERY, MemberFollowers, NodeCatalog, PluginSou
 use super::listing::EntityListing;
 use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
+use super::member::layout;
 use super::member::mesh::Mesh;
 use super::member::partitions::{PartitionGroups, partition_of};
 use super::member::queries;
@@ -28,10 +29,13 @@ impl Node {
     /// serve. `admin_token` must be set (from config or the environment).
     pub async fn open(mut config: NodeConfig) -> Result<Arc<Node>, NodeError> {
         config.validate().map_err(NodeError::Config)?;
-        if config.cluster.is_some() {
+        if let Some(cluster) = &config.cluster {
             // Each node keeps its shards' state: shards move with it, by handoff.
             config.sharding.moves = ShardMoves::OwnerHoldsState(LeaseConfig::default());
+            config.sharding.partitions.voters = Some(cluster.voters.len());
         }
+        // The partition plane serves by default in a cluster and is off on a single node.
+        config.sharding.partitions.resolve(config.cluster.is_some());
         let admin_token = config.admin_token.clone().ok_or_else(|| {
             NodeError::Config(
                 "no admin token: set admin_token in the config or TESSERA_ADMIN_TOKEN".into(),
@@ -48,7 +52,7 @@ impl Node {
         let state = Arc::new(LocalState::new(store.clone(), config.commit.clone()));
         // With the partition plane on, an entity of a partitioned shard is read and committed
         // through its partition's group (the groups are held in `routed` as they start).
-        let partitions_count = config.sharding.partitions.count;
+        let partitions_count = config.sharding.partitions.count();
         let routed = Arc::new(RoutedState::new(
             state.clone(),
             partition_of(config.sharding.num_shards, partitions_count),
@@ -95,6 +99,7 @@ impl Node {
         let mesh = match &config.cluster {
             Some(cluster) => {
                 joining::check_data_dir(&config, cluster, &metadata)?;
+                layout::check_layout(&config.data_dir, &config.sharding.partitions)?;
                 let (mesh, inbound) = Mesh::start(&config.node_id, cluster).await?;
                 switchboard.set_remote(mesh.clone());
                 Some((mesh, inbound))

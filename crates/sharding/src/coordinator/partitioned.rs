@@ -28,13 +28,13 @@ pub(super) struct PartitionedMoves {
 impl Coordinator {
     /// Whether the partition plane serves: entity state in the partitions' groups.
     pub(super) fn partitions_serve(&self) -> bool {
-        self.guard.is_some() && self.config.partitions.count > 0
+        self.guard.is_some() && self.config.partitions.count() > 0
     }
 
     /// The partition `key`'s entities live in, while the plane serves.
     pub(super) fn partition_of(&self, key: &ShardKey) -> Option<u32> {
         self.partitions_serve()
-            .then(|| key.shard % self.config.partitions.count)
+            .then(|| key.shard % self.config.partitions.count())
     }
 
     /// What `node` is to shard `key`: as [`Coordinator::owner`] says, except that a
@@ -65,7 +65,7 @@ impl Coordinator {
         if !self.partitions_serve() {
             return false;
         }
-        let count = self.config.partitions.count;
+        let count = self.config.partitions.count();
         self.primaries.report(node, led, count, Instant::now())
     }
 

@@ -2,7 +2,8 @@
 //! committed partition table, computes the next placement over the eligible members
 //! ([`crate::placement`]) and commits the partitions that change, fenced like shard decisions
 //! (its epoch, the generation it read for each partition). The first placement waits until as
-//! many members are eligible as the replication factor asks.
+//! many members are eligible as the replication factor asks (or as there are voters, if
+//! fewer).
 
 use super::Coordinator;
 use crate::membership::MemberStatus;
@@ -18,7 +19,7 @@ impl Coordinator {
     /// One placement round, when the plane has partitions (`partitions.count > 0`).
     pub(super) async fn place_partitions(&mut self, eligible: &[NodeId]) {
         let config = self.config.partitions.clone();
-        if config.count == 0 || self.deposed {
+        if config.count() == 0 || self.deposed {
             return;
         }
         let committed = match self.plane.store().partitions() {
@@ -42,18 +43,20 @@ impl Coordinator {
             .map(|member| member.node.clone())
             .filter(|node| !eligible.contains(node))
             .collect();
-        // A first placement is whole or nothing: a partition's group keeps the replicas it
-        // starts with until moves are built, so it must not start on fewer than its factor.
-        if current.is_empty() && eligible.len() < config.replication_factor {
+        // A first placement is whole: it waits for as many eligible members as its groups
+        // start with (the replication factor, or every voter of a smaller cluster), rather
+        // than start small and move every partition as the other members come up.
+        let first_members = config.first_placement_members();
+        if current.is_empty() && eligible.len() < first_members {
             tracing::debug!(
                 eligible = eligible.len(),
-                replication_factor = config.replication_factor,
-                "the partitions wait for as many eligible members as their replication factor"
+                waits_for = first_members,
+                "the first placement waits for its members"
             );
             return;
         }
         let next = placement::place(&PlacementInput {
-            partition_count: config.count,
+            partition_count: config.count(),
             replication_factor: config.replication_factor,
             eligible: &eligible,
             holding: &holding,

@@ -46,8 +46,8 @@ async fn placed_until(
 async fn the_coordinator_places_every_partition_and_places_again_without_a_leaver() {
     let config = ShardingConfig {
         partitions: PartitionConfig {
-            count: 12,
-            replication_factor: 3,
+            count: Some(12),
+            ..PartitionConfig::default()
         },
         ..test_config()
     };
@@ -123,6 +123,87 @@ async fn with_no_partitions_configured_nothing_is_placed() {
         tokio::time::sleep(test_config().coordinator_tick).await;
     }
     assert!(plane.store().partitions().expect("reads").is_empty());
+}
+
+/// A first placement waits for as many eligible members as the replication factor asks, or
+/// as there are voters if fewer: a cluster of one voter places at once, on itself, and its
+/// partitions gain their other replicas (a move each) as members join.
+#[tokio::test(start_paused = true)]
+async fn a_first_placement_waits_for_its_replicas_or_every_voter() {
+    let coordinator_for =
+        |voters: Option<usize>, plane: &Arc<dyn MetadataPlane>, membership: &Membership| {
+            let config = ShardingConfig {
+                partitions: PartitionConfig {
+                    count: Some(4),
+                    voters,
+                    ..PartitionConfig::default()
+                },
+                ..test_config()
+            };
+            Coordinator::start(
+                config,
+                membership.subscribe(),
+                Arc::new(Switchboard::new()),
+                plane.clone(),
+            )
+            .unwrap()
+        };
+
+    // Three voters, two of them up: nothing is placed until the third is.
+    let directory = tempfile::tempdir().unwrap();
+    let plane = test_plane(&directory);
+    let membership = Membership::new();
+    for node in ["n1", "n2"] {
+        join_catalog(&plane, node).await;
+        membership.join(node, Vec::<String>::new());
+    }
+    let coordinator = coordinator_for(Some(3), &plane, &membership);
+    for _ in 0..10 {
+        coordinator
+            .allocation_table()
+            .await
+            .expect("the coordinator runs");
+        tokio::time::sleep(test_config().coordinator_tick).await;
+    }
+    assert!(plane.store().partitions().expect("reads").is_empty());
+    join_catalog(&plane, "n3").await;
+    membership.join("n3", Vec::<String>::new());
+    placed_until(&plane, "4 partitions of 3 replicas", |placed| {
+        placed.len() == 4 && placed.values().all(|placed| placed.replicas.len() == 3)
+    })
+    .await;
+    drop(coordinator);
+
+    // One voter: placed on it at once, then grown to three replicas as two members join.
+    let directory = tempfile::tempdir().unwrap();
+    let plane = test_plane(&directory);
+    let membership = Membership::new();
+    join_catalog(&plane, "n1").await;
+    membership.join("n1", Vec::<String>::new());
+    let _coordinator = coordinator_for(Some(1), &plane, &membership);
+    placed_until(&plane, "4 partitions on the one voter", |placed| {
+        placed.len() == 4 && placed.values().all(|placed| placed.replicas == ["n1"])
+    })
+    .await;
+    // Both join between two rounds, so each partition moves once, to all three.
+    for node in ["n2", "n3"] {
+        join_catalog(&plane, node).await;
+    }
+    for node in ["n2", "n3"] {
+        membership.join(node, Vec::<String>::new());
+    }
+    let grown = placed_until(&plane, "every partition moving to 3 replicas", |placed| {
+        placed.values().all(|placed| placed.replicas.len() == 3)
+    })
+    .await;
+    for (partition, placed) in &grown {
+        assert_eq!(placed.epoch, 1, "partition {partition}: one move");
+        assert_eq!(
+            placed.previous,
+            ["n1"],
+            "partition {partition}: it leaves n1 alone"
+        );
+    }
 }
 
 /// What each node says it leads: `(partition, epoch, view)`s per node.
@@ -378,8 +459,8 @@ fn serving_config(count: u32) -> ShardingConfig {
     ShardingConfig {
         moves: crate::ShardMoves::OwnerHoldsState(lease),
         partitions: PartitionConfig {
-            count,
-            replication_factor: 3,
+            count: Some(count),
+            ..PartitionConfig::default()
         },
         ..test_config()
     }

@@ -2,7 +2,8 @@
 //! transport for the metadata plane, the regions and the coordinator, carrying `peer_message`),
 //! where what peers send enters (`dispatch`), who may send what (`authority`) and what waits
 //! for the catalog to vouch for it (`held`), how plugin bytes move between nodes beside the
-//! plane (`blob_transfer`), how it joins and leaves (`joining`), the lease that lets it serve its
+//! plane (`blob_transfer`), how it joins and leaves (`joining`), the partition count its data was
+//! written with (`layout`), the lease that lets it serve its
 //! shards (`lease`), whether it is ready for traffic (`readiness`), where the shard coordinator
 //! runs (`seat`: on the metadata primary), the partition plane's groups it runs (`partitions`), the operators' view of the cluster from here (`view`),
 //! and what nodes ask each other about their own part of it (`queries`: pages of entity ids,
@@ -13,6 +14,7 @@ pub(super) mod blob_transfer;
 mod dispatch;
 mod held;
 pub(super) mod joining;
+pub(super) mod layout;
 pub(super) mod lease;
 pub(super) mod mesh;
 pub(super) mod partitions;

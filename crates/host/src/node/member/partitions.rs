@@ -188,7 +188,7 @@ impl PartitionGroups {
             running: Mutex::default(),
         });
         tokio::spawn(follow_placement(Arc::downgrade(&groups), plane, status));
-        if config.sharding.partitions.count > 0 {
+        if config.sharding.partitions.count() > 0 {
             tokio::spawn(report_primaries(Arc::downgrade(&groups), switchboard));
         }
         Ok(groups)
