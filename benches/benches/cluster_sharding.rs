@@ -52,6 +52,9 @@ fn cluster_config(
         cluster.seeds = BTreeMap::from([("n1".to_string(), seed.into())]);
     }
     config.cluster = Some(cluster);
+    // The plane off: what this bench measures is shards moving with their owners' state
+    // (the partition plane has its own benches, `partition_plane` and `partition_failover`).
+    config.sharding.partitions.count = Some(0);
     config
 }
 

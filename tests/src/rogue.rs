@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tessera_cluster::handshake::ShardLayout;
 use tessera_cluster::{Direction, Inbound, Transport, TransportConfig, load_identity};
 use tessera_consensus::group::{GroupFrame, GroupMessage};
 use tessera_consensus::message::Request;
@@ -49,6 +50,12 @@ impl Rogue {
         let mut config = TransportConfig::new(cluster_id, SocketAddr::from(([127, 0, 0, 1], 0)));
         config.reconnect_backoff_min = Duration::from_millis(10);
         config.reconnect_backoff_max = Duration::from_millis(100);
+        // The test clusters' layout (default shards, the plane off): a rogue with a valid
+        // certificate passes every check of the handshake.
+        config.layout = ShardLayout {
+            shards: tessera_sharding::ShardingConfig::default().num_shards,
+            partitions: 0,
+        };
         let identity = load_identity(certs, id).expect("the rogue's certificate");
         let (transport, inbound) = Transport::start(config, identity)
             .await

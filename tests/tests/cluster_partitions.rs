@@ -227,7 +227,6 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
         .expect("some primary");
     let victim = cluster.index_of(victim);
     cluster.kill(victim);
-    let killed = std::time::Instant::now();
     let survivors: Vec<usize> = (0..NODES.len()).filter(|index| *index != victim).collect();
     let after = agreed(&cluster, &survivors, Some(NODES[victim]));
     for (partition, (primary, view)) in &after {

@@ -52,6 +52,9 @@ impl Victim {
             &certs,
             vec![VICTIM.into()],
         ));
+        // The plane off: the messages forged here are those of owners that hold their shards'
+        // state (handoffs, shard state parts), which the partition plane does not send.
+        config.sharding.partitions.count = Some(0);
         let node = Node::open(config).await.expect("the node opens");
         node.create_tenant(TENANT, None).await.expect("a tenant");
         let plugin = std::fs::read(tessera_tests::COUNTER).expect("the counter plugin");

@@ -5,6 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::handshake::ShardLayout;
+
 use thiserror::Error;
 
 /// The largest frame a node sends or accepts, by default. A peer that announces a larger one
@@ -98,6 +100,9 @@ pub struct TransportConfig {
     /// as its seed). Off, such a connection is refused (`unknown_peer`). At most
     /// [`PEERS_MAX`](super::PEERS_MAX) peers are held either way.
     pub admit_unknown_peers: bool,
+    /// How this node places entity state, named in its hello; a peer that places it another
+    /// way is refused (`wrong_layout`).
+    pub layout: ShardLayout,
 }
 
 /// A config the transport cannot run with.
@@ -146,6 +151,7 @@ impl TransportConfig {
             reconnect_backoff_max: RECONNECT_BACKOFF_MAX,
             peer_down_drop_after: PEER_DOWN_DROP_AFTER,
             admit_unknown_peers: false,
+            layout: ShardLayout::default(),
         }
     }
 

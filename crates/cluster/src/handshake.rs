@@ -1,5 +1,6 @@
 //! The hello exchange that opens every connection, after TLS. The dialer sends a [`Hello`]
-//! (magic, protocol version, cluster id, node id, incarnation); the acceptor checks it, and answers
+//! (magic, protocol version, cluster id, node id, incarnation, shard layout); the acceptor checks
+//! it, and answers
 //! `Welcome` with its own hello, or `Refused` with the reason and closes. The dialer checks
 //! the acceptor's hello the same way. Handshake frames are capped at [`HELLO_FRAME_BYTES_MAX`];
 //! the caller bounds the whole exchange with the handshake timeout.
@@ -21,8 +22,9 @@ pub const HELLO_MAGIC: u32 = u32::from_be_bytes(*b"TSRA");
 /// VSR group's frame names its group. Version 3: a hello names its sender's incarnation.
 /// Version 4: a VSR request's operation is MessagePack `bin`, not an array of integers.
 /// Version 5: a partition group is named by its partition and epoch, and a report of the
-/// partitions a node leads carries each one's epoch (partition moves).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// partitions a node leads carries each one's epoch (partition moves). Version 6: a hello names
+/// its sender's [`ShardLayout`].
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// The largest hello or hello reply. Hellos are tiny; the cap keeps a peer from making the
 /// handshake buffer a full `max_frame_bytes`.
@@ -43,6 +45,20 @@ pub struct Hello {
     /// restarted process is told apart from the one a cluster removed (whose incarnation its
     /// peers refuse, see `Transport::quarantine_peer`). Never 0.
     pub incarnation: u64,
+    /// How the sender places entity state; a peer must place it the same way.
+    pub layout: ShardLayout,
+}
+
+/// How a node maps entities to shards and shards to partitions (its `num_shards` and its
+/// partition count). Two nodes that differ would disagree on which shard, and so which node
+/// and which partition's replicas, hold an entity's state: each would serve entities the
+/// other holds as new. A peer with another layout is refused ([`RefusalReason::WrongLayout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardLayout {
+    /// Shards per entity type.
+    pub shards: u32,
+    /// Partitions of the partition plane; 0 with the plane off.
+    pub partitions: u32,
 }
 
 /// The fields every protocol version keeps, read before the rest: a hello from another
@@ -81,7 +97,8 @@ pub enum HandshakeError {
 }
 
 impl Hello {
-    /// This build's hello for `node_id` in `cluster_id`, as a new incarnation of the node.
+    /// This build's hello for `node_id` in `cluster_id`, as a new incarnation of the node,
+    /// with the default (empty) layout.
     pub fn new(cluster_id: &str, node_id: &str) -> Hello {
         Hello {
             magic: HELLO_MAGIC,
@@ -89,13 +106,20 @@ impl Hello {
             cluster_id: cluster_id.to_owned(),
             node_id: node_id.to_owned(),
             incarnation: rand::random::<u64>().max(1),
+            layout: ShardLayout::default(),
         }
+    }
+
+    /// The same hello naming `layout`.
+    pub fn with_layout(mut self, layout: ShardLayout) -> Hello {
+        self.layout = layout;
+        self
     }
 }
 
-/// Reads a hello frame and checks it against this node's cluster: magic, then version, then
-/// the rest of the hello, then the cluster id.
-fn read_hello(body: &[u8], cluster_id: &str) -> Result<Hello, RefusalReason> {
+/// Reads a hello frame and checks it against this node's own (`own`): magic, then version,
+/// then the rest of the hello, then the cluster id and the layout.
+fn read_hello(body: &[u8], own: &Hello) -> Result<Hello, RefusalReason> {
     let header: HelloHeader = frame::decode(body).map_err(|_| RefusalReason::BadHello)?;
     if header.magic != HELLO_MAGIC {
         return Err(RefusalReason::BadMagic);
@@ -104,20 +128,23 @@ fn read_hello(body: &[u8], cluster_id: &str) -> Result<Hello, RefusalReason> {
         return Err(RefusalReason::WrongVersion);
     }
     let hello: Hello = frame::decode(body).map_err(|_| RefusalReason::BadHello)?;
-    check_hello(&hello, cluster_id)?;
+    check_hello(&hello, own)?;
     Ok(hello)
 }
 
-/// Checks a decoded hello against this node's cluster.
-fn check_hello(hello: &Hello, cluster_id: &str) -> Result<(), RefusalReason> {
+/// Checks a decoded hello against this node's own: its cluster and its layout.
+fn check_hello(hello: &Hello, own: &Hello) -> Result<(), RefusalReason> {
     if hello.magic != HELLO_MAGIC {
         return Err(RefusalReason::BadMagic);
     }
     if hello.protocol_version != PROTOCOL_VERSION {
         return Err(RefusalReason::WrongVersion);
     }
-    if hello.cluster_id != cluster_id {
+    if hello.cluster_id != own.cluster_id {
         return Err(RefusalReason::WrongCluster);
+    }
+    if hello.layout != own.layout {
+        return Err(RefusalReason::WrongLayout);
     }
     Ok(())
 }
@@ -141,7 +168,7 @@ where
         Some(Err(error)) if frame::is_oversized(&error) => Err(RefusalReason::BadHello),
         Some(Err(error)) => return Err(error.into()),
         Some(Ok(body)) => {
-            read_hello(&body, &own.cluster_id).and_then(|hello| check_peer(&hello).map(|()| hello))
+            read_hello(&body, own).and_then(|hello| check_peer(&hello).map(|()| hello))
         }
     };
     match checked {
@@ -185,7 +212,7 @@ where
         HelloReply::Refused { reason } => return Err(HandshakeError::RefusedByPeer(reason)),
         HelloReply::Welcome { hello } => hello,
     };
-    check_hello(&hello, &own.cluster_id).map_err(HandshakeError::Refused)?;
+    check_hello(&hello, own).map_err(HandshakeError::Refused)?;
     if hello.node_id != expected_peer {
         return Err(HandshakeError::Refused(RefusalReason::NodeIdMismatch));
     }
@@ -217,31 +244,56 @@ mod tests {
         rmp_serde::to_vec_named(value).unwrap()
     }
 
+    const LAYOUT: ShardLayout = ShardLayout {
+        shards: 128,
+        partitions: 64,
+    };
+
+    /// This node's own hello in cluster `cluster_id`.
+    fn own(cluster_id: &str) -> Hello {
+        Hello::new(cluster_id, "node-0").with_layout(LAYOUT)
+    }
+
     #[test]
     fn a_good_hello_passes() {
-        let hello = Hello::new("c1", "node-1");
-        assert_eq!(read_hello(&body(&hello), "c1"), Ok(hello));
+        let hello = Hello::new("c1", "node-1").with_layout(LAYOUT);
+        assert_eq!(read_hello(&body(&hello), &own("c1")), Ok(hello));
     }
 
     #[test]
     fn each_bad_field_has_its_reason() {
-        let mut hello = Hello::new("c1", "node-1");
+        let mut hello = Hello::new("c1", "node-1").with_layout(LAYOUT);
         assert_eq!(
-            read_hello(&body(&hello), "c2"),
+            read_hello(&body(&hello), &own("c2")),
             Err(RefusalReason::WrongCluster)
         );
+        for layout in [
+            ShardLayout {
+                partitions: 0,
+                ..LAYOUT
+            },
+            ShardLayout {
+                shards: 256,
+                ..LAYOUT
+            },
+        ] {
+            assert_eq!(
+                read_hello(&body(&hello.clone().with_layout(layout)), &own("c1")),
+                Err(RefusalReason::WrongLayout)
+            );
+        }
         hello.protocol_version = PROTOCOL_VERSION + 1;
         assert_eq!(
-            read_hello(&body(&hello), "c1"),
+            read_hello(&body(&hello), &own("c1")),
             Err(RefusalReason::WrongVersion)
         );
         hello.magic = 0;
         assert_eq!(
-            read_hello(&body(&hello), "c1"),
+            read_hello(&body(&hello), &own("c1")),
             Err(RefusalReason::BadMagic)
         );
         assert_eq!(
-            read_hello(b"\xc1garbage", "c1"),
+            read_hello(b"\xc1garbage", &own("c1")),
             Err(RefusalReason::BadHello)
         );
     }
@@ -260,7 +312,7 @@ mod tests {
             features: vec!["x".into()],
         };
         assert_eq!(
-            read_hello(&body(&future), "c1"),
+            read_hello(&body(&future), &own("c1")),
             Err(RefusalReason::WrongVersion)
         );
     }

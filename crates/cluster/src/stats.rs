@@ -14,6 +14,9 @@ pub enum RefusalReason {
     WrongVersion,
     /// The peer belongs to another cluster.
     WrongCluster,
+    /// The peer places entity state another way: another shard count or partition count
+    /// (`ShardLayout`).
+    WrongLayout,
     /// The node id the peer claims is not the one its certificate names.
     NodeIdMismatch,
     /// The TLS handshake failed: no certificate, one from another CA, or not TLS at all.
@@ -59,6 +62,7 @@ pub(crate) struct RefusalCounters {
     bad_magic: AtomicU64,
     wrong_version: AtomicU64,
     wrong_cluster: AtomicU64,
+    wrong_layout: AtomicU64,
     node_id_mismatch: AtomicU64,
     tls_failure: AtomicU64,
     unknown_peer: AtomicU64,
@@ -73,6 +77,7 @@ impl RefusalCounters {
             RefusalReason::BadMagic => &self.bad_magic,
             RefusalReason::WrongVersion => &self.wrong_version,
             RefusalReason::WrongCluster => &self.wrong_cluster,
+            RefusalReason::WrongLayout => &self.wrong_layout,
             RefusalReason::NodeIdMismatch => &self.node_id_mismatch,
             RefusalReason::TlsFailure => &self.tls_failure,
             RefusalReason::UnknownPeer => &self.unknown_peer,
@@ -88,6 +93,7 @@ impl RefusalCounters {
             bad_magic: read(&self.bad_magic),
             wrong_version: read(&self.wrong_version),
             wrong_cluster: read(&self.wrong_cluster),
+            wrong_layout: read(&self.wrong_layout),
             node_id_mismatch: read(&self.node_id_mismatch),
             tls_failure: read(&self.tls_failure),
             unknown_peer: read(&self.unknown_peer),
@@ -108,6 +114,8 @@ pub struct RefusalCounts {
     pub wrong_version: u64,
     /// See [`RefusalReason::WrongCluster`].
     pub wrong_cluster: u64,
+    /// See [`RefusalReason::WrongLayout`].
+    pub wrong_layout: u64,
     /// See [`RefusalReason::NodeIdMismatch`].
     pub node_id_mismatch: u64,
     /// See [`RefusalReason::TlsFailure`].

@@ -98,7 +98,7 @@ where
             })?;
         let (inbound_sender, receiver) = mpsc::channel(config.inbound_queue_max);
         let shared = Arc::new(Shared {
-            hello: Hello::new(&config.cluster_id, identity.node_id()),
+            hello: Hello::new(&config.cluster_id, identity.node_id()).with_layout(config.layout),
             pending: PendingRequests::new(config.pending_requests_max),
             stats: Arc::default(),
             inbound: Mutex::new(Some(inbound_sender)),

@@ -52,6 +52,27 @@ async fn a_node_of_another_cluster_is_refused_and_counted() {
 }
 
 #[tokio::test]
+async fn a_node_that_places_entity_state_another_way_is_refused_and_counted() {
+    let certs = Certs::new(&["node-0", "node-1", "node-2"]);
+    let mut pair = GoodPair::start(&certs).await;
+    let mut other = config(CLUSTER);
+    other.layout = crate::handshake::ShardLayout {
+        shards: 128,
+        partitions: 64,
+    };
+    let (stranger, _) = start(&certs, "node-0", other).await;
+    stranger
+        .add_peer("node-2", pair.second.local_addr())
+        .unwrap();
+    eventually("the other layout is refused", || {
+        pair.second.stats().refusals.wrong_layout >= 1 && stranger.stats().refused_by_peer >= 1
+    })
+    .await;
+    pair.still_talks().await;
+    assert_eq!(pair.second.stats().connections_established, 1);
+}
+
+#[tokio::test]
 async fn another_protocol_version_or_a_bad_magic_is_refused() {
     let certs = Certs::new(&["node-0", "node-1", "node-2"]);
     let mut pair = GoodPair::start(&certs).await;

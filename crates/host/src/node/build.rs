@@ -15,6 +15,7 @@ use super::member::queries;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
 use std::sync::Arc;
+use tessera_cluster::handshake::ShardLayout;
 use tessera_entity::{Entities, EntityParts, TypeTable};
 use tessera_metadata::{BlobStore, LocalPlane, MetadataStore};
 use tessera_runtime::{Runtime, RuntimeConfig};
@@ -100,7 +101,11 @@ impl Node {
             Some(cluster) => {
                 joining::check_data_dir(&config, cluster, &metadata)?;
                 layout::check_layout(&config.data_dir, &config.sharding.partitions)?;
-                let (mesh, inbound) = Mesh::start(&config.node_id, cluster).await?;
+                let layout = ShardLayout {
+                    shards: config.sharding.num_shards,
+                    partitions: partitions_count,
+                };
+                let (mesh, inbound) = Mesh::start(&config.node_id, cluster, layout).await?;
                 switchboard.set_remote(mesh.clone());
                 Some((mesh, inbound))
             }

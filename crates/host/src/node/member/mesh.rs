@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tessera_cluster::detector::{PROGRESS_EVERY, PhiDetector};
+use tessera_cluster::handshake::ShardLayout;
 use tessera_cluster::{
     Direction, Inbound, PeerAddress, SendError, Transport, TransportConfig, TransportStatsSnapshot,
     load_identity,
@@ -97,10 +98,12 @@ pub(crate) struct Mesh {
 
 impl Mesh {
     /// Loads this node's certificate, binds the cluster listener and adds every seed as a
-    /// peer. Returns the mesh and what it received, for [`Mesh::dispatch`].
+    /// peer; peers that place entity state another way than `layout` are refused. Returns
+    /// the mesh and what it received, for [`Mesh::dispatch`].
     pub(crate) async fn start(
         node: &str,
         config: &ClusterConfig,
+        layout: ShardLayout,
     ) -> Result<(Arc<Mesh>, Inbound<PeerMessage>), NodeError> {
         let identity = load_identity(&config.certs_dir, node).map_err(|error| {
             NodeError::Config(format!(
@@ -114,6 +117,7 @@ impl Mesh {
         transport_config.admit_unknown_peers = config.voters.iter().any(|voter| voter == node);
         transport_config.max_frame_bytes = MESH_FRAME_BYTES_MAX;
         transport_config.send_queue_bytes_max = MESH_SEND_QUEUE_BYTES_MAX;
+        transport_config.layout = layout;
         let (transport, inbound) = Transport::start(transport_config, identity)
             .await
             .map_err(|error| NodeError::Config(format!("cluster transport: {error}")))?;
@@ -456,6 +460,7 @@ impl Mesh {
                     ("bad_magic", stats.refusals.bad_magic),
                     ("wrong_version", stats.refusals.wrong_version),
                     ("wrong_cluster", stats.refusals.wrong_cluster),
+                    ("wrong_layout", stats.refusals.wrong_layout),
                     ("node_id_mismatch", stats.refusals.node_id_mismatch),
                     ("tls_failure", stats.refusals.tls_failure),
                     ("unknown_peer", stats.refusals.unknown_peer),

@@ -1,10 +1,14 @@
 //! Whether this node should be sent traffic now (`GET /v1/ready`, a Kubernetes readiness
 //! probe): its member is `up` in the catalog it has applied and, in a cluster, it is in contact
-//! with a working metadata plane, so what it takes in can commit. A node that is joining,
-//! leaving, cut off from a quorum or between views answers "not ready" with the reason.
+//! with a working metadata plane, so what it takes in can commit, and — with the partition
+//! plane serving — the partitions are placed and this node runs the group of every partition
+//! placed on it, so an entity it serves has a replica to commit through. A node that is
+//! joining, leaving, cut off from a quorum, between views or before its partitions' groups
+//! answers "not ready" with the reason.
 
 use crate::node::{Node, NodeError};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use tessera_metadata::MemberState;
 
 /// The oldest contact with a working metadata plane that still counts as ready: the
@@ -55,7 +59,7 @@ impl Node {
             (_, Some(age)) if age > READY_CONTACT_AGE_MS_MAX => Some(format!(
                 "no contact with a working metadata plane for {age} ms"
             )),
-            _ => None,
+            _ => self.partitions_unready()?,
         };
         Ok(Readiness {
             ready: reason.is_none(),
@@ -63,5 +67,32 @@ impl Node {
             contact_age_ms,
             reason,
         })
+    }
+
+    /// Why the partition plane keeps this node from serving yet, if it does: no placement
+    /// committed yet (it waits for its members), or a partition placed here whose group has
+    /// not started.
+    fn partitions_unready(&self) -> Result<Option<String>, NodeError> {
+        let count = self.config.sharding.partitions.count();
+        let Some(groups) = self.partitions.as_ref().filter(|_| count > 0) else {
+            return Ok(None);
+        };
+        let placed = self.plane.store().partitions()?;
+        if placed.len() < count as usize {
+            return Ok(Some(format!(
+                "{} of {count} partitions placed (the first placement waits for its members)",
+                placed.len()
+            )));
+        }
+        let running: BTreeSet<u32> = groups.here().iter().map(|here| here.partition).collect();
+        let waiting = placed
+            .iter()
+            .filter(|(partition, placed)| {
+                placed.replicas.contains(&self.config.node_id) && !running.contains(partition)
+            })
+            .count();
+        Ok((waiting > 0).then(|| {
+            format!("{waiting} partitions placed on this node have not started their groups")
+        }))
     }
 }
