@@ -57,6 +57,7 @@ impl PlaneConfig {
             checkpoint_interval_ops: self.checkpoint_interval_ops,
             // The catalog's commands are few and ordered by their callers: one at a time.
             sessions: 1,
+            ..GroupConfig::new(METADATA_GROUP, self.voters.clone(), self.node.clone())
         }
     }
 }

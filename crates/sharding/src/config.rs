@@ -84,10 +84,12 @@ pub struct PartitionConfig {
     pub defaulted: bool,
 }
 
-/// Partitions of a cluster whose config does not say: 64 groups at three replicas keep an
-/// idle three-node cluster on a 2-core machine near 2 % of its CPU (`docs/partitions.md`,
-/// "What one group costs").
-pub const PARTITIONS_CLUSTER_DEFAULT: u32 = 64;
+/// Partitions of a cluster whose config does not say. An idle three-node cluster on a 2-core
+/// machine spends about 4 % of it with 32 (2.2 % with the plane off, 4.7–5.2 % with 64:
+/// `docs/partitions.md`, "What one group costs"); 32 primaries still spread over a dozen
+/// nodes. The count is the cluster's for life (it decides where every entity's state lives),
+/// so a cluster meant to grow larger sets more.
+pub const PARTITIONS_CLUSTER_DEFAULT: u32 = 32;
 
 impl PartitionConfig {
     /// The partition count in force (0 while unset and not yet resolved: the plane off).

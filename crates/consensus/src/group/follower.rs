@@ -48,8 +48,7 @@ pub(super) struct FollowerDriver<M: GroupMachine> {
 
 impl<M: GroupMachine> FollowerDriver<M> {
     pub(super) async fn run(mut self) {
-        let mut ticker = tokio::time::interval(self.config.tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = super::ticker::aligned_ticker(self.config.tick);
         self.ask();
         loop {
             tokio::select! {

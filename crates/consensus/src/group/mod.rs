@@ -83,6 +83,7 @@ mod follower;
 mod frame;
 mod router;
 mod session;
+mod ticker;
 mod voter;
 
 #[cfg(test)]
@@ -93,9 +94,9 @@ pub use frame::{GroupFrame, GroupId, GroupMessage};
 pub use router::{
     GroupRouter, PARKED_BYTES_MAX, PARKED_FRAMES_PER_GROUP_MAX, PARKED_GROUPS_MAX, RouterStats,
 };
-pub use session::SESSIONS_PER_NODE_MAX;
+pub use session::{SESSION_TICK, SESSIONS_PER_NODE_MAX};
 
-use crate::config::Config;
+use crate::config::{Config, Timeouts};
 use crate::learner::Learner;
 use crate::message::ReplyError;
 use crate::state_machine::{RestoreError, StateMachine};
@@ -172,8 +173,13 @@ pub struct GroupConfig {
     pub voters: Vec<String>,
     /// This node's id.
     pub node: String,
-    /// Real time per protocol tick (the replica's timeouts count ticks).
+    /// Real time per protocol tick (the replica's timeouts count ticks). A node's client
+    /// sessions measure their waits in real time whatever the tick ([`SESSION_TICK`]).
     pub tick: Duration,
+    /// The replica's protocol timers, in ticks; the default suits a 10 ms tick. A longer
+    /// tick with fewer ticks per timeout keeps the timers' real length and wakes the group
+    /// less often (the partition plane's groups, of which a node runs dozens).
+    pub timeouts: Timeouts,
     /// Ops between checkpoints; `None` keeps the consensus default. Small values make the
     /// log a short window (tests use them to force state transfer).
     pub checkpoint_interval_ops: Option<u64>,
@@ -190,7 +196,8 @@ impl GroupConfig {
             group,
             voters,
             node,
-            tick: Duration::from_millis(10),
+            tick: SESSION_TICK,
+            timeouts: Timeouts::default(),
             checkpoint_interval_ops: None,
             sessions: 1,
         }
@@ -343,6 +350,7 @@ impl Group {
         if let Some(interval) = config.checkpoint_interval_ops {
             replica_config.checkpoint_interval_ops = interval;
         }
+        replica_config.timeouts = config.timeouts;
         replica_config
             .validate()
             .map_err(|error| GroupError::Config(error.to_string()))?;

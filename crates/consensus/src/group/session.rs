@@ -2,7 +2,8 @@
 //! driver. A VSR client session has one outstanding request, so a node that wants several
 //! operations in flight at once (a partition's primary, committing many entities' writes)
 //! opens several sessions ([`ClientSessions`], `GroupConfig::sessions` of them; the metadata
-//! plane uses one). Each operation in flight is sent to every voter and again after
+//! plane uses one). Sessions count time in [`SESSION_TICK`]s of real time, whatever the
+//! group's own tick. Each operation in flight is sent to every voter and again after
 //! [`RESEND_TICKS`], then twice, four and eight times as long, until the primary answers (a
 //! large operation that takes long to commit is not sent again and again while it does), and
 //! answered to the caller once this node's own
@@ -12,14 +13,25 @@
 use super::frame::{GroupFrame, GroupId, GroupMessage};
 use super::{GroupOutbox, SubmitError};
 use crate::message::{ClientId, Reply, ReplyError, Request};
+use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// The unit the session timers below count in: a group driver ticking every `tick` advances
+/// its sessions' clock by `tick / SESSION_TICK` of them per tick ([`session_ticks_per_tick`]).
+pub const SESSION_TICK: Duration = Duration::from_millis(10);
+
+/// How many [`SESSION_TICK`]s one tick of `tick` is (at least one).
+pub(super) fn session_ticks_per_tick(tick: Duration) -> u64 {
+    let ratio = tick.as_nanos() / SESSION_TICK.as_nanos();
+    u64::try_from(ratio).unwrap_or(u64::MAX).max(1)
+}
 
 /// Ticks before an unanswered operation is sent to the voters again (a view change may have
 /// moved the primary).
 pub(super) const RESEND_TICKS: u64 = 20;
 
-/// How often the wait before a resend doubles: at most `RESEND_TICKS << 3` (1.6 s at the
-/// default 10 ms tick) between two sends of one operation.
+/// How often the wait before a resend doubles: at most `RESEND_TICKS << 3` (1.6 s) between
+/// two sends of one operation.
 const RESEND_DOUBLINGS_MAX: u32 = 3;
 
 /// Ticks an operation answered by the primary waits for this node's own state machine to

@@ -69,12 +69,11 @@ impl<M: GroupMachine> VoterDriver<M> {
     pub(super) async fn run(mut self) {
         // Whatever the replica applied while opening (its journal's committed suffix).
         self.observe_applied().await;
-        let mut ticker = tokio::time::interval(self.config.tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = super::ticker::aligned_ticker(self.config.tick);
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    self.tick += 1;
+                    self.tick += super::session::session_ticks_per_tick(self.config.tick);
                     let actions = self.replica.tick();
                     self.carry_out(actions).await;
                     if self.take_primary.swap(false, Ordering::Relaxed) {

@@ -98,6 +98,7 @@ fn layout_file(data_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_sharding::PARTITIONS_CLUSTER_DEFAULT as DEFAULT;
 
     fn partitions(count: Option<u32>) -> PartitionConfig {
         let mut partitions = PartitionConfig {
@@ -121,13 +122,15 @@ mod tests {
         check_layout(dir.path(), &partitions(None)).unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.path().join("layout")).unwrap(),
-            "partitions = 64\n"
+            format!("partitions = {DEFAULT}\n")
         );
         check_layout(dir.path(), &partitions(None)).unwrap();
-        check_layout(dir.path(), &partitions(Some(64))).unwrap();
+        check_layout(dir.path(), &partitions(Some(DEFAULT))).unwrap();
         let why = refusal(dir.path(), &partitions(Some(0)));
         assert!(
-            why.contains("written with sharding.partitions.count = 64"),
+            why.contains(&format!(
+                "written with sharding.partitions.count = {DEFAULT}"
+            )),
             "{why}"
         );
         assert!(why.contains("config sets 0"), "{why}");
@@ -140,7 +143,10 @@ mod tests {
         std::fs::create_dir(dir.path().join("partitions")).unwrap();
         let why = refusal(dir.path(), &partitions(None));
         assert!(why.contains("count = 0 (the plane off"), "{why}");
-        assert!(why.contains("the default for this node is 64"), "{why}");
+        assert!(
+            why.contains(&format!("the default for this node is {DEFAULT}")),
+            "{why}"
+        );
         assert!(
             !dir.path().join("layout").exists(),
             "a refusal records nothing"

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use tessera_consensus::config::Timeouts;
 use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
@@ -47,6 +48,21 @@ const PLACEMENT_RECHECK: Duration = Duration::from_secs(1);
 /// plane's throughput bench commits 2 writes an op and R = 3 reaches 82 % of R = 1's
 /// commits/s, against 46 % with 8 (`docs/partitions.md`, "Benchmarks").
 const PARTITION_SESSIONS: usize = 32;
+
+/// A partition group's tick, in ticks of the cluster's (`cluster.tick_ms`, 10 ms by default):
+/// a node runs dozens of partition groups, and each tick wakes each of them, which an idle
+/// node paid for more than for anything else (`docs/partitions.md`, "What one group costs").
+const PARTITION_TICK_FACTOR: u32 = 10;
+
+/// A partition group's protocol timers, in its ticks (100 ms by default): a heartbeat every
+/// tick, a view change after 300 ms of silence (400 ms per view change tried) — the
+/// metadata plane's 300 and 400 ms — and resends every tick.
+const PARTITION_TIMEOUTS: Timeouts = Timeouts {
+    heartbeat_interval_ticks: 1,
+    primary_silence_timeout_ticks: 3,
+    view_change_timeout_ticks: 4,
+    resend_interval_ticks: 1,
+};
 
 /// One partition's group as this node runs it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -181,7 +197,7 @@ impl PartitionGroups {
         let groups = Arc::new(PartitionGroups {
             node: config.node_id.clone(),
             dir,
-            tick: Duration::from_millis(cluster.tick_ms),
+            tick: Duration::from_millis(cluster.tick_ms) * PARTITION_TICK_FACTOR,
             checkpoint_interval_ops: cluster.checkpoint_interval_ops,
             mesh,
             routed,
@@ -498,6 +514,7 @@ impl PartitionGroups {
             tick: self.tick,
             checkpoint_interval_ops: self.checkpoint_interval_ops,
             sessions: PARTITION_SESSIONS,
+            timeouts: PARTITION_TIMEOUTS,
             ..GroupConfig::new(group, voters.clone(), self.node.clone())
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
