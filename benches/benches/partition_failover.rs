@@ -29,9 +29,10 @@ const ROUNDS: usize = 5;
 /// The ask timeout each polling client uses after the kill.
 const POLL_TIMEOUT_MS: u64 = 500;
 
-/// A cluster with the counter deployed everywhere, `tables` appended to each node's config.
-fn ready_cluster(tables: &str) -> (Cluster, String) {
-    let cluster = Cluster::new(&NODES, NODES.len(), "bench-child").with_tables(tables);
+/// A cluster with the counter deployed everywhere and `partitions` partitions (0: the plane
+/// off).
+fn ready_cluster(partitions: usize) -> (Cluster, String) {
+    let cluster = Cluster::new(&NODES, NODES.len(), "bench-child").with_partitions(partitions);
     cluster.start_until_up(NODES.len());
     let token = eventually("a tenant", &cluster, || create_tenant(&cluster, 0, "acme"));
     deploy_counter(&cluster, 0, &token, "counter", "");
@@ -145,8 +146,7 @@ fn until_all_served(
 
 /// One round with the plane on: the time until every counter is served again.
 fn plane_round() -> f64 {
-    let tables = format!("[sharding.partitions]\ncount = {PARTITIONS}\n");
-    let (cluster, token) = ready_cluster(&tables);
+    let (cluster, token) = ready_cluster(PARTITIONS);
     let acknowledged = load(&cluster, &token);
     let victim = leader_of_most_partitions(&cluster);
     let killed = Instant::now();
@@ -156,7 +156,7 @@ fn plane_round() -> f64 {
 
 /// One round with the plane off: the owner of the most counters killed and restarted at once.
 fn restart_round() -> f64 {
-    let (cluster, token) = ready_cluster("");
+    let (cluster, token) = ready_cluster(0);
     let acknowledged = load(&cluster, &token);
     let victim = owner_of_most_counters(&cluster);
     let killed = Instant::now();
@@ -169,7 +169,7 @@ fn restart_round() -> f64 {
 /// answer through the survivors within `wait` (those it owned wait for it, or for an operator
 /// to remove it and its lease to run out).
 fn left_dead_served(wait: std::time::Duration) -> (usize, usize) {
-    let (cluster, token) = ready_cluster("");
+    let (cluster, token) = ready_cluster(0);
     load(&cluster, &token);
     let victim = owner_of_most_counters(&cluster);
     cluster.kill(victim);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// The unit the session timers below count in: a group driver ticking every `tick` advances
-/// its sessions' clock by `tick / SESSION_TICK` of them per tick ([`session_ticks_per_tick`]).
+/// its sessions' clock by `tick / SESSION_TICK` of them per tick.
 pub const SESSION_TICK: Duration = Duration::from_millis(10);
 
 /// How many [`SESSION_TICK`]s one tick of `tick` is (at least one).

@@ -60,7 +60,9 @@ fn mismatch(data_dir: &Path, written: u32, count: u32, configured: bool) -> Stri
         "{} was written with sharding.partitions.count = {written}{off}, and {source} {count}: \
          where each entity's state lives depends on it, so the node would not find its state. \
          Set `[sharding.partitions] count = {written}` to serve it as it is, or back the \
-         cluster up and restore it into one with the count you want (docs/backup.md)",
+         cluster up and restore it into one with the count you want (docs/backup.md); a \
+         development cluster of `tessera up --nodes N` starts afresh once its directory \
+         (./.tessera) is removed",
         data_dir.display()
     )
 }
