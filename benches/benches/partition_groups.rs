@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_benches::partition_group::{Network, start_voter};
-use tessera_consensus::group::{GroupConfig, GroupId};
+use tessera_benches::partition_group::{Network, partition_config, start_voter};
+use tessera_consensus::group::GroupId;
 
 const VOTERS: [&str; 3] = ["n1", "n2", "n3"];
 /// How long the idle CPU is measured over.
@@ -76,7 +76,7 @@ async fn measure(groups: u64) -> Cost {
     let started = Instant::now();
     for group in (1..=groups).map(GroupId) {
         for node in VOTERS {
-            let config = GroupConfig::new(group, VOTERS.map(String::from).to_vec(), node.into());
+            let config = partition_config(group, VOTERS.map(String::from).to_vec(), node.into());
             // The machine on its own redb file, as a node runs it.
             let voter = start_voter(&network, config, dir.path());
             running.push(voter.group);

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use tessera_benches::partition_group::{Network, Voter, start_voter};
+use tessera_benches::partition_group::{Network, Voter, partition_config, start_voter};
 use tessera_consensus::group::{GroupConfig, GroupId, GroupStatus};
 use tessera_contract::EntityAddress;
 use tessera_state::partition::PartitionState;
@@ -110,7 +110,7 @@ fn sessions() -> usize {
 fn config(voters: &[String], node: &str) -> GroupConfig {
     GroupConfig {
         sessions: sessions(),
-        ..GroupConfig::new(GROUP, voters.to_vec(), node.to_string())
+        ..partition_config(GROUP, voters.to_vec(), node.to_string())
     }
 }
 

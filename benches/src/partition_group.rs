@@ -12,8 +12,21 @@ use tessera_consensus::group::{
     ObserverFuture,
 };
 use tessera_state::StateStore;
-use tessera_state::partition::{PartitionApplied, PartitionMachine, PartitionReplica};
+use tessera_state::partition::{
+    PARTITION_TICK_FACTOR, PARTITION_TIMEOUTS, PartitionApplied, PartitionMachine, PartitionReplica,
+};
 use tokio::sync::mpsc;
+
+/// `node`'s member of `group` among `voters`, ticking and timing out as a node's partition
+/// groups do (at the default cluster tick).
+pub fn partition_config(group: GroupId, voters: Vec<String>, node: String) -> GroupConfig {
+    let base = GroupConfig::new(group, voters, node);
+    GroupConfig {
+        tick: base.tick * PARTITION_TICK_FACTOR,
+        timeouts: PARTITION_TIMEOUTS,
+        ..base
+    }
+}
 
 /// Where a voter's frames from other voters go.
 type Inbox = mpsc::Sender<(String, GroupFrame)>;

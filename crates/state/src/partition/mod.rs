@@ -46,6 +46,9 @@ pub use machine::PartitionMachine;
 pub use moving::{FILL_BYTES_MAX, Phase, phase};
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use remembered::RoutedRemember;
-pub use replica::{PartitionApplied, PartitionReplica, UNOBSERVED_WRITES_MAX};
+pub use replica::{
+    PARTITION_TICK_FACTOR, PARTITION_TIMEOUTS, PartitionApplied, PartitionReplica,
+    UNOBSERVED_WRITES_MAX,
+};
 pub use routed::{PartitionOf, RoutedState};
 pub use served::{MOVE_WAIT_MAX, PartitionState};

@@ -1,14 +1,31 @@
 //! The partition machine as one member of a partition's VSR group runs it (the group driver
 //! of `tessera-consensus`): what it applied is told to the member's observer — each entity a
 //! committed write changed, in order — so a node learns of writes to entities it does not
-//! serve (a backup's cache, a primary-to-be).
+//! serve (a backup's cache, a primary-to-be); and the tick and timers its group runs with.
 
 use super::machine::PartitionMachine;
 use super::op::{PartitionOp, PartitionResult};
 use std::collections::VecDeque;
+use tessera_consensus::config::Timeouts;
 use tessera_consensus::group::GroupMachine;
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
 use tessera_contract::EntityAddress;
+
+/// A partition group's tick, in ticks of the cluster's (a node's `cluster.tick_ms`, 10 ms by
+/// default): a node runs dozens of partition groups, and each tick wakes each of them, which
+/// an idle node paid for more than for anything else (`docs/partitions.md`, "What one group
+/// costs"). Commits are not tick-driven: a primary tells its backups of a commit at once.
+pub const PARTITION_TICK_FACTOR: u32 = 10;
+
+/// A partition group's protocol timers, in its ticks (100 ms by default): a heartbeat every
+/// tick, a view change after 300 ms of silence (400 ms per view change tried) — the
+/// metadata plane's 300 and 400 ms — and resends every tick.
+pub const PARTITION_TIMEOUTS: Timeouts = Timeouts {
+    heartbeat_interval_ticks: 1,
+    primary_silence_timeout_ticks: 3,
+    view_change_timeout_ticks: 4,
+    resend_interval_ticks: 1,
+};
 
 /// Applied writes held for the observer, at most: the driver takes them after every
 /// handler, so this only bounds a machine run without a driver (the simulator). Past it the

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use tessera_consensus::config::Timeouts;
 use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
@@ -33,8 +32,8 @@ use tessera_sharding::{
     CoordinatorCommand, FnvExtractor, PRIMARY_REPORT_INTERVAL, ShardExtractor, Switchboard,
 };
 use tessera_state::partition::{
-    PartitionApplied, PartitionMachine, PartitionOf, PartitionReplica, PartitionState, Phase,
-    RoutedState,
+    PARTITION_TICK_FACTOR, PARTITION_TIMEOUTS, PartitionApplied, PartitionMachine, PartitionOf,
+    PartitionReplica, PartitionState, Phase, RoutedState,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -48,21 +47,6 @@ const PLACEMENT_RECHECK: Duration = Duration::from_secs(1);
 /// plane's throughput bench commits 2 writes an op and R = 3 reaches 82 % of R = 1's
 /// commits/s, against 46 % with 8 (`docs/partitions.md`, "Benchmarks").
 const PARTITION_SESSIONS: usize = 32;
-
-/// A partition group's tick, in ticks of the cluster's (`cluster.tick_ms`, 10 ms by default):
-/// a node runs dozens of partition groups, and each tick wakes each of them, which an idle
-/// node paid for more than for anything else (`docs/partitions.md`, "What one group costs").
-const PARTITION_TICK_FACTOR: u32 = 10;
-
-/// A partition group's protocol timers, in its ticks (100 ms by default): a heartbeat every
-/// tick, a view change after 300 ms of silence (400 ms per view change tried) — the
-/// metadata plane's 300 and 400 ms — and resends every tick.
-const PARTITION_TIMEOUTS: Timeouts = Timeouts {
-    heartbeat_interval_ticks: 1,
-    primary_silence_timeout_ticks: 3,
-    view_change_timeout_ticks: 4,
-    resend_interval_ticks: 1,
-};
 
 /// One partition's group as this node runs it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
