@@ -200,9 +200,11 @@ pub struct ClusterConfig {
     /// does not finish in time leaves the member `leaving` (it never throws state away).
     #[serde(default = "default_leave_timeout_ms")]
     pub leave_timeout_ms: u64,
-    /// Catalog commands between the metadata plane's checkpoints [default: the consensus
-    /// layer's]. The log holds about two intervals; a node further behind catches up by state
-    /// transfer. Small values are for tests.
+    /// Ops between the checkpoints of the metadata plane and of every partition group
+    /// [default: the consensus layer's, 1,024]. The log holds about two intervals; a node
+    /// further behind catches up by state transfer. Small values are for tests: a partition
+    /// checkpoint holds the partition's whole state, so a small interval re-encodes it often
+    /// (restoring 48 MiB into a plane took 42 s at 8 against 11 s at the default).
     #[serde(default)]
     pub checkpoint_interval_ops: Option<u64>,
     /// The roles this node advertises (matched against `sharding.role_constraint` when shards
