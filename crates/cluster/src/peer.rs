@@ -132,7 +132,21 @@ async fn dial_until_up<M>(
             Err(error) => {
                 bump(&shared.stats.dial_failures);
                 count_dial_failure(shared, &error);
-                tracing::debug!(peer = %link.node_id, %error, "cluster dial failed");
+                match mismatch(&error) {
+                    // Logged at the first failure and then at the 2nd, 4th, 8th, …: a
+                    // mismatch lasts until an operator mends a config.
+                    Some(reason) if failures.is_power_of_two() || failures == 0 => {
+                        tracing::warn!(
+                            peer = %link.node_id,
+                            ?reason,
+                            attempts = failures + 1,
+                            "the peer and this node do not agree on the cluster id, the \
+                             protocol version or the shard layout (num_shards, \
+                             sharding.partitions.count): check both nodes' configs"
+                        );
+                    }
+                    _ => tracing::debug!(peer = %link.node_id, %error, "cluster dial failed"),
+                }
             }
         }
         let pause = backoff(
@@ -193,6 +207,22 @@ enum DialError {
     Handshake(#[from] HandshakeError),
     #[error("the peer's node id is not a valid server name")]
     BadPeerName,
+}
+
+/// The configuration mismatch a failed dial was refused for, by either side, if it was.
+fn mismatch(error: &DialError) -> Option<RefusalReason> {
+    match error {
+        DialError::Handshake(
+            HandshakeError::Refused(reason) | HandshakeError::RefusedByPeer(reason),
+        ) if matches!(
+            reason,
+            RefusalReason::WrongCluster | RefusalReason::WrongVersion | RefusalReason::WrongLayout
+        ) =>
+        {
+            Some(*reason)
+        }
+        _ => None,
+    }
 }
 
 fn count_dial_failure<M>(shared: &Shared<M>, error: &DialError) {
