@@ -32,6 +32,12 @@ pub(in crate::node) fn check_layout(
                 path.display()
             ))
         })?),
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(NodeError::DataDir {
+                path: path.clone(),
+                source: error,
+            });
+        }
         Err(_) if configured => None,
         Err(_) => written_before_layout(data_dir),
     };
