@@ -45,9 +45,6 @@ pub struct Cluster {
     /// shards' state) unless the test asks for the plane ([`Cluster::with_partitions`]) or for
     /// the default ([`Cluster::with_default_partitions`]).
     partitions: Option<u32>,
-    /// Every node's `cluster.checkpoint_interval_ops` ([`CHECKPOINT_INTERVAL_OPS`] unless
-    /// [`Cluster::with_checkpoint_interval`] says otherwise).
-    checkpoint_interval_ops: u64,
     /// Environment variables every node is started with ([`Cluster::with_env`]).
     env: Vec<(String, String)>,
     /// The cluster address peers dial, where it is not the node's own
@@ -79,7 +76,6 @@ impl Cluster {
             extra: (String::new(), String::new()),
             extra_tables: String::new(),
             partitions: Some(0),
-            checkpoint_interval_ops: CHECKPOINT_INTERVAL_OPS,
             env: Vec::new(),
             advertised: std::collections::BTreeMap::new(),
         }
@@ -107,15 +103,6 @@ impl Cluster {
     /// The same cluster with the partition plane serving `count` partitions.
     pub fn with_partitions(mut self, count: usize) -> Cluster {
         self.partitions = Some(u32::try_from(count).expect("a partition count"));
-        self
-    }
-
-    /// The same cluster checkpointing every `ops` ops (its catalog and its partition groups).
-    /// A partition's checkpoint holds its whole state: a test that writes much through the
-    /// plane and needs no state transfer takes a longer interval than the few ops of
-    /// [`CHECKPOINT_INTERVAL_OPS`].
-    pub fn with_checkpoint_interval(mut self, ops: u64) -> Cluster {
-        self.checkpoint_interval_ops = ops;
         self
     }
 
@@ -232,11 +219,10 @@ impl Cluster {
             .unwrap_or_default();
         let config = format!(
             "[sharding]\nrequest_timeout_ms = 5000\n{sharding}\n{partitions}[cluster]\nid = \"test\"\nlisten = \"{}\"\ncerts_dir = {:?}\nvoters = [{}]\n\
-             checkpoint_interval_ops = {}\n{advertise}{cluster}\n{}",
+             checkpoint_interval_ops = {CHECKPOINT_INTERVAL_OPS}\n{advertise}{cluster}\n{}",
             member.cluster,
             self.dir.path().join("certs").display().to_string(),
             voters.join(", "),
-            self.checkpoint_interval_ops,
             self.extra_tables
         );
         std::fs::write(&path, config).expect("config file");

@@ -424,11 +424,8 @@ fn an_entity_larger_than_a_part_is_backed_up_and_restored_whole() {
 
     // Into three nodes whose partition plane serves: each part is an install op of the
     // entity's partition, each value's pieces staged across them until it is whole.
-    // The default checkpoint interval: a partition checkpoint holds the whole 48 MiB, which
-    // the tests' few-op interval would re-encode every few installs (42 s against 11 s).
     let plane = Cluster::new(&["p1", "p2", "p3"], 3, "backup_child_node")
-        .with_partitions(partition_plane::PARTITIONS)
-        .with_checkpoint_interval(tessera_consensus::config::CHECKPOINT_INTERVAL_OPS);
+        .with_partitions(partition_plane::PARTITIONS);
     plane.start_until_up(3);
     for index in 0..3 {
         eventually("every partition's group has a primary", &plane, || {
