@@ -100,6 +100,17 @@ async fn the_coordinator_places_every_partition_and_places_again_without_a_leave
     }
 }
 
+/// Lets several of the coordinator's rounds pass (they run on its tick).
+async fn let_rounds_pass(coordinator: &CoordinatorHandle) {
+    for _ in 0..10 {
+        coordinator
+            .allocation_table()
+            .await
+            .expect("the coordinator runs");
+        tokio::time::sleep(test_config().coordinator_tick).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_no_partitions_configured_nothing_is_placed() {
     let directory = tempfile::tempdir().unwrap();
@@ -114,14 +125,7 @@ async fn with_no_partitions_configured_nothing_is_placed() {
         plane.clone(),
     )
     .unwrap();
-    // Rounds run on the coordinator's tick: let several pass.
-    for _ in 0..10 {
-        coordinator
-            .allocation_table()
-            .await
-            .expect("the coordinator runs");
-        tokio::time::sleep(test_config().coordinator_tick).await;
-    }
+    let_rounds_pass(&coordinator).await;
     assert!(plane.store().partitions().expect("reads").is_empty());
 }
 
@@ -158,13 +162,7 @@ async fn a_first_placement_waits_for_its_replicas_or_every_voter() {
         membership.join(node, Vec::<String>::new());
     }
     let coordinator = coordinator_for(Some(3), &plane, &membership);
-    for _ in 0..10 {
-        coordinator
-            .allocation_table()
-            .await
-            .expect("the coordinator runs");
-        tokio::time::sleep(test_config().coordinator_tick).await;
-    }
+    let_rounds_pass(&coordinator).await;
     assert!(plane.store().partitions().expect("reads").is_empty());
     join_catalog(&plane, "n3").await;
     membership.join("n3", Vec::<String>::new());
