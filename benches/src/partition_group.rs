@@ -103,7 +103,7 @@ pub fn start_voter(network: &Arc<Network>, config: GroupConfig, dir: &Path) -> V
         network: network.clone(),
     });
     let [journal, database] = voter_files(dir, &config.node, config.group);
-    let machine = PartitionMachine::create(&database).expect("the partition database opens");
+    let machine = PartitionMachine::open(&database).expect("the partition database opens");
     let store = machine.store().clone();
     let group = Group::start_voter(
         config,

@@ -152,6 +152,18 @@ impl Workload for PartitionWorkload {
         PartitionMachine::in_memory().map_err(|error| error.to_string())
     }
 
+    fn machine_after_crash(
+        &self,
+        mut crashed: PartitionMachine,
+    ) -> Result<PartitionMachine, String> {
+        crashed.clear().map_err(|error| error.to_string())?;
+        Ok(crashed)
+    }
+
+    fn state_of(&self, machine: &PartitionMachine) -> Vec<u8> {
+        machine.image().unwrap_or_default()
+    }
+
     fn next_operation(&self, rng: &mut SimRng, _: ClientId, _: u64) -> CounterMessage {
         let counter = rng.below(COUNTERS);
         if rng.per_mille(GET_PER_MILLE) {

@@ -94,7 +94,7 @@ fn voter(node: &str, network: &Arc<Network>, dir: &std::path::Path) -> (StateSto
             node.to_string(),
         )
     };
-    let machine = PartitionMachine::create(&dir.join(format!("{node}.redb")))
+    let machine = PartitionMachine::open(&dir.join(format!("{node}.redb")))
         .expect("the partition database opens");
     let store = machine.store().clone();
     let outbox = Arc::new(Outbox {

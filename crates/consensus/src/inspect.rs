@@ -119,4 +119,10 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     pub fn into_journal(self) -> J {
         self.journal
     }
+
+    /// The journal and the state machine, as a crash leaves them (the simulator keeps a
+    /// machine whose state is durable in a store of its own).
+    pub fn into_parts(self) -> (J, S) {
+        (self.journal, self.state_machine)
+    }
 }

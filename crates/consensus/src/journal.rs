@@ -151,6 +151,15 @@ pub trait Journal {
     fn sync(&mut self);
     /// Reads back the newest durable state.
     fn recover(&mut self) -> Result<Recovered, JournalError>;
+    /// Whether a write was lost with the replica still running: never for a journal that
+    /// panics on a failed write (the replica stops with it), but the simulator's crash point
+    /// lets the handler run on to its end, then takes the replica down. Nothing the replica
+    /// does from there survives, so it takes and installs no more checkpoints: a machine that
+    /// keeps its own state forgets older checkpoints when it takes one, and the journal would
+    /// still name them.
+    fn has_failed(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed journal is a journal, so a host can choose the storage at run time.
@@ -169,6 +178,10 @@ impl<J: Journal + ?Sized> Journal for Box<J> {
 
     fn sync(&mut self) {
         (**self).sync();
+    }
+
+    fn has_failed(&self) -> bool {
+        (**self).has_failed()
     }
 
     fn recover(&mut self) -> Result<Recovered, JournalError> {

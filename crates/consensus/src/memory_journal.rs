@@ -183,6 +183,10 @@ impl Journal for InMemoryJournal {
         }
     }
 
+    fn has_failed(&self) -> bool {
+        self.crashed
+    }
+
     fn recover(&mut self) -> Result<Recovered, JournalError> {
         self.pending_records.clear();
         self.staged_superblock = None;

@@ -148,6 +148,9 @@ pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) checkpoint: Checkpoint,
     /// A checkpoint being fetched from a peer, chunk by chunk.
     pub(super) state_transfer: Option<StateTransferState>,
+    /// The latest checkpoint with the machine's transfer image in it, while peers fetch it,
+    /// and the tick it was last asked for (see `Replica::transferable_checkpoint`).
+    pub(super) transfer_cache: Option<(Checkpoint, u64)>,
     /// The highest op known committed (may exceed the log while a backup repairs).
     pub(super) commit: OpNumber,
     /// The highest op applied to the state machine.
@@ -306,6 +309,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             log: Log::root(),
             checkpoint: Checkpoint::genesis(),
             state_transfer: None,
+            transfer_cache: None,
             commit: 0,
             applied: 0,
             clients: ClientTable::default(),
@@ -427,11 +431,20 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             Status::Recovering => self.tick_recovering(),
         }
         self.tick_state_transfer();
+        self.tick_transfer_cache();
         self.flush()
     }
 
     /// Syncs whatever this handler wrote, then hands over the actions that depend on it.
     pub(super) fn flush(&mut self) -> Vec<Action> {
+        self.make_durable();
+        self.check_invariants();
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Writes and syncs the superblock, if anything durable changed, after the records it
+    /// covers.
+    pub(super) fn make_durable(&mut self) {
         if self.durable_dirty && !self.canary_skips_sync() {
             let superblock = Superblock {
                 view: self.view,
@@ -447,8 +460,6 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             self.journal.sync();
             self.durable_dirty = false;
         }
-        self.check_invariants();
-        std::mem::take(&mut self.outbox)
     }
 
     /// The acknowledge-before-durable canary: a backup that is about to acknowledge leaves its
@@ -475,8 +486,11 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             self.applied <= self.op(),
             "a replica applies only ops it holds"
         );
+        // A replica whose journal failed takes no more checkpoints, so its log is not trimmed;
+        // it goes down at the end of this handler (see `Journal::has_failed`).
         assert!(
-            self.log.entries().len() as u64 <= self.config.log_entries_max(),
+            self.log.entries().len() as u64 <= self.config.log_entries_max()
+                || self.journal.has_failed(),
             "the log never holds more than log_entries_max entries"
         );
         assert!(

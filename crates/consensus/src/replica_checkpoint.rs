@@ -1,6 +1,8 @@
 //! The replica's checkpoints: taking one every `checkpoint_interval_ops` applied ops (and
-//! trimming the log below it), restoring the latest at a restart, and installing one a peer
-//! sent ([`Checkpoint`]).
+//! trimming the log below it), restoring the latest at a restart, installing one a peer sent
+//! ([`Checkpoint`]), and the one a peer is sent: the latest, with the state machine's
+//! [`StateMachine::transfer_image`] in place of its snapshot when the snapshot does not carry
+//! the state.
 
 use super::apply::entry_bytes;
 use super::checkpoint::{Checkpoint, CheckpointError, decode_state, encode_state};
@@ -20,6 +22,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// one stays and the log is not trimmed past it. The state machine must bound its own size
     /// (the catalog does, with tenant quotas) so this never happens.
     pub(super) fn take_checkpoint(&mut self) {
+        if self.journal.has_failed() {
+            return;
+        }
         let op = self.applied;
         self.applied_bytes = 0;
         let Some(entry_checksum) = self.log.checksum_at(op) else {
@@ -44,9 +49,13 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             installed: false,
         });
         self.checkpoint = checkpoint;
+        self.transfer_cache = None;
         self.counters.checkpoints_taken += 1;
         self.durable_dirty = true;
         self.trim_log();
+        // Durable before the machine is asked for another snapshot, which lets a machine that
+        // keeps its own state forget all but the last two (see `StateMachine::snapshot`).
+        self.make_durable();
     }
 
     fn encode_state(&self) -> Vec<u8> {
@@ -65,18 +74,21 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.applied = checkpoint.op;
         self.applied_bytes = 0;
         self.commit = self.commit.max(checkpoint.op);
-        // Recomputed from the state as restored, so a checker compares what the replica holds.
-        let state_checksum = Checkpoint::compute_state_checksum(
+        // Re-encoded from the state as restored: a checker compares what the replica holds, and
+        // a machine that keeps its own state gives the reference to what it just made durable,
+        // which is what the journal keeps, not the image a peer sent.
+        let held = Checkpoint::new(
             checkpoint.op,
             checkpoint.entry_checksum,
-            &self.encode_state(),
+            self.encode_state(),
         );
         self.outbox.push(Action::Checkpoint {
-            op: checkpoint.op,
-            state_checksum,
+            op: held.op,
+            state_checksum: held.state_checksum,
             installed: true,
         });
-        self.checkpoint = checkpoint;
+        self.checkpoint = held;
+        self.transfer_cache = None;
         Ok(())
     }
 
@@ -103,7 +115,61 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.counters.states_installed += 1;
         self.durable_dirty = true;
         self.trim_log();
+        self.make_durable();
         Ok(())
+    }
+
+    /// The checkpoint a peer is sent (state transfer, a follower): the latest, carrying the
+    /// whole state. For a machine whose snapshot does not carry it, the state is its
+    /// [`StateMachine::transfer_image`], encoded once per checkpoint and kept while peers ask
+    /// for it (dropped after a view-change timeout without a request, see
+    /// [`Replica::tick_transfer_cache`]).
+    pub fn transferable_checkpoint(&mut self) -> &Checkpoint {
+        let fresh = self
+            .transfer_cache
+            .as_ref()
+            .is_some_and(|(cached, _)| cached.op == self.checkpoint.op);
+        if !fresh {
+            self.transfer_cache = self.image_checkpoint().map(|image| (image, 0));
+        }
+        let now_ticks = self.now_ticks;
+        match self.transfer_cache.as_mut() {
+            Some((image, used_tick)) => {
+                *used_tick = now_ticks;
+                image
+            }
+            None => &self.checkpoint,
+        }
+    }
+
+    /// The latest checkpoint with the machine's transfer image as its state, if it has one.
+    fn image_checkpoint(&self) -> Option<Checkpoint> {
+        if self.checkpoint.op == 0 {
+            return None;
+        }
+        let image = self.state_machine.transfer_image()?;
+        let Ok((clients, _)) = decode_state(&self.checkpoint.state) else {
+            panic!("a checkpoint this replica encoded decodes");
+        };
+        let state = encode_state(&clients, image);
+        Some(Checkpoint::new(
+            self.checkpoint.op,
+            self.checkpoint.entry_checksum,
+            state,
+        ))
+    }
+
+    /// Drops the transfer image once no peer asked for it for a view-change timeout: it may
+    /// be as large as the state.
+    pub(super) fn tick_transfer_cache(&mut self) {
+        let idle = self.config.timeouts.view_change_timeout_ticks;
+        if self
+            .transfer_cache
+            .as_ref()
+            .is_some_and(|(_, used_tick)| self.now_ticks - used_tick >= idle)
+        {
+            self.transfer_cache = None;
+        }
     }
 
     /// Discards entries more than one interval below the checkpoint, below it past

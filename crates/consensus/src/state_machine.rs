@@ -1,6 +1,12 @@
 //! What a replica replicates: a deterministic [`StateMachine`] fed committed operations in op
-//! order and able to snapshot and restore its whole state (for checkpoints and state
-//! transfer), and [`KeyValue`], a small key-value store used by the tests and the simulator.
+//! order and able to snapshot and restore its state (for checkpoints and state transfer), and
+//! [`KeyValue`], a small key-value store used by the tests and the simulator.
+//!
+//! A machine's snapshot is either its whole state (the default: the replica's journal then
+//! holds it) or, for a machine that keeps its state durable in a store of its own, a small
+//! reference to the state it made durable: the journal's checkpoint then costs the same however
+//! large the state, and only a peer that installs the state is sent all of it
+//! ([`StateMachine::transfer_image`]).
 
 use std::collections::BTreeMap;
 
@@ -14,14 +20,28 @@ pub trait StateMachine {
     /// Executes one committed operation and returns its result for the client.
     fn apply(&mut self, operation: &[u8]) -> Vec<u8>;
 
-    /// Encodes the whole state. Deterministic: replicas in the same state produce the same
-    /// bytes, since checkpoints are compared by checksum.
+    /// Encodes the state for a checkpoint, which the replica journals. Deterministic: replicas
+    /// in the same state produce the same bytes, since checkpoints are compared by checksum.
+    ///
+    /// A machine whose [`StateMachine::transfer_image`] is `Some` makes its state durable
+    /// here, in its own store, and returns only what it needs to find that state again: its
+    /// [`StateMachine::restore`] after a restart must bring back exactly the state of the last
+    /// snapshot whose bytes it is given, whatever it applied after it. The replica makes each
+    /// checkpoint durable in its journal before it takes the next, so such a machine needs to
+    /// keep only the state of its last two snapshots.
     fn snapshot(&self) -> Vec<u8>;
 
-    /// Replaces the whole state with a [`StateMachine::snapshot`]. The bytes come from disk or
-    /// a peer (checksummed, but decoding must still never panic); on error the state is left
-    /// unchanged.
+    /// Replaces the whole state with a [`StateMachine::snapshot`] or a
+    /// [`StateMachine::transfer_image`]. The bytes come from disk or a peer (checksummed, but
+    /// decoding must still never panic); on error the state is left unchanged.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError>;
+
+    /// The whole state as of the last [`StateMachine::snapshot`], for a peer that installs it
+    /// (state transfer), when the snapshot does not carry it; `None` (the default) when it does.
+    /// Deterministic, as snapshots are.
+    fn transfer_image(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Why a snapshot could not be restored.

@@ -71,23 +71,25 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         if !self.is_peer(replica) || self.checkpoint.op <= applied {
             return self.ignore();
         }
-        let current = (self.checkpoint.op, self.checkpoint.state_checksum);
-        let held = wanted == current && offset < self.checkpoint.state.len() as u64;
+        let sent = self.transferable_checkpoint();
+        let current = (sent.op, sent.state_checksum);
+        let held = wanted == current && offset < sent.state.len() as u64;
         self.send_state_chunk(replica, if held { offset } else { 0 });
     }
 
-    /// Sends the chunk of the latest checkpoint starting at `offset`.
+    /// Sends the chunk of the latest checkpoint (as a peer is sent it,
+    /// [`Replica::transferable_checkpoint`]) starting at `offset`.
     pub(super) fn send_state_chunk(&mut self, to: ReplicaIndex, offset: u64) {
-        let state = &self.checkpoint.state;
+        let (replica, chunk_bytes) = (self.config.replica, self.config.state_chunk_bytes);
+        let checkpoint = self.transferable_checkpoint();
+        let state = &checkpoint.state;
         let start = usize::try_from(offset).map_or(state.len(), |start| start.min(state.len()));
-        let end = start
-            .saturating_add(self.config.state_chunk_bytes)
-            .min(state.len());
+        let end = start.saturating_add(chunk_bytes).min(state.len());
         let message = Message::StateChunk {
-            replica: self.config.replica,
-            op: self.checkpoint.op,
-            entry_checksum: self.checkpoint.entry_checksum,
-            state_checksum: self.checkpoint.state_checksum,
+            replica,
+            op: checkpoint.op,
+            entry_checksum: checkpoint.entry_checksum,
+            state_checksum: checkpoint.state_checksum,
             state_bytes: state.len() as u64,
             offset: start as u64,
             bytes: state[start..end].to_vec(),
@@ -150,6 +152,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         identity: CheckpointIdentity,
         state: Vec<u8>,
     ) {
+        if self.journal.has_failed() {
+            return;
+        }
         let checkpoint = Checkpoint {
             op: identity.op,
             entry_checksum: identity.entry_checksum,

@@ -7,7 +7,6 @@
 use super::{Group, MoveCanary, MoveSummary, NODES, Replica, Run};
 use std::collections::BTreeMap;
 use tessera_consensus::message::checksum_bytes;
-use tessera_consensus::state_machine::StateMachine;
 use tessera_state::partition::{FILL_BYTES_MAX, PartitionMachine, PartitionOp, PartitionResult};
 
 /// The standby's turns before it seals and fills itself when the leader is down.
@@ -97,16 +96,24 @@ impl Run {
             Stage::Done => Stage::Done,
             Stage::Waiting(turns) if turns > 0 => Stage::Waiting(turns - 1),
             Stage::Waiting(_) => {
-                let early = (self.canary == MoveCanary::ImageBeforeSeal)
-                    .then(|| self.groups[old].replicas[&node].machine.snapshot());
+                let early = (self.canary == MoveCanary::ImageBeforeSeal).then(|| {
+                    self.groups[old].replicas[&node]
+                        .machine
+                        .image()
+                        .unwrap_or_default()
+                });
                 let index = self.submit(old, PartitionOp::Seal.encode());
                 Stage::Sealing { index, early }
             }
             Stage::Sealing { index, early } => match self.answer(node, (old, index)) {
                 None => Stage::Sealing { index, early },
                 Some(PartitionResult::Applied { .. }) => Stage::Filling {
-                    image: early
-                        .unwrap_or_else(|| self.groups[old].replicas[&node].machine.snapshot()),
+                    image: early.unwrap_or_else(|| {
+                        self.groups[old].replicas[&node]
+                            .machine
+                            .image()
+                            .unwrap_or_default()
+                    }),
                     next: 0,
                     at: None,
                 },
@@ -118,7 +125,10 @@ impl Run {
                 Some(PartitionResult::Applied { .. }) => Stage::Done,
                 // Its pieces were not all there: fill again.
                 Some(PartitionResult::Filling) => {
-                    let image = self.groups[old].replicas[&node].machine.snapshot();
+                    let image = self.groups[old].replicas[&node]
+                        .machine
+                        .image()
+                        .unwrap_or_default();
                     Stage::Filling {
                         image,
                         next: 0,

@@ -16,7 +16,6 @@ use tessera_consensus::config::Config;
 use tessera_consensus::journal::InMemoryJournal;
 use tessera_consensus::message::{ClientId, Entry, Message, OpNumber, ReplicaIndex, Reply, Status};
 use tessera_consensus::replica::{Action, Counters, Replica};
-use tessera_consensus::state_machine::StateMachine;
 
 /// An entry as a replica sent it: its parent's checksum and its requests.
 type SentEntry = (u64, Vec<(ClientId, u64)>);
@@ -95,6 +94,13 @@ pub fn run_workload_seeds<W: Workload>(
     outcomes
 }
 
+/// A replica that crashed, until it restarts.
+struct Down<W: Workload> {
+    journal: InMemoryJournal,
+    machine: Option<W::Machine>,
+    restart_tick: u64,
+}
+
 struct Simulation<'w, W: Workload> {
     workload: &'w W,
     rng: SimRng,
@@ -102,7 +108,9 @@ struct Simulation<'w, W: Workload> {
     scenario: Scenario,
     now_tick: u64,
     replicas: Vec<Option<SimReplica<W>>>,
-    down: Vec<Option<(InMemoryJournal, u64)>>,
+    /// Replicas down: their journal, their machine as the crash left it (gone with a lost
+    /// disk) and the tick they restart at.
+    down: Vec<Option<Down<W>>>,
     /// Replicas down whose disk was lost: they restart on an empty journal.
     disk_lost: Vec<bool>,
     /// Replicas that lost their disk and have not yet recovered (are not normal again); at
@@ -243,7 +251,7 @@ impl<'w, W: Workload> Simulation<'w, W> {
             .replicas
             .iter()
             .flatten()
-            .map(|replica| replica.state_machine().snapshot())
+            .map(|replica| self.workload.state_of(replica.state_machine()))
             .collect();
         match states.iter().position(|state| *state != states[0]) {
             Some(replica) => Err(format!(

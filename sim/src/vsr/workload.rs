@@ -58,6 +58,22 @@ pub trait Workload: Sync {
     /// checkpoint and journal).
     fn machine(&self) -> Result<Self::Machine, String>;
 
+    /// The machine a replica restarts with after a crash that kept its disk, given the machine
+    /// as the crash left it. By default a fresh one ([`Workload::machine`]); a machine that
+    /// keeps its state durable in a store of its own (its snapshot only refers to it) keeps
+    /// that store, emptied as a node's group driver empties it, and its replica restores the
+    /// journal's checkpoint from it.
+    fn machine_after_crash(&self, crashed: Self::Machine) -> Result<Self::Machine, String> {
+        drop(crashed);
+        self.machine()
+    }
+
+    /// Everything `machine` holds, for comparing replicas after a run: by default its
+    /// snapshot.
+    fn state_of(&self, machine: &Self::Machine) -> Vec<u8> {
+        machine.snapshot()
+    }
+
     /// The next request of `client`, numbered `request_number`.
     fn next_operation(
         &self,

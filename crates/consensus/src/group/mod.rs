@@ -486,6 +486,16 @@ impl Group {
     }
 }
 
+impl Group {
+    /// Stops the group's driver and waits until it is gone, and its machine with it (dropping
+    /// the handle stops it too, but later): a machine holding a file is closed when this
+    /// returns.
+    pub async fn stop(mut self) {
+        self.driver.abort();
+        let _ = (&mut self.driver).await;
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         self.driver.abort();

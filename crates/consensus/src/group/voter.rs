@@ -161,7 +161,7 @@ impl<M: GroupMachine> VoterDriver<M> {
 
     /// Sends a non-voting member what it lacks: the committed entries after `after` (at most
     /// [`FOLLOW_BATCH_BYTES`], at least one), or this voter's checkpoint if they were trimmed.
-    fn answer_follower(&self, from: &str, after: u64) {
+    fn answer_follower(&mut self, from: &str, after: u64) {
         if self.config.voters.iter().any(|voter| voter == from) {
             return;
         }
@@ -169,7 +169,7 @@ impl<M: GroupMachine> VoterDriver<M> {
         let applied = self.replica.applied();
         let base = self.replica.log_base();
         if after < base {
-            let checkpoint = self.replica.checkpoint().clone();
+            let checkpoint = self.replica.transferable_checkpoint().clone();
             self.send(from, GroupMessage::Checkpoint { view, checkpoint });
             return;
         }

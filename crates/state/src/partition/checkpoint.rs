@@ -10,8 +10,9 @@
 //! A move's phase and staged pieces (`moving`) follow the image as a second value, only when
 //! there are any.
 //!
-//! One image holds the partition's whole state in memory while it is taken or installed; a
-//! checkpoint streamed in bounded parts (as a shard transfer's are) is still to be built.
+//! A replica's own checkpoints do not carry this image (`savepoint`): it is what a peer that
+//! installs the state is sent, and a move's new group is filled with. One image holds the
+//! partition's whole state in memory while it is made or installed.
 
 use super::moving::{self, MoveImage, Phase};
 use super::stamps::STAMPS;
@@ -19,7 +20,7 @@ use crate::error::StoreError;
 use crate::messaging::{CLIENT_KEYS, OUTBOX, RECEIPTS, REMINDERS, REMINDERS_DUE, SEQUENCES};
 use crate::shard_transfer::SHARD_TRANSFER_CHUNKS;
 use crate::tables::{ENTITY_META, ENTITY_STATE, REMEMBERED_ENTITIES, StateStore};
-use redb::{Durability, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{Durability, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 use tessera_consensus::state_machine::RestoreError;
@@ -59,6 +60,11 @@ fn io(error: impl std::fmt::Display) -> StoreError {
 /// Reads every row into an image and encodes it.
 pub(super) fn encode(store: &StateStore) -> Result<Vec<u8>, StoreError> {
     let transaction = store.database().begin_read().map_err(io)?;
+    encode_from(&transaction)
+}
+
+/// Reads every row `transaction` sees into an image and encodes it.
+pub(super) fn encode_from(transaction: &ReadTransaction) -> Result<Vec<u8>, StoreError> {
     let mut image = Image::default();
     for row in transaction
         .open_table(ENTITY_STATE)
@@ -200,7 +206,7 @@ pub(super) fn encode(store: &StateStore) -> Result<Vec<u8>, StoreError> {
         ));
     }
     let mut bytes = rmp_serde::to_vec(&image).map_err(io)?;
-    if let Some(moving) = MoveImage::read(&transaction)? {
+    if let Some(moving) = MoveImage::read(transaction)? {
         bytes.extend(rmp_serde::to_vec(&moving).map_err(io)?);
     }
     Ok(bytes)

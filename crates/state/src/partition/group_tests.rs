@@ -85,7 +85,7 @@ fn start(
     dir: &tempfile::TempDir,
 ) -> (Group, Arc<Written>, StateStore) {
     // On a file, as a node runs it: what the group writes goes through redb.
-    let machine = PartitionMachine::create(&dir.path().join(format!("{node}.redb")))
+    let machine = PartitionMachine::open(&dir.path().join(format!("{node}.redb")))
         .expect("the partition database opens");
     start_member(GROUP, &VOTERS, node, network, dir, machine)
 }

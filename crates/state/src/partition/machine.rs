@@ -3,15 +3,16 @@
 //! same code, as a node's local commits ([`StateStore`]) — plus each entity's stamp.
 //!
 //! An apply is one redb transaction that is not synced: the group's journal is what makes a
-//! committed op durable (one fsync of the journal covers every prepare it holds), and a replica
-//! rebuilds its machine from the journal's checkpoint and log at every start
-//! ([`PartitionMachine::clear`] first), so a database that lost its last unsynced transactions
-//! in a crash is never read. Every checkpoint ([`StateMachine::snapshot`]) syncs the database
-//! once, so redb can reuse the pages that unsynced transactions freed.
+//! committed op durable (one fsync of the journal covers every prepare it holds). A checkpoint
+//! ([`StateMachine::snapshot`]) makes the database durable as a savepoint and carries only a
+//! reference to it (`savepoint`); at every start the replica rolls the database back to the
+//! savepoint its journal's checkpoint names and applies the journal's log above it, so what
+//! unsynced transactions left in the file after a crash is never read.
 
 use super::checkpoint;
 use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
+use super::savepoint::{self, Pinned, Snapshot};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::remember::RememberOp;
@@ -21,6 +22,7 @@ use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
 use redb::{Database, Durability, ReadableTable};
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
 use tessera_consensus::state_machine::{RestoreError, StateMachine};
 use tessera_contract::{EntityAddress, TypeKey};
@@ -57,6 +59,10 @@ pub struct PartitionMachine {
     /// A storage failure that made this copy unlike the other replicas': set once, never
     /// cleared (the group stops on this node).
     fault: OnceLock<String>,
+    /// Requests applied since the empty state: names a checkpoint alike on every replica.
+    applied: u64,
+    /// The last checkpoint (`savepoint`), once one was taken or restored.
+    pinned: Mutex<Option<Pinned>>,
 }
 
 impl std::fmt::Debug for PartitionMachine {
@@ -77,14 +83,11 @@ impl PartitionMachine {
         Self::from_database(database)
     }
 
-    /// A machine whose database is the file at `path`, emptied: a replica's machine is rebuilt
-    /// from its journal at every start, so what the file held before is never read.
-    pub fn create(path: &Path) -> Result<Self, StoreError> {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(StoreError::Open(error.to_string())),
-        }
+    /// A machine whose database is the file at `path`, created if missing. The file is the
+    /// replica's state as of its journal's last checkpoint: the group driver empties the
+    /// machine's rows ([`PartitionMachine::clear`]) and the replica then restores that
+    /// checkpoint, which rolls the file back to it (see the module doc).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Open(e.to_string()))?;
         }
@@ -106,6 +109,8 @@ impl PartitionMachine {
             phase: Phase::Serving,
             initial: Phase::Serving,
             fault: OnceLock::new(),
+            applied: 0,
+            pinned: Mutex::new(None),
         })
     }
 
@@ -147,15 +152,36 @@ impl PartitionMachine {
         self.fault.get().map(String::as_str)
     }
 
-    /// Removes every row: the empty state a replica rebuilds from.
+    /// Removes every row: the empty state a replica rebuilds from. The checkpoints' savepoints
+    /// stay, so the replica can still restore the one its journal names.
     pub fn clear(&mut self) -> Result<(), StoreError> {
         checkpoint::clear(&self.store, self.initial)?;
         self.phase = self.initial;
+        self.applied = 0;
+        *self.pinned_mut() = None;
         Ok(())
+    }
+
+    /// Every row as it stands now, as an image ([`StateMachine::restore`] takes it, and a
+    /// move's new group is filled with it).
+    pub fn image(&self) -> Result<Vec<u8>, StoreError> {
+        checkpoint::encode(&self.store)
+    }
+
+    fn pinned_mut(&self) -> std::sync::MutexGuard<'_, Option<Pinned>> {
+        self.pinned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_fault(&self, fault: String) {
+        tracing::error!(%fault, "a partition replica's storage failed: its copy stops here");
+        let _ = self.fault.set(fault);
     }
 
     /// Applies a decoded op (see [`StateMachine::apply`]).
     pub(super) fn apply_op(&mut self, op: PartitionOp) -> PartitionResult {
+        self.applied += 1;
         if let Some(fault) = self.fault.get() {
             return PartitionResult::StorageFailed(fault.clone());
         }
@@ -182,8 +208,7 @@ impl PartitionMachine {
         };
         result.unwrap_or_else(|error| {
             let fault = error.to_string();
-            tracing::error!(%fault, "a partition replica's storage failed: its copy stops here");
-            let _ = self.fault.set(fault.clone());
+            self.set_fault(fault.clone());
             PartitionResult::StorageFailed(fault)
         })
     }
@@ -382,18 +407,6 @@ impl PartitionMachine {
         transaction.commit().map_err(StoreError::io)?;
         Ok(PartitionResult::Applied { reply: Vec::new() })
     }
-
-    /// Makes every applied op durable in the database (see the module doc), recording a
-    /// failure as this copy's fault.
-    fn sync(&self) {
-        let synced = match self.store.database().begin_write() {
-            Ok(transaction) => transaction.commit().map_err(StoreError::io),
-            Err(error) => Err(StoreError::io(error)),
-        };
-        if let Err(error) = synced {
-            let _ = self.fault.set(error.to_string());
-        }
-    }
 }
 
 impl StateMachine for PartitionMachine {
@@ -408,16 +421,54 @@ impl StateMachine for PartitionMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        self.sync();
-        checkpoint::encode(&self.store).unwrap_or_else(|error| {
-            let fault = format!("the partition's checkpoint could not be read: {error}");
-            let _ = self.fault.set(fault);
-            Vec::new()
-        })
+        let mut pinned = self.pinned_mut();
+        let previous = pinned.as_ref().map(|pinned| pinned.savepoint);
+        *pinned = None;
+        match savepoint::take(&self.store, self.applied, previous) {
+            Ok(taken) => *pinned = Some(taken),
+            Err(error) => {
+                self.set_fault(format!("the partition's checkpoint was not saved: {error}"))
+            }
+        }
+        Snapshot::reference(self.applied)
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError> {
-        self.phase = checkpoint::restore(&self.store, snapshot)?;
+        let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
+        match Snapshot::parse(snapshot).map_err(RestoreError::Malformed)? {
+            Snapshot::Reference { applied } => {
+                *self.pinned_mut() = None;
+                let restored = savepoint::restore(&self.store, applied).map_err(storage)?;
+                self.phase = moving::phase(&self.store).map_err(storage)?;
+                self.applied = applied;
+                *self.pinned_mut() = Some(restored);
+            }
+            Snapshot::Image { applied, rows } => {
+                self.phase = checkpoint::restore(&self.store, rows)?;
+                self.applied = applied;
+            }
+            Snapshot::Legacy { rows } => {
+                self.phase = checkpoint::restore(&self.store, rows)?;
+                self.applied = 0;
+            }
+        }
         Ok(())
+    }
+
+    fn transfer_image(&self) -> Option<Vec<u8>> {
+        let pinned = self.pinned_mut();
+        let Some(pinned) = pinned.as_ref() else {
+            tracing::error!("a partition replica was asked for its checkpoint before it took one");
+            return None;
+        };
+        match checkpoint::encode_from(&pinned.read) {
+            Ok(rows) => Some(Snapshot::image(pinned.applied, &rows)),
+            Err(error) => {
+                self.set_fault(format!(
+                    "the partition's checkpoint could not be read: {error}"
+                ));
+                None
+            }
+        }
     }
 }

@@ -37,6 +37,9 @@ mod replica;
 mod routed;
 #[cfg(test)]
 mod routed_tests;
+mod savepoint;
+#[cfg(test)]
+mod savepoint_tests;
 mod served;
 mod stamps;
 #[cfg(test)]

@@ -71,7 +71,7 @@ fn a_sealed_machine_refuses_entity_ops_and_a_filling_one_serves_once_its_image_i
         "sealing twice"
     );
     assert_eq!(old.get(&counter(1), "value").expect("get"), Some(vec![1]));
-    let image = old.snapshot();
+    let image = old.image().expect("an image");
     assert!(!image.is_empty());
 
     let mut new = PartitionMachine::in_memory()
@@ -151,7 +151,7 @@ fn a_checkpoint_taken_mid_move_carries_the_phase_and_the_staged_pieces() {
         apply(&mut old, write(id, 0, 100 + u64::from(id), id as u8));
     }
     apply(&mut old, PartitionOp::Seal);
-    let sealed = old.snapshot();
+    let sealed = old.image().expect("an image");
     // A sealed machine's checkpoint restores sealed, on any machine.
     let mut copy = PartitionMachine::in_memory().expect("machine");
     copy.restore(&sealed).expect("restores");
@@ -169,7 +169,7 @@ fn a_checkpoint_taken_mid_move_carries_the_phase_and_the_staged_pieces() {
     for fill in &pieces[..half] {
         apply(&mut filling, fill.clone());
     }
-    let checkpoint = filling.snapshot();
+    let checkpoint = filling.image().expect("an image");
     // A backup that installs it (its own start was a serving machine's) fills on from there.
     let mut backup = PartitionMachine::in_memory().expect("machine");
     backup.restore(&checkpoint).expect("restores");
@@ -187,7 +187,7 @@ fn a_checkpoint_taken_mid_move_carries_the_phase_and_the_staged_pieces() {
     // An open machine's checkpoint is as before moves existed: no trailer.
     let mut plain = PartitionMachine::in_memory().expect("machine");
     apply(&mut plain, write(0, 0, 1, 1));
-    let bytes = plain.snapshot();
+    let bytes = plain.image().expect("an image");
     let image: rmpv::Value = rmp_serde::from_slice(&bytes).expect("one value");
     assert_eq!(
         rmp_serde::to_vec(&image).expect("encodes").len(),
@@ -207,7 +207,7 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
     let new_network = Arc::new(Network::default());
     let mut old = std::collections::BTreeMap::new();
     for node in old_voters {
-        let machine = PartitionMachine::create(&dir.path().join(format!("{node}.old.redb")))
+        let machine = PartitionMachine::open(&dir.path().join(format!("{node}.old.redb")))
             .expect("the partition database opens");
         let (group, _, store) =
             start_member(GroupId(8), &old_voters, node, &old_network, &dir, machine);
@@ -246,7 +246,7 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
 
     let mut new = std::collections::BTreeMap::new();
     for node in new_voters {
-        let machine = PartitionMachine::create(&dir.path().join(format!("{node}.new.redb")))
+        let machine = PartitionMachine::open(&dir.path().join(format!("{node}.new.redb")))
             .and_then(PartitionMachine::filling)
             .expect("the partition database opens");
         let (group, _, store) =
@@ -332,10 +332,10 @@ async fn a_replica_restarted_mid_move_rebuilds_its_phase_and_pieces_from_its_jou
         apply(&mut sealed, write(id, 0, 50 + u64::from(id), id as u8));
     }
     apply(&mut sealed, PartitionOp::Seal);
-    let (pieces, open) = fills(&sealed.snapshot(), 64);
+    let (pieces, open) = fills(&sealed.image().expect("an image"), 64);
     let half = pieces.len() / 2;
     let start = || {
-        let machine = PartitionMachine::create(&dir.path().join("n1.redb"))
+        let machine = PartitionMachine::open(&dir.path().join("n1.redb"))
             .and_then(PartitionMachine::filling)
             .expect("the partition database opens");
         let network = Arc::new(Network::default());
@@ -346,16 +346,17 @@ async fn a_replica_restarted_mid_move_rebuilds_its_phase_and_pieces_from_its_jou
     for fill in &pieces[..half] {
         assert_eq!(submit(&group, fill).await, applied());
     }
-    drop((group, network));
+    drop((network, store));
+    group.stop().await;
     // Restarted: the machine is rebuilt from the journal, still filling, with its pieces.
     let (group, store_again, network) = start();
-    drop(store);
     assert_eq!(phase(&store_again), Ok(Phase::Filling));
     for fill in &pieces[half..] {
         assert_eq!(submit(&group, fill).await, applied());
     }
     assert_eq!(submit(&group, &open).await, applied());
-    drop((group, network, store_again));
+    drop((network, store_again));
+    group.stop().await;
     // Restarted once more: open, with every row.
     let (group, store, _network) = start();
     assert_eq!(phase(&store), Ok(Phase::Serving));

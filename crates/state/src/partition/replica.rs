@@ -158,6 +158,10 @@ impl StateMachine for PartitionReplica {
         self.note(PartitionApplied::Restored);
         Ok(())
     }
+
+    fn transfer_image(&self) -> Option<Vec<u8>> {
+        self.machine.transfer_image()
+    }
 }
 
 impl GroupMachine for PartitionReplica {

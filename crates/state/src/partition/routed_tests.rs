@@ -31,7 +31,7 @@ fn partition(dir: &std::path::Path, partition: u32) -> Arc<PartitionState> {
     let (sender, inbound) = tokio::sync::mpsc::channel(GROUP_INBOUND_MAX);
     // No peer ever sends to a group of one; its inbound stays open for the test's length.
     std::mem::forget(sender);
-    let machine = PartitionMachine::create(&dir.join(format!("p{partition}.redb")))
+    let machine = PartitionMachine::open(&dir.join(format!("p{partition}.redb")))
         .expect("the partition database opens");
     let store = machine.store().clone();
     let config = GroupConfig::new(

@@ -91,12 +91,12 @@ fn removed_keys_keep_the_stamp_and_garbage_changes_nothing() {
         put(&mut machine, 0, 8, 4),
         PartitionResult::Conflict { stamp: 6 }
     );
-    let before = machine.snapshot();
+    let before = machine.image().expect("an image");
     assert!(matches!(
         PartitionResult::decode(&machine.apply(&[0xc1, 0x00])),
         PartitionResult::Malformed(_)
     ));
-    assert_eq!(machine.snapshot(), before);
+    assert_eq!(machine.image().expect("an image"), before);
 }
 
 #[test]
@@ -160,7 +160,10 @@ fn messaging_travels_with_the_write_and_a_duplicate_is_seen_on_every_replica() {
         };
         assert_eq!(store.is_duplicate(&counter(), &next), Ok(false));
     }
-    assert_eq!(first.snapshot(), second.snapshot());
+    assert_eq!(
+        first.image().expect("an image"),
+        second.image().expect("an image")
+    );
 }
 
 #[test]
@@ -199,15 +202,24 @@ fn a_snapshot_restores_the_same_state_and_garbage_leaves_it_unchanged() {
     machine.apply(&op.encode());
     let mut copy = self::machine();
     put(&mut copy, 0, 9, 7);
-    copy.restore(&machine.snapshot())
+    copy.restore(&machine.image().expect("an image"))
         .expect("a snapshot restores");
-    assert_eq!(copy.snapshot(), machine.snapshot());
+    assert_eq!(
+        copy.image().expect("an image"),
+        machine.image().expect("an image")
+    );
     assert_eq!(copy.stamp(&counter()), Ok(6));
     assert_eq!(copy.store().next_due(), Ok(Some(5_000)));
     assert!(copy.restore(&[0xc1]).is_err());
-    assert_eq!(copy.snapshot(), machine.snapshot());
+    assert_eq!(
+        copy.image().expect("an image"),
+        machine.image().expect("an image")
+    );
     copy.clear().expect("clears");
-    assert_eq!(copy.snapshot(), self::machine().snapshot());
+    assert_eq!(
+        copy.image().expect("an image"),
+        self::machine().image().expect("an image")
+    );
 }
 
 #[test]
@@ -256,13 +268,16 @@ fn remembered_ids_are_applied_in_order_and_carried_by_snapshots() {
         Ok(vec!["c2".to_string()])
     );
     let mut copy = self::machine();
-    copy.restore(&machine.snapshot())
+    copy.restore(&machine.image().expect("an image"))
         .expect("a snapshot restores");
     assert_eq!(
         copy.store().remembered_ids(&type_key, 3),
         Ok(vec!["c2".to_string()])
     );
-    assert_eq!(copy.snapshot(), machine.snapshot());
+    assert_eq!(
+        copy.image().expect("an image"),
+        machine.image().expect("an image")
+    );
 }
 
 #[test]
@@ -367,7 +382,7 @@ fn a_value_restored_in_pieces_over_several_installs_is_whole_on_every_replica() 
     // A replica behind installs a checkpoint taken between the pieces.
     let mut second = machine();
     second
-        .restore(&first.snapshot())
+        .restore(&first.image().expect("an image"))
         .expect("the checkpoint installs");
     for replica in [&mut first, &mut second] {
         replica.apply(&ops[2]);
@@ -378,12 +393,14 @@ fn a_value_restored_in_pieces_over_several_installs_is_whole_on_every_replica() 
         );
     }
     assert_eq!(
-        first.snapshot(),
-        second.snapshot(),
+        first.image().expect("an image"),
+        second.image().expect("an image"),
         "the replicas hold the same bytes"
     );
     let mut restored = machine();
-    restored.restore(&first.snapshot()).expect("restores");
+    restored
+        .restore(&first.image().expect("an image"))
+        .expect("restores");
     assert_eq!(big_value(&restored), Some(big));
     // No staged piece is left behind to be carried by every later checkpoint.
     for replica in [&first, &second, &restored] {
@@ -484,8 +501,8 @@ fn a_part_cut_into_small_installs_leaves_the_same_rows_as_the_whole_part() {
         "the large value is whole"
     );
     assert_eq!(
-        cut.snapshot(),
-        whole.snapshot(),
+        cut.image().expect("an image"),
+        whole.image().expect("an image"),
         "the same rows, stamps and remembered ids"
     );
 }

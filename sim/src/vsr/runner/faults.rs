@@ -3,7 +3,7 @@
 //! disk), restarts from the journal (or an empty one) onto a fresh machine, leadership
 //! transfers asked for at random, and the end of the fault phase.
 
-use super::{Simulation, add_counters};
+use super::{Down, Simulation, add_counters};
 use crate::vsr::canary::Canary;
 use crate::vsr::workload::Workload;
 use tessera_consensus::journal::InMemoryJournal;
@@ -66,10 +66,14 @@ impl<W: Workload> Simulation<'_, W> {
             return;
         };
         add_counters(&mut self.counters_of_crashed, &replica.counters());
-        let mut journal = replica.into_journal();
+        let (mut journal, machine) = replica.into_parts();
         let rng = &mut self.rng;
         journal.crash(&mut || rng.next_u64());
-        self.down[index] = Some((journal, self.now_tick + downtime_ticks));
+        self.down[index] = Some(Down {
+            journal,
+            machine: Some(machine),
+            restart_tick: self.now_tick + downtime_ticks,
+        });
         self.crashes += 1;
     }
 
@@ -80,10 +84,11 @@ impl<W: Workload> Simulation<'_, W> {
         if self.forgetting.iter().any(|forgetting| *forgetting) {
             return;
         }
-        let Some((journal, _)) = self.down[index].as_mut() else {
+        let Some(down) = self.down[index].as_mut() else {
             return;
         };
-        *journal = InMemoryJournal::new();
+        down.journal = InMemoryJournal::new();
+        down.machine = None;
         self.disk_lost[index] = true;
         self.forgetting[index] = true;
         self.disks_lost += 1;
@@ -94,7 +99,7 @@ impl<W: Workload> Simulation<'_, W> {
         for index in 0..self.down.len() {
             let due = self.down[index]
                 .as_ref()
-                .is_some_and(|(_, tick)| *tick <= self.now_tick);
+                .is_some_and(|down| down.restart_tick <= self.now_tick);
             if due || (!self.faults_on && self.down[index].is_some()) {
                 self.restart(index)?;
             }
@@ -103,12 +108,18 @@ impl<W: Workload> Simulation<'_, W> {
     }
 
     pub(super) fn restart(&mut self, index: usize) -> Result<(), String> {
-        let Some((journal, _)) = self.down[index].take() else {
+        let Some(Down {
+            journal, machine, ..
+        }) = self.down[index].take()
+        else {
             return Ok(());
         };
         let config = self.config(index as ReplicaIndex);
         let nonce = self.rng.next_u64();
-        let machine = self.workload.machine()?;
+        let machine = match machine {
+            Some(crashed) => self.workload.machine_after_crash(crashed)?,
+            None => self.workload.machine()?,
+        };
         let disk_lost = std::mem::take(&mut self.disk_lost[index]);
         let replica = match (disk_lost, self.options.canary) {
             (true, Canary::VoteAfterDiskLoss) => Replica::format(config, journal, machine),

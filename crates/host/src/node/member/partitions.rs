@@ -503,7 +503,7 @@ impl PartitionGroups {
         };
         let (queue, inbound) = mpsc::channel(GROUP_INBOUND_MAX);
         let mut machine =
-            PartitionMachine::create(&self.database(key)).map_err(|error| error.to_string())?;
+            PartitionMachine::open(&self.database(key)).map_err(|error| error.to_string())?;
         if epoch > 0 {
             // A move's new group: it serves once a sealed copy filled it.
             machine = machine.filling().map_err(|error| error.to_string())?;

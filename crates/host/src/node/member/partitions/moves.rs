@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_consensus::group::Group;
-use tessera_consensus::state_machine::StateMachine;
 use tessera_sharding::PRIMARY_REPORT_INTERVAL;
 use tessera_state::partition::{PartitionMachine, PartitionState, Phase, RoutedState};
 
@@ -95,7 +94,13 @@ impl Move {
                         partition,
                         "every replica of the partition's epoch before was removed: its new group opens empty"
                     );
-                    empty.snapshot()
+                    match empty.image() {
+                        Ok(image) => image,
+                        Err(error) => {
+                            tracing::error!(partition, %error, "an empty image could not be made");
+                            return;
+                        }
+                    }
                 }
                 Err(error) => {
                     tracing::error!(partition, %error, "an empty image could not be made");
