@@ -122,8 +122,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// The checkpoint a peer is sent (state transfer, a follower): the latest, carrying the
     /// whole state. For a machine whose snapshot does not carry it, the state is its
     /// [`StateMachine::transfer_image`], encoded once per checkpoint and kept while peers ask
-    /// for it (dropped after a view-change timeout without a request, see
-    /// [`Replica::tick_transfer_cache`]).
+    /// for it (dropped after a view-change timeout without a request).
     pub fn transferable_checkpoint(&mut self) -> &Checkpoint {
         let fresh = self
             .transfer_cache
