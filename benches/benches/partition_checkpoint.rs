@@ -1,18 +1,23 @@
 //! What a partition checkpoint costs (issue 34, item 6): a partition machine on a file holding
-//! `S` MiB of entity state takes a checkpoint as the partition plane does now — a savepoint of
-//! its own database, the journal given a ten-byte reference
-//! (`StateMachine::snapshot`) — against the baseline of what a checkpoint cost before: every
-//! row encoded into one image, appended to a journal file and synced (the old checkpoint also
-//! synced the database once and copied the image again when the journal compacted, which the
-//! baseline leaves out, so it is the old cost's lower bound). Beside them, what a peer's state
-//! transfer costs the source now, once per transfer: the image read from the checkpoint's pinned
-//! read transaction (`StateMachine::transfer_image`). Same thread, same machine, same rows,
-//! rounds alternating.
+//! `S` MiB of entity state, 1 MiB of it overwritten before each checkpoint (an interval's
+//! writes), takes a checkpoint as the partition plane does now — a durable savepoint of its
+//! own database, the journal given a ten-byte reference (`StateMachine::snapshot`) — against
+//! the baseline of what a checkpoint cost before: the database synced, every row encoded into
+//! one image, the image appended to a journal file and synced (the old checkpoint also copied
+//! the image again when the journal compacted, which the baseline leaves out, so it is the old
+//! cost's lower bound). Beside them, what a peer's state transfer costs the source now, once
+//! per transfer: the image read from the checkpoint's pinned read transaction
+//! (`StateMachine::transfer_image`); and a restart as a node's group driver does it — the
+//! database opened, emptied and the journal's checkpoint restored: now a savepoint rolled back
+//! to, before every row of the image written again (the journal's read of the image left out).
+//! Same thread, same file, same rows, rounds alternating.
 //!
 //! Run: `cargo bench -p tessera-benches --bench partition_checkpoint` (or name the sizes in MiB:
-//! `-- 8 64`; `-- --test` runs one small round).
+//! `-- 8 64`; `-- --test` runs one small round). Not a criterion timing benchmark: it prints
+//! the table, medians of its rounds.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
@@ -21,10 +26,12 @@ use tessera_state::partition::{PartitionMachine, PartitionOp, PartitionResult};
 
 /// Bytes of state per entity.
 const VALUE_BYTES: usize = 4096;
-/// Rounds per size; each round times all three once.
+/// Entities overwritten before each checkpoint: 1 MiB.
+const CHURN_ENTITIES: u64 = 256;
+/// Rounds per size; each round times everything once.
 const ROUNDS: usize = 7;
 
-/// Bytes that do not repeat from one entity to the next (so nothing compresses them away).
+/// Bytes that do not repeat from one write to the next (so nothing compresses them away).
 fn filler(seed: u64) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..VALUE_BYTES)
@@ -37,29 +44,70 @@ fn filler(seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// A machine on a file in `dir` holding `bytes` of entity state.
-fn filled(dir: &std::path::Path, bytes: usize) -> PartitionMachine {
-    let mut machine =
-        PartitionMachine::open(&dir.join("p0.redb")).expect("the partition database opens");
-    for id in 0..(bytes / VALUE_BYTES) as u64 {
-        let entity = EntityAddress::new("bench", "blob", format!("e{id}"));
-        let mut writes = WriteSet::new(entity);
-        writes.put("value", filler(id));
-        let op = PartitionOp::write(writes, 0, id + 1, 1_000, Vec::new()).expect("replicable");
-        let result = PartitionResult::decode(&machine.apply(&op.encode()));
-        assert_eq!(result, PartitionResult::Applied { reply: Vec::new() });
-    }
-    machine
+/// The bench's machine and the writes it has applied.
+struct Filled {
+    machine: PartitionMachine,
+    writes: u64,
 }
 
-/// The checkpoint of before: the whole image, appended to a journal file and synced.
+impl Filled {
+    /// Writes a fresh value to entity `id`.
+    fn write(&mut self, id: u64) {
+        let entity = EntityAddress::new("bench", "blob", format!("e{id}"));
+        let expect = self.machine.stamp(&entity).expect("a stamp");
+        self.writes += 1;
+        let mut writes = WriteSet::new(entity);
+        writes.put("value", filler(self.writes));
+        let op =
+            PartitionOp::write(writes, expect, self.writes, 1_000, Vec::new()).expect("replicable");
+        let result = PartitionResult::decode(&self.machine.apply(&op.encode()));
+        assert_eq!(result, PartitionResult::Applied { reply: Vec::new() });
+    }
+
+    /// An interval's writes: [`CHURN_ENTITIES`] entities overwritten.
+    fn churn(&mut self) {
+        for id in 0..CHURN_ENTITIES {
+            self.write(id);
+        }
+    }
+}
+
+/// Makes every applied write durable, as the old checkpoint's database sync did.
+fn sync(machine: &PartitionMachine) {
+    let transaction = machine
+        .store()
+        .database()
+        .begin_write()
+        .expect("a write transaction");
+    transaction.commit().expect("the database syncs");
+}
+
+/// The checkpoint of before: the database synced, then the whole image appended to a journal
+/// file and synced.
 fn whole_image_checkpoint(machine: &PartitionMachine, journal: &mut std::fs::File) -> usize {
+    sync(machine);
     let image = machine.image().expect("an image");
     journal
         .write_all(&image)
         .expect("the journal takes the image");
     journal.sync_data().expect("the journal syncs");
     image.len()
+}
+
+/// Closes the machine and restarts it on `path` as a node's group driver does: opened,
+/// emptied, `checkpoint` restored. How long the restart took.
+fn restart(filled: &mut Filled, path: &Path, checkpoint: &[u8]) -> Duration {
+    let placeholder = PartitionMachine::in_memory().expect("an in-memory machine");
+    drop(std::mem::replace(&mut filled.machine, placeholder));
+    let start = Instant::now();
+    let mut machine = PartitionMachine::open(path).expect("the partition database opens");
+    machine.clear().expect("the machine empties");
+    machine
+        .restore(checkpoint)
+        .expect("the checkpoint restores");
+    let took = start.elapsed();
+    filled.machine = machine;
+    took
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -70,47 +118,62 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = args.iter().any(|arg| arg == "--test");
-    let mut sizes: Vec<usize> = args.iter().filter_map(|arg| arg.parse().ok()).collect();
+    let mut sizes: Vec<u64> = args.iter().filter_map(|arg| arg.parse().ok()).collect();
     if sizes.is_empty() {
-        sizes = if smoke { vec![1] } else { vec![8, 64] };
+        sizes = if smoke { vec![2] } else { vec![8, 64] };
     }
     let rounds = if smoke { 1 } else { ROUNDS };
     println!(
-        "| state | checkpoint now (savepoint + reference) | before (whole image + journal sync) | now / before | image bytes | transfer image now |"
+        "| state | checkpoint now | before | now / before | restart now | restart before | now / before | transfer image now |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for mib in sizes {
         let dir = tempfile::tempdir().expect("temp dir");
-        let machine = filled(dir.path(), mib << 20);
+        let path = dir.path().join("p0.redb");
+        let machine = PartitionMachine::open(&path).expect("the partition database opens");
+        let mut filled = Filled { machine, writes: 0 };
+        for id in 0..(mib << 20) / VALUE_BYTES as u64 {
+            filled.write(id);
+        }
+        sync(&filled.machine);
         let mut journal = std::fs::File::create(dir.path().join("journal")).expect("a journal");
         let (mut now, mut before, mut transfer) = (Vec::new(), Vec::new(), Vec::new());
-        let mut image_bytes = 0;
-        let mut reference_bytes = 0;
+        let (mut restart_now, mut restart_before) = (Vec::new(), Vec::new());
+        let (mut image_bytes, mut reference_bytes) = (0, 0);
         for _ in 0..rounds {
+            filled.churn();
             let start = Instant::now();
-            reference_bytes = machine.snapshot().len();
+            let reference = filled.machine.snapshot();
             now.push(start.elapsed());
+            reference_bytes = reference.len();
+
             let start = Instant::now();
-            image_bytes = whole_image_checkpoint(&machine, &mut journal);
-            before.push(start.elapsed());
-            let start = Instant::now();
-            let image = machine
+            let image = filled
+                .machine
                 .transfer_image()
                 .expect("a partition machine sends an image");
             transfer.push(start.elapsed());
-            assert!(
-                image.len() >= image_bytes,
-                "the transfer image holds every row"
-            );
+
+            let rows = filled.machine.image().expect("an image");
+            restart_now.push(restart(&mut filled, &path, &reference));
+            assert_eq!(filled.machine.image().expect("an image"), rows);
+            restart_before.push(restart(&mut filled, &path, &rows));
+            sync(&filled.machine);
+            assert!(image.len() >= rows.len(), "the image holds every row");
+
+            filled.churn();
+            let start = Instant::now();
+            image_bytes = whole_image_checkpoint(&filled.machine, &mut journal);
+            before.push(start.elapsed());
         }
-        let (now, before, transfer) = (median(now), median(before), median(transfer));
+        let ms = |samples: Vec<Duration>| median(samples).as_secs_f64() * 1e3;
+        let (now, before, transfer) = (ms(now), ms(before), ms(transfer));
+        let (restart_now, restart_before) = (ms(restart_now), ms(restart_before));
         println!(
-            "| {mib} MiB | {:.2} ms ({reference_bytes} bytes journaled) | {:.1} ms | {:.4} | {:.1} MiB | {:.1} ms |",
-            now.as_secs_f64() * 1e3,
-            before.as_secs_f64() * 1e3,
-            now.as_secs_f64() / before.as_secs_f64(),
+            "| {mib} MiB ({:.1} MiB image) | {now:.2} ms ({reference_bytes} bytes journaled) | {before:.1} ms | {:.3} | {restart_now:.1} ms | {restart_before:.1} ms | {:.3} | {transfer:.1} ms |",
             image_bytes as f64 / f64::from(1 << 20),
-            transfer.as_secs_f64() * 1e3,
+            now / before,
+            restart_now / restart_before,
         );
     }
 }

@@ -248,7 +248,10 @@ fn every_partition_group_elects_a_primary_and_replaces_it_when_its_node_dies() {
 /// state: the coordinator places `PARTITIONS_CLUSTER_DEFAULT` partitions of three replicas,
 /// counters added to through every node keep every acknowledged add, and `kill -9` of the
 /// node serving the first of them loses none: each reads its last acknowledged value through
-/// a survivor (with the plane off it would wait for the dead owner).
+/// a survivor (with the plane off it would wait for the dead owner). Restarted on its own disk
+/// after more adds, the killed node's replicas roll their databases back to their last
+/// checkpoints and catch up: with another node killed, the counters read their acknowledged
+/// values through it, whose replicas now lead some of their groups.
 #[test]
 fn a_cluster_left_to_its_defaults_replicates_entity_state() {
     use tessera_sharding::PARTITIONS_CLUSTER_DEFAULT;
@@ -278,7 +281,9 @@ fn a_cluster_left_to_its_defaults_replicates_entity_state() {
         wait_bound(&cluster, index, &token, "counter", 1);
     }
     let mut ledger = Ledger::read_through(&cluster, 0, &token, 6);
-    add_rounds(&cluster, &token, &mut ledger, &[0, 1, 2], 0..3);
+    // Ten adds a counter: past the harness's checkpoint interval in every counter's partition,
+    // so the killed node restarts from checkpoints, not from the empty state.
+    add_rounds(&cluster, &token, &mut ledger, &[0, 1, 2], 0..10);
 
     let ids = ledger.ids();
     let served = eventually("the counters' owners", &cluster, || {
@@ -309,4 +314,29 @@ fn a_cluster_left_to_its_defaults_replicates_entity_state() {
         NODES[victim],
         killed.elapsed()
     );
+
+    add_rounds(&cluster, &token, &mut ledger, &survivors, 10..13);
+    cluster.start(victim);
+    eventually("the restarted node serves", &cluster, || {
+        read_through(&cluster, victim, &token, &ids[0])
+    });
+    let second = survivors[1];
+    cluster.kill(second);
+    for id in &ids {
+        let value = eventually(
+            &format!("{id} read through the restarted node"),
+            &cluster,
+            || read_through(&cluster, victim, &token, id),
+        );
+        ledger.check_read(id, value, NODES[victim]);
+    }
+    eventually("a group led by the restarted node", &cluster, || {
+        let url = format!("{}/v1/cluster/partitions", cluster.url(victim));
+        let answer = get(&url, ADMIN)?.json();
+        answer["partitions"]
+            .as_array()?
+            .iter()
+            .any(|here| here["status"]["primary"].as_str() == Some(NODES[victim]))
+            .then_some(())
+    });
 }
