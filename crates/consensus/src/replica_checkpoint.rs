@@ -1,8 +1,7 @@
 //! The replica's checkpoints: taking one every `checkpoint_interval_ops` applied ops (and
 //! trimming the log below it), restoring the latest at a restart, installing one a peer sent
 //! ([`Checkpoint`]), and the one a peer is sent: the latest, with the state machine's
-//! [`StateMachine::transfer_image`] in place of its snapshot when the snapshot does not carry
-//! the state.
+//! [`StateMachine::transfer_image`] in place of its snapshot when snapshots are references.
 
 use super::apply::entry_bytes;
 use super::checkpoint::{Checkpoint, CheckpointError, decode_state, encode_state};
@@ -120,16 +119,25 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     /// The checkpoint a peer is sent (state transfer, a follower): the latest, carrying the
-    /// whole state. For a machine whose snapshot does not carry it, the state is its
-    /// [`StateMachine::transfer_image`], encoded once per checkpoint and kept while peers ask
-    /// for it (dropped after a view-change timeout without a request).
+    /// whole state. For a machine whose snapshots are references, the state is its
+    /// [`StateMachine::transfer_image`], read while the state is the checkpoint's — so a
+    /// replica that applied ops since its last checkpoint takes one first — encoded once per
+    /// checkpoint and kept while peers ask for it (dropped after a view-change timeout without
+    /// a request).
     pub fn transferable_checkpoint(&mut self) -> &Checkpoint {
+        if !self.state_machine.snapshot_is_reference() {
+            return &self.checkpoint;
+        }
         let fresh = self
             .transfer_cache
             .as_ref()
             .is_some_and(|(cached, _)| cached.op == self.checkpoint.op);
         if !fresh {
-            self.transfer_cache = self.image_checkpoint().map(|image| (image, 0));
+            if self.checkpoint.op < self.applied {
+                self.take_checkpoint();
+            }
+            let at_checkpoint = self.checkpoint.op > 0 && self.checkpoint.op == self.applied;
+            self.transfer_cache = at_checkpoint.then(|| (self.image_checkpoint(), 0));
         }
         let now_ticks = self.now_ticks;
         match self.transfer_cache.as_mut() {
@@ -141,21 +149,14 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         }
     }
 
-    /// The latest checkpoint with the machine's transfer image as its state, if it has one.
-    fn image_checkpoint(&self) -> Option<Checkpoint> {
-        if self.checkpoint.op == 0 {
-            return None;
-        }
-        let image = self.state_machine.transfer_image()?;
+    /// The latest checkpoint with the machine's transfer image as its state (the state must be
+    /// the checkpoint's).
+    fn image_checkpoint(&self) -> Checkpoint {
         let Ok((clients, _)) = decode_state(&self.checkpoint.state) else {
             panic!("a checkpoint this replica encoded decodes");
         };
-        let state = encode_state(&clients, image);
-        Some(Checkpoint::new(
-            self.checkpoint.op,
-            self.checkpoint.entry_checksum,
-            state,
-        ))
+        let state = encode_state(&clients, self.state_machine.transfer_image());
+        Checkpoint::new(self.checkpoint.op, self.checkpoint.entry_checksum, state)
     }
 
     /// Drops the transfer image once no peer asked for it for a view-change timeout: it may

@@ -4,9 +4,9 @@
 //!
 //! A machine's snapshot is either its whole state (the default: the replica's journal then
 //! holds it) or, for a machine that keeps its state durable in a store of its own, a small
-//! reference to the state it made durable: the journal's checkpoint then costs the same however
-//! large the state, and only a peer that installs the state is sent all of it
-//! ([`StateMachine::transfer_image`]).
+//! reference to the state it made durable ([`StateMachine::snapshot_is_reference`]): the
+//! journal's checkpoint then costs the same however large the state, and only a peer that
+//! installs the state is sent all of it ([`StateMachine::transfer_image`]).
 
 use std::collections::BTreeMap;
 
@@ -23,7 +23,7 @@ pub trait StateMachine {
     /// Encodes the state for a checkpoint, which the replica journals. Deterministic: replicas
     /// in the same state produce the same bytes, since checkpoints are compared by checksum.
     ///
-    /// A machine whose [`StateMachine::transfer_image`] is `Some` makes its state durable
+    /// A machine whose [`StateMachine::snapshot_is_reference`] is true makes its state durable
     /// here, in its own store, and returns only what it needs to find that state again: its
     /// [`StateMachine::restore`] after a restart must bring back exactly the state of the last
     /// snapshot whose bytes it is given, whatever it applied after it. The replica makes each
@@ -36,11 +36,19 @@ pub trait StateMachine {
     /// decoding must still never panic); on error the state is left unchanged.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), RestoreError>;
 
-    /// The whole state as of the last [`StateMachine::snapshot`], for a peer that installs it
-    /// (state transfer), when the snapshot does not carry it; `None` (the default) when it does.
-    /// Deterministic, as snapshots are.
-    fn transfer_image(&self) -> Option<Vec<u8>> {
-        None
+    /// Whether a snapshot only refers to state the machine keeps durable itself (see
+    /// [`StateMachine::snapshot`]); then a peer that installs the state is sent
+    /// [`StateMachine::transfer_image`] instead. False by default: the snapshot is the state.
+    fn snapshot_is_reference(&self) -> bool {
+        false
+    }
+
+    /// The whole state as it stands, for a peer that installs it, when snapshots are
+    /// references. The replica asks for it only while the state is its last snapshot's (it
+    /// checkpoints first if it applied anything since). Deterministic, as snapshots are. By
+    /// default the snapshot, which carries the state.
+    fn transfer_image(&self) -> Vec<u8> {
+        self.snapshot()
     }
 }
 

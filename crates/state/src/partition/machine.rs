@@ -12,7 +12,7 @@
 use super::checkpoint;
 use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
-use super::savepoint::{self, Pinned, Snapshot};
+use super::savepoint::{self, Saved, Snapshot};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::remember::RememberOp;
@@ -62,7 +62,7 @@ pub struct PartitionMachine {
     /// Requests applied since the empty state: names a checkpoint alike on every replica.
     applied: u64,
     /// The last checkpoint (`savepoint`), once one was taken or restored.
-    pinned: Mutex<Option<Pinned>>,
+    saved: Mutex<Option<Saved>>,
 }
 
 impl std::fmt::Debug for PartitionMachine {
@@ -110,7 +110,7 @@ impl PartitionMachine {
             initial: Phase::Serving,
             fault: OnceLock::new(),
             applied: 0,
-            pinned: Mutex::new(None),
+            saved: Mutex::new(None),
         })
     }
 
@@ -158,7 +158,7 @@ impl PartitionMachine {
         checkpoint::clear(&self.store, self.initial)?;
         self.phase = self.initial;
         self.applied = 0;
-        *self.pinned_mut() = None;
+        *self.saved_mut() = None;
         Ok(())
     }
 
@@ -168,8 +168,8 @@ impl PartitionMachine {
         checkpoint::encode(&self.store)
     }
 
-    fn pinned_mut(&self) -> std::sync::MutexGuard<'_, Option<Pinned>> {
-        self.pinned
+    fn saved_mut(&self) -> std::sync::MutexGuard<'_, Option<Saved>> {
+        self.saved
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -421,11 +421,11 @@ impl StateMachine for PartitionMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let mut pinned = self.pinned_mut();
-        let previous = pinned.as_ref().map(|pinned| pinned.savepoint);
-        *pinned = None;
+        let mut saved = self.saved_mut();
+        let previous = saved.as_ref().map(|saved| saved.savepoint);
+        *saved = None;
         match savepoint::take(&self.store, self.applied, previous) {
-            Ok(taken) => *pinned = Some(taken),
+            Ok(taken) => *saved = Some(taken),
             Err(error) => {
                 self.set_fault(format!("the partition's checkpoint was not saved: {error}"))
             }
@@ -437,11 +437,11 @@ impl StateMachine for PartitionMachine {
         let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
         match Snapshot::parse(snapshot).map_err(RestoreError::Malformed)? {
             Snapshot::Reference { applied } => {
-                *self.pinned_mut() = None;
+                *self.saved_mut() = None;
                 let restored = savepoint::restore(&self.store, applied).map_err(storage)?;
                 self.phase = moving::phase(&self.store).map_err(storage)?;
                 self.applied = applied;
-                *self.pinned_mut() = Some(restored);
+                *self.saved_mut() = Some(restored);
             }
             Snapshot::Image { applied, rows } => {
                 self.phase = checkpoint::restore(&self.store, rows)?;
@@ -455,19 +455,18 @@ impl StateMachine for PartitionMachine {
         Ok(())
     }
 
-    fn transfer_image(&self) -> Option<Vec<u8>> {
-        let pinned = self.pinned_mut();
-        let Some(pinned) = pinned.as_ref() else {
-            tracing::error!("a partition replica was asked for its checkpoint before it took one");
-            return None;
-        };
-        match checkpoint::encode_from(&pinned.read) {
-            Ok(rows) => Some(Snapshot::image(pinned.applied, &rows)),
+    fn snapshot_is_reference(&self) -> bool {
+        true
+    }
+
+    fn transfer_image(&self) -> Vec<u8> {
+        match checkpoint::encode(&self.store) {
+            Ok(rows) => Snapshot::image(self.applied, &rows),
             Err(error) => {
                 self.set_fault(format!(
                     "the partition's checkpoint could not be read: {error}"
                 ));
-                None
+                Snapshot::image(self.applied, &[])
             }
         }
     }

@@ -159,7 +159,11 @@ impl StateMachine for PartitionReplica {
         Ok(())
     }
 
-    fn transfer_image(&self) -> Option<Vec<u8>> {
+    fn snapshot_is_reference(&self) -> bool {
+        self.machine.snapshot_is_reference()
+    }
+
+    fn transfer_image(&self) -> Vec<u8> {
         self.machine.transfer_image()
     }
 }

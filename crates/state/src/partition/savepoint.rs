@@ -17,13 +17,15 @@
 //! checkpoint intervals of overwritten rows besides its state.
 //!
 //! A peer that needs the state (state transfer) is sent an image of every row
-//! ([`Snapshot::Image`], the apply count first) read from a read transaction the machine holds
-//! open at its last checkpoint. A snapshot that is neither (an image journaled before this
-//! existed) is a whole image whose apply count is 0.
+//! ([`Snapshot::Image`], the apply count first), read when the replica asks for it — right
+//! after a checkpoint, which it takes first if it applied anything since. (Holding a read
+//! transaction open from one checkpoint to the next, to read the image later, made every
+//! apply three times as slow: redb keeps what it pins.) A snapshot that is neither (an image
+//! journaled before this existed) is a whole image whose apply count is 0.
 
 use crate::error::StoreError;
 use crate::tables::StateStore;
-use redb::{ReadTransaction, ReadableDatabase, TableDefinition};
+use redb::{ReadableDatabase, TableDefinition};
 
 /// Apply count → persistent savepoint id of the machine's checkpoints (at most two rows).
 const CHECKPOINT_SAVEPOINTS: TableDefinition<u64, u64> =
@@ -91,12 +93,9 @@ impl<'a> Snapshot<'a> {
     }
 }
 
-/// The machine's last checkpoint: its savepoint, and a read transaction that sees the database
-/// as the checkpoint left it (for a peer's image).
-pub(super) struct Pinned {
-    pub(super) applied: u64,
+/// The machine's last checkpoint: its savepoint.
+pub(super) struct Saved {
     pub(super) savepoint: u64,
-    pub(super) read: ReadTransaction,
 }
 
 fn io(error: impl std::fmt::Display) -> StoreError {
@@ -109,7 +108,7 @@ pub(super) fn take(
     store: &StateStore,
     applied: u64,
     previous: Option<u64>,
-) -> Result<Pinned, StoreError> {
+) -> Result<Saved, StoreError> {
     let transaction = store.database().begin_write().map_err(io)?;
     let savepoint = transaction.persistent_savepoint().map_err(io)?;
     let keep = |id: u64| id == savepoint || Some(id) == previous;
@@ -120,18 +119,13 @@ pub(super) fn take(
         .insert(applied, savepoint)
         .map_err(io)?;
     transaction.commit().map_err(io)?;
-    let read = store.database().begin_read().map_err(io)?;
-    Ok(Pinned {
-        applied,
-        savepoint,
-        read,
-    })
+    Ok(Saved { savepoint })
 }
 
 /// Rolls the database back to the checkpoint after `applied` requests, forgetting every other
 /// savepoint. An error (no such checkpoint: the database is not the one the journal's
 /// checkpoint was taken in) changes nothing.
-pub(super) fn restore(store: &StateStore, applied: u64) -> Result<Pinned, StoreError> {
+pub(super) fn restore(store: &StateStore, applied: u64) -> Result<Saved, StoreError> {
     let savepoint = {
         let read = store.database().begin_read().map_err(io)?;
         let table = read.open_table(CHECKPOINT_SAVEPOINTS).map_err(io)?;
@@ -155,12 +149,7 @@ pub(super) fn restore(store: &StateStore, applied: u64) -> Result<Pinned, StoreE
         .insert(applied, savepoint)
         .map_err(io)?;
     transaction.commit().map_err(io)?;
-    let read = store.database().begin_read().map_err(io)?;
-    Ok(Pinned {
-        applied,
-        savepoint,
-        read,
-    })
+    Ok(Saved { savepoint })
 }
 
 /// Deletes the savepoints `keep` refuses, and their rows.

