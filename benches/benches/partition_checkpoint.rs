@@ -19,6 +19,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tessera_benches::partition_group::filler;
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
 use tessera_state::WriteSet;
@@ -30,19 +31,6 @@ const VALUE_BYTES: usize = 4096;
 const CHURN_ENTITIES: u64 = 256;
 /// Rounds per size; each round times everything once.
 const ROUNDS: usize = 7;
-
-/// Bytes that do not repeat from one write to the next (so nothing compresses them away).
-fn filler(seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..VALUE_BYTES)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 /// The bench's machine and the writes it has applied.
 struct Filled {
@@ -57,7 +45,7 @@ impl Filled {
         let expect = self.machine.stamp(&entity).expect("a stamp");
         self.writes += 1;
         let mut writes = WriteSet::new(entity);
-        writes.put("value", filler(self.writes));
+        writes.put("value", filler(self.writes, VALUE_BYTES));
         let op =
             PartitionOp::write(writes, expect, self.writes, 1_000, Vec::new()).expect("replicable");
         let result = PartitionResult::decode(&self.machine.apply(&op.encode()));

@@ -119,3 +119,17 @@ pub fn start_voter(network: &Arc<Network>, config: GroupConfig, dir: &Path) -> V
         store,
     }
 }
+
+/// `len` bytes that do not repeat from one seed to the next (so nothing compresses them away):
+/// entity state for the partition benchmarks.
+pub fn filler(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}

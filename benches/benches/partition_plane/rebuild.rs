@@ -7,7 +7,7 @@ use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tessera_benches::partition_group::{Voter, start_voter, voter_files};
+use tessera_benches::partition_group::{Voter, filler, start_voter, voter_files};
 use tessera_contract::EntityAddress;
 use tokio::runtime::Runtime;
 
@@ -21,19 +21,6 @@ const ENTITY_STATE: TableDefinition<(&str, &str, &str, &str), &[u8]> =
 const ENTITY_META: TableDefinition<(&str, &str, &str), (u32, u64)> =
     TableDefinition::new("entity_meta");
 const STAMPS: TableDefinition<(&str, &str, &str), u64> = TableDefinition::new("partition_stamps");
-
-/// Bytes that do not repeat from one entity to the next.
-fn filler(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 struct Rebuilt {
     bytes: usize,

@@ -12,7 +12,7 @@
 use super::checkpoint;
 use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
-use super::savepoint::{self, Saved, Snapshot};
+use super::savepoint::{self, Snapshot};
 use super::stamps::{STAMPS, key3, read_stamp};
 use crate::error::StoreError;
 use crate::remember::RememberOp;
@@ -61,8 +61,8 @@ pub struct PartitionMachine {
     fault: OnceLock<String>,
     /// Requests applied since the empty state: names a checkpoint alike on every replica.
     applied: u64,
-    /// The last checkpoint (`savepoint`), once one was taken or restored.
-    saved: Mutex<Option<Saved>>,
+    /// The savepoint of the last checkpoint (`savepoint`), once one was taken or restored.
+    last_savepoint: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for PartitionMachine {
@@ -110,7 +110,7 @@ impl PartitionMachine {
             initial: Phase::Serving,
             fault: OnceLock::new(),
             applied: 0,
-            saved: Mutex::new(None),
+            last_savepoint: Mutex::new(None),
         })
     }
 
@@ -158,7 +158,7 @@ impl PartitionMachine {
         checkpoint::clear(&self.store, self.initial)?;
         self.phase = self.initial;
         self.applied = 0;
-        *self.saved_mut() = None;
+        *self.last_savepoint() = None;
         Ok(())
     }
 
@@ -168,8 +168,8 @@ impl PartitionMachine {
         checkpoint::encode(&self.store)
     }
 
-    fn saved_mut(&self) -> std::sync::MutexGuard<'_, Option<Saved>> {
-        self.saved
+    fn last_savepoint(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
+        self.last_savepoint
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -421,11 +421,10 @@ impl StateMachine for PartitionMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let mut saved = self.saved_mut();
-        let previous = saved.as_ref().map(|saved| saved.savepoint);
-        *saved = None;
+        let mut last = self.last_savepoint();
+        let previous = last.take();
         match savepoint::take(&self.store, self.applied, previous) {
-            Ok(taken) => *saved = Some(taken),
+            Ok(taken) => *last = Some(taken),
             Err(error) => {
                 self.set_fault(format!("the partition's checkpoint was not saved: {error}"))
             }
@@ -437,11 +436,11 @@ impl StateMachine for PartitionMachine {
         let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
         match Snapshot::parse(snapshot).map_err(RestoreError::Malformed)? {
             Snapshot::Reference { applied } => {
-                *self.saved_mut() = None;
+                *self.last_savepoint() = None;
                 let restored = savepoint::restore(&self.store, applied).map_err(storage)?;
                 self.phase = moving::phase(&self.store).map_err(storage)?;
                 self.applied = applied;
-                *self.saved_mut() = Some(restored);
+                *self.last_savepoint() = Some(restored);
             }
             Snapshot::Image { applied, rows } => {
                 self.phase = checkpoint::restore(&self.store, rows)?;

@@ -93,39 +93,27 @@ impl<'a> Snapshot<'a> {
     }
 }
 
-/// The machine's last checkpoint: its savepoint.
-pub(super) struct Saved {
-    pub(super) savepoint: u64,
-}
-
 fn io(error: impl std::fmt::Display) -> StoreError {
     StoreError::io(error)
 }
 
 /// Makes the database durable as it stands, as the checkpoint after `applied` requests, and
-/// forgets every savepoint but this one and `previous`.
+/// forgets every savepoint but this one and `previous`. The new savepoint's id.
 pub(super) fn take(
     store: &StateStore,
     applied: u64,
     previous: Option<u64>,
-) -> Result<Saved, StoreError> {
+) -> Result<u64, StoreError> {
     let transaction = store.database().begin_write().map_err(io)?;
     let savepoint = transaction.persistent_savepoint().map_err(io)?;
-    let keep = |id: u64| id == savepoint || Some(id) == previous;
-    forget_others(&transaction, keep)?;
-    transaction
-        .open_table(CHECKPOINT_SAVEPOINTS)
-        .map_err(io)?
-        .insert(applied, savepoint)
-        .map_err(io)?;
-    transaction.commit().map_err(io)?;
-    Ok(Saved { savepoint })
+    forget_others(&transaction, |id| id == savepoint || Some(id) == previous)?;
+    record_and_commit(transaction, applied, savepoint)
 }
 
 /// Rolls the database back to the checkpoint after `applied` requests, forgetting every other
 /// savepoint. An error (no such checkpoint: the database is not the one the journal's
 /// checkpoint was taken in) changes nothing.
-pub(super) fn restore(store: &StateStore, applied: u64) -> Result<Saved, StoreError> {
+pub(super) fn restore(store: &StateStore, applied: u64) -> Result<u64, StoreError> {
     let savepoint = {
         let read = store.database().begin_read().map_err(io)?;
         let table = read.open_table(CHECKPOINT_SAVEPOINTS).map_err(io)?;
@@ -143,13 +131,23 @@ pub(super) fn restore(store: &StateStore, applied: u64) -> Result<Saved, StoreEr
     transaction.restore_savepoint(&handle).map_err(io)?;
     drop(handle);
     forget_others(&transaction, |id| id == savepoint)?;
+    record_and_commit(transaction, applied, savepoint)
+}
+
+/// Records `savepoint` as the checkpoint after `applied` requests and commits `transaction`
+/// durably. The savepoint's id.
+fn record_and_commit(
+    transaction: redb::WriteTransaction,
+    applied: u64,
+    savepoint: u64,
+) -> Result<u64, StoreError> {
     transaction
         .open_table(CHECKPOINT_SAVEPOINTS)
         .map_err(io)?
         .insert(applied, savepoint)
         .map_err(io)?;
     transaction.commit().map_err(io)?;
-    Ok(Saved { savepoint })
+    Ok(savepoint)
 }
 
 /// Deletes the savepoints `keep` refuses, and their rows.
