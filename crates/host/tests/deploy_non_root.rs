@@ -45,11 +45,19 @@ fn node_user() -> (u32, u32) {
 }
 
 /// A directory the node's user may traverse, holding a copy of the binary it may execute (the
-/// build's own target directory may sit under a private home).
+/// build's own target directory may sit under a private home). The copy is written by `cp`, not
+/// by this process: the tests run on several threads, and a child forked by one of them while
+/// this process held the copy open for writing would keep it open until its `exec`, so the
+/// other test's `exec` of the copy failed with "Text file busy" (ETXTBSY).
 fn runnable_binary(dir: &Path) -> PathBuf {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let binary = dir.join("tessera");
-    std::fs::copy(env!("CARGO_BIN_EXE_tessera"), &binary).expect("copy the binary");
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_tessera"))
+        .arg(&binary)
+        .status()
+        .expect("cp runs");
+    assert!(copied.success(), "cp copies the binary: {copied}");
     std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     binary
 }
