@@ -199,6 +199,28 @@ pub(crate) fn checksum_words_and_bytes(words: &[u64], bytes: &[u8]) -> u64 {
     hash.finish()
 }
 
+/// A checkpoint stream's checksum: FNV-1a over `op` and `entry_checksum` and then the stream's
+/// bytes, carried on from `previous` (the checksum through the bytes before `bytes`, `None` at
+/// the stream's start).
+pub(crate) fn stream_checksum(
+    op: OpNumber,
+    entry_checksum: u64,
+    previous: Option<u64>,
+    bytes: &[u8],
+) -> u64 {
+    let mut hash = previous.map_or_else(
+        || {
+            let mut hash = Fnv64::new();
+            hash.write_u64(op);
+            hash.write_u64(entry_checksum);
+            hash
+        },
+        Fnv64,
+    );
+    hash.write(bytes);
+    hash.finish()
+}
+
 struct Fnv64(u64);
 
 impl Fnv64 {
@@ -359,6 +381,38 @@ pub enum Message {
         /// At most `state_chunk_bytes` of it.
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
+    },
+    /// A replica whose machine transfers its state in parts asks for the part of a peer's
+    /// checkpoint image that starts at `offset`.
+    RequestImage {
+        /// The sender.
+        replica: ReplicaIndex,
+        /// The highest op the sender has applied: only a newer checkpoint helps it.
+        applied: OpNumber,
+        /// The checkpoint being streamed (0: none yet; any part 0 will do).
+        op: OpNumber,
+        /// The byte offset wanted in its stream.
+        offset: u64,
+    },
+    /// A part of the stream of the sender's checkpoint at `op`: the client table (its length
+    /// first, eight bytes little-endian), then the machine's image.
+    ImagePart {
+        /// The sender.
+        replica: ReplicaIndex,
+        /// The checkpoint's op.
+        op: OpNumber,
+        /// The checksum of the entry at `op`.
+        entry_checksum: u64,
+        /// Where `bytes` starts in the stream.
+        offset: u64,
+        /// At most `state_chunk_bytes` of it; empty only in a last part.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+        /// The stream's checksum through the end of `bytes` ([`stream_checksum`], started
+        /// from `op` and `entry_checksum`).
+        checksum: u64,
+        /// Whether the stream ends with this part.
+        last: bool,
     },
 }
 

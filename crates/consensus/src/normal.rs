@@ -195,7 +195,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     }
 
     fn request_repair(&mut self) {
-        if self.now_ticks < self.repair_allowed_tick || self.state_transfer.is_some() {
+        if self.now_ticks < self.repair_allowed_tick || self.fetching_state() {
             return;
         }
         self.repair_allowed_tick = self.now_ticks + self.config.timeouts.resend_interval_ticks;
@@ -231,7 +231,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         }
         if op_first <= self.log.base() {
             // The backup needs ops this replica has checkpointed and discarded.
-            return self.send_state_chunk(replica, 0);
+            return self.offer_state(replica);
         }
         let op_last = op_first
             .saturating_add(count.min(REPAIR_PREPARES_MAX))
@@ -317,7 +317,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let timeout = self.timeout_with_jitter(self.config.timeouts.primary_silence_timeout_ticks);
         // A replica fetching state is in no position to judge the primary; the transfer is
         // abandoned if its source goes silent, and the timeout applies again.
-        if silence >= timeout && self.state_transfer.is_none() {
+        if silence >= timeout && !self.fetching_state() {
             return self.start_view_change(self.view + 1);
         }
         if self.repair_target > self.op() || self.commit > self.op() {

@@ -17,6 +17,7 @@ use thiserror::Error;
 use super::checkpoint::{Checkpoint, CheckpointError};
 use super::client_table::ClientTable;
 use super::config::{Config, ConfigError, REQUEST_QUEUE_MAX};
+use super::image_transfer::{ImageSession, ImageTransfer, ReceivedPart};
 use super::journal::{Journal, JournalError, Superblock};
 use super::log::Log;
 use super::message::{
@@ -148,6 +149,11 @@ pub struct Replica<J: Journal, S: StateMachine> {
     pub(super) checkpoint: Checkpoint,
     /// A checkpoint being fetched from a peer, chunk by chunk.
     pub(super) state_transfer: Option<StateTransferState>,
+    /// A checkpoint being fetched from a peer as a stream, part by part (a machine that
+    /// transfers its state in parts).
+    pub(super) image_transfer: Option<ImageTransfer>,
+    /// Peers fetching this replica's checkpoint as a stream: one session each, at most.
+    pub(super) image_sessions: Vec<ImageSession>,
     /// The latest checkpoint with the machine's transfer image in it, while peers fetch it,
     /// and the tick it was last asked for (see `Replica::transferable_checkpoint`).
     pub(super) transfer_cache: Option<(Checkpoint, u64)>,
@@ -309,6 +315,8 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             log: Log::root(),
             checkpoint: Checkpoint::genesis(),
             state_transfer: None,
+            image_transfer: None,
+            image_sessions: Vec::new(),
             transfer_cache: None,
             commit: 0,
             applied: 0,
@@ -416,6 +424,31 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 };
                 self.on_state_chunk(replica, identity, offset, bytes)
             }
+            Message::RequestImage {
+                replica,
+                applied,
+                op,
+                offset,
+            } => self.on_request_image(replica, applied, op, offset),
+            Message::ImagePart {
+                replica,
+                op,
+                entry_checksum,
+                offset,
+                bytes,
+                checksum,
+                last,
+            } => {
+                let part = ReceivedPart {
+                    op,
+                    entry_checksum,
+                    offset,
+                    bytes,
+                    checksum,
+                    last,
+                };
+                self.on_image_part(replica, part)
+            }
         }
         self.flush()
     }
@@ -431,6 +464,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             Status::Recovering => self.tick_recovering(),
         }
         self.tick_state_transfer();
+        self.tick_image_transfer();
         self.tick_transfer_cache();
         self.flush()
     }

@@ -5,9 +5,11 @@
 
 use super::apply::entry_bytes;
 use super::checkpoint::{Checkpoint, CheckpointError, decode_state, encode_state};
+use super::client_table::ClientTable;
 use super::config::{CHECKPOINT_BYTES_MAX, CHECKPOINT_LOG_BYTES};
 use super::journal::Journal;
 use super::log::Log;
+use super::message::OpNumber;
 use super::replica::{Action, Replica};
 use super::state_machine::StateMachine;
 
@@ -69,18 +71,21 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     ) -> Result<(), CheckpointError> {
         let (clients, machine) = decode_state(&checkpoint.state)?;
         self.state_machine.restore(&machine)?;
+        self.adopt_state(checkpoint.op, checkpoint.entry_checksum, clients);
+        Ok(())
+    }
+
+    /// Takes the state machine's state, just replaced, with `clients` as the applied state
+    /// after `op` (whose entry's checksum is `entry_checksum`), and as the latest checkpoint.
+    fn adopt_state(&mut self, op: OpNumber, entry_checksum: u64, clients: ClientTable) {
         self.clients = clients;
-        self.applied = checkpoint.op;
+        self.applied = op;
         self.applied_bytes = 0;
-        self.commit = self.commit.max(checkpoint.op);
+        self.commit = self.commit.max(op);
         // Re-encoded from the state as restored: a checker compares what the replica holds, and
         // a machine that keeps its own state gives the reference to what it just made durable,
         // which is what the journal keeps, not the image a peer sent.
-        let held = Checkpoint::new(
-            checkpoint.op,
-            checkpoint.entry_checksum,
-            self.encode_state(),
-        );
+        let held = Checkpoint::new(op, entry_checksum, self.encode_state());
         self.outbox.push(Action::Checkpoint {
             op: held.op,
             state_checksum: held.state_checksum,
@@ -88,7 +93,6 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         });
         self.checkpoint = held;
         self.transfer_cache = None;
-        Ok(())
     }
 
     /// Installs a checkpoint received from a peer (already verified): the state is replaced,
@@ -104,6 +108,29 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         );
         let (op, entry_checksum) = (checkpoint.op, checkpoint.entry_checksum);
         self.restore_checkpoint(checkpoint)?;
+        self.journal_installed(op, entry_checksum);
+        Ok(())
+    }
+
+    /// Installs the image the state machine staged from a peer's stream (complete and
+    /// verified), with `clients`, as the checkpoint after `op`; as
+    /// [`Replica::install_checkpoint`] does otherwise.
+    pub(super) fn install_staged_image(
+        &mut self,
+        op: OpNumber,
+        entry_checksum: u64,
+        clients: ClientTable,
+    ) -> Result<(), CheckpointError> {
+        assert!(op > self.applied, "only a newer checkpoint is installed");
+        self.state_machine.install_staged_image()?;
+        self.adopt_state(op, entry_checksum, clients);
+        self.journal_installed(op, entry_checksum);
+        Ok(())
+    }
+
+    /// Journals the checkpoint just installed at `op` and adjusts the log to it: it keeps the
+    /// entries above if they chain to it and starts afresh from it otherwise.
+    fn journal_installed(&mut self, op: OpNumber, entry_checksum: u64) {
         self.journal.append_checkpoint(&self.checkpoint);
         if self.log.checksum_at(op) == Some(entry_checksum) {
             self.log.discard_through(op);
@@ -115,7 +142,6 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         self.durable_dirty = true;
         self.trim_log();
         self.make_durable();
-        Ok(())
     }
 
     /// The checkpoint a peer is sent (state transfer, a follower): the latest, carrying the

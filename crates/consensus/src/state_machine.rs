@@ -6,7 +6,10 @@
 //! holds it) or, for a machine that keeps its state durable in a store of its own, a small
 //! reference to the state it made durable ([`StateMachine::snapshot_is_reference`]): the
 //! journal's checkpoint then costs the same however large the state, and only a peer that
-//! installs the state is sent all of it ([`StateMachine::transfer_image`]).
+//! installs the state is sent all of it ([`StateMachine::transfer_image`]). A machine whose
+//! state may be large sends and installs it as a stream instead ([`StateMachine::transfers_in_parts`]):
+//! read in bounded parts from a view of the checkpoint's state ([`ImageReader`]) and staged
+//! apart from the live state until the last part is in, so neither side holds it in memory.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +53,51 @@ pub trait StateMachine {
     fn transfer_image(&self) -> Vec<u8> {
         self.snapshot()
     }
+
+    /// Whether a peer that installs the state is sent it as a stream of bounded parts, read
+    /// by [`StateMachine::image_reader`] and installed by [`StateMachine::stage_image`] and
+    /// [`StateMachine::install_staged_image`], instead of one [`StateMachine::transfer_image`].
+    /// False by default.
+    fn transfers_in_parts(&self) -> bool {
+        false
+    }
+
+    /// A reader of the state's image as it stands — the replica asks only while the state is
+    /// its last checkpoint's — which goes on reading that state while the machine applies more
+    /// (a read transaction, say). Deterministic, as snapshots are. Needed when
+    /// [`StateMachine::transfers_in_parts`].
+    fn image_reader(&self) -> Result<Box<dyn ImageReader>, String> {
+        Err("this state machine does not transfer its state in parts".into())
+    }
+
+    /// Takes the bytes of an image stream (from a peer's [`StateMachine::image_reader`]) that
+    /// start at `offset`, and stages them apart from the live state, which they leave
+    /// unchanged. Offset 0 starts a new image, dropping whatever was staged; otherwise the
+    /// bytes follow those staged last. An error (bytes that do not decode) leaves the live
+    /// state unchanged; the stream is then started again. Needed when
+    /// [`StateMachine::transfers_in_parts`].
+    fn stage_image(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RestoreError> {
+        let _ = (offset, bytes);
+        Err(RestoreError::Malformed(
+            "this state machine does not transfer its state in parts".into(),
+        ))
+    }
+
+    /// Replaces the whole state with the staged image, which the stream has ended. On error
+    /// (an image cut short) the state is left unchanged.
+    fn install_staged_image(&mut self) -> Result<(), RestoreError> {
+        Err(RestoreError::Malformed(
+            "this state machine does not transfer its state in parts".into(),
+        ))
+    }
+}
+
+/// Reads a machine's image as a stream of bytes, part by part, from the state it was opened
+/// on (see [`StateMachine::image_reader`]).
+pub trait ImageReader: Send {
+    /// The next bytes of the image: `max` of them, fewer only at its end, none once it has
+    /// all been read.
+    fn read(&mut self, max: usize) -> Result<Vec<u8>, String>;
 }
 
 /// Why a snapshot could not be restored.

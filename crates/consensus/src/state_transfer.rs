@@ -20,7 +20,10 @@ use super::state_machine::StateMachine;
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Starts fetching a checkpoint from `source`, unless a transfer is already under way.
     pub(super) fn request_state(&mut self, source: ReplicaIndex) {
-        if !self.is_peer(source) || self.state_transfer.is_some() {
+        if self.state_machine.transfers_in_parts() {
+            return self.request_image(source);
+        }
+        if !self.is_peer(source) || self.fetching_state() {
             return;
         }
         self.state_transfer = Some(StateTransferState::new(source, self.now_ticks));
@@ -166,6 +169,27 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
             self.counters.states_rejected += 1;
             return self.request_state(source);
         }
+        self.after_state_installed();
+    }
+
+    /// Whether this replica is fetching a checkpoint from a peer (whole or streamed).
+    pub(super) fn fetching_state(&self) -> bool {
+        self.state_transfer.is_some() || self.image_transfer.is_some()
+    }
+
+    /// Offers `to` the latest checkpoint unasked (it needs ops this replica discarded): its
+    /// first chunk, or its stream's part 0.
+    pub(super) fn offer_state(&mut self, to: ReplicaIndex) {
+        if self.state_machine.transfers_in_parts() {
+            self.send_image_part(to, 0, 0);
+        } else {
+            self.send_state_chunk(to, 0);
+        }
+    }
+
+    /// Goes on with what waited for the state just installed: a recovery, or the view change
+    /// this replica leads.
+    pub(super) fn after_state_installed(&mut self) {
         match self.status {
             Status::Recovering => self.conclude_recovery(),
             Status::ViewChange if self.primary_of(self.view) == self.config.replica => {

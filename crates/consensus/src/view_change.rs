@@ -75,10 +75,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// ```
     pub fn take_primary(&mut self) -> Vec<Action> {
         let caught_up = self.applied >= self.commit && self.op() >= self.commit;
-        if self.status != Status::Normal
-            || self.is_primary()
-            || self.state_transfer.is_some()
-            || !caught_up
+        if self.status != Status::Normal || self.is_primary() || self.fetching_state() || !caught_up
         {
             return Vec::new();
         }
@@ -343,7 +340,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         let timeout = self.timeout_with_jitter(timeouts.view_change_timeout_ticks);
         // While fetching state the replica holds its view change open rather than pushing
         // everyone into the next view (see `tick_backup`).
-        if elapsed >= timeout && self.state_transfer.is_none() {
+        if elapsed >= timeout && !self.fetching_state() {
             return self.start_view_change(self.view + 1);
         }
         if self.now_ticks < self.resend_tick + timeouts.resend_interval_ticks {

@@ -116,7 +116,9 @@ impl Network {
             self.enqueue(rng, now_tick, to, payload.clone());
         }
         let mut payload = payload;
-        if let Payload::Message(Message::StateChunk { bytes, .. }) = &mut payload
+        if let Payload::Message(
+            Message::StateChunk { bytes, .. } | Message::ImagePart { bytes, .. },
+        ) = &mut payload
             && !bytes.is_empty()
             && rng.per_mille(self.faults.corrupt_state_chunk_per_mille)
         {

@@ -61,7 +61,7 @@ fn frame_bytes(frame: &GroupFrame) -> usize {
                     entries(&log.entries)
                 }
                 Message::RecoveryResponse { log: Some(log), .. } => entries(&log.entries),
-                Message::StateChunk { bytes, .. } => bytes.len(),
+                Message::StateChunk { bytes, .. } | Message::ImagePart { bytes, .. } => bytes.len(),
                 _ => 0,
             },
             GroupMessage::Submit { origin, request } => origin.len() + request.operation.len(),

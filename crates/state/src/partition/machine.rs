@@ -10,6 +10,7 @@
 //! unsynced transactions left in the file after a crash is never read.
 
 use super::checkpoint;
+use super::image_stream::{ImageRows, Staging};
 use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
 use super::savepoint::{self, Snapshot};
@@ -24,7 +25,7 @@ use redb::{Database, Durability, ReadableTable};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
-use tessera_consensus::state_machine::{RestoreError, StateMachine};
+use tessera_consensus::state_machine::{ImageReader, RestoreError, StateMachine};
 use tessera_contract::{EntityAddress, TypeKey};
 
 /// A partition's entities as the group's committed ops left them, in a redb database of its
@@ -63,6 +64,8 @@ pub struct PartitionMachine {
     applied: u64,
     /// The savepoint of the last checkpoint (`savepoint`), once one was taken or restored.
     last_savepoint: Mutex<Option<u64>>,
+    /// A peer's image being staged (state transfer in parts, `image_stream`).
+    staging: Staging,
 }
 
 impl std::fmt::Debug for PartitionMachine {
@@ -111,6 +114,7 @@ impl PartitionMachine {
             fault: OnceLock::new(),
             applied: 0,
             last_savepoint: Mutex::new(None),
+            staging: Staging::default(),
         })
     }
 
@@ -156,6 +160,7 @@ impl PartitionMachine {
     /// stay, so the replica can still restore the one its journal names.
     pub fn clear(&mut self) -> Result<(), StoreError> {
         checkpoint::clear(&self.store, self.initial)?;
+        self.staging.clear(&self.store)?;
         self.phase = self.initial;
         self.applied = 0;
         *self.last_savepoint() = None;
@@ -456,6 +461,26 @@ impl StateMachine for PartitionMachine {
 
     fn snapshot_is_reference(&self) -> bool {
         true
+    }
+
+    fn transfers_in_parts(&self) -> bool {
+        true
+    }
+
+    fn image_reader(&self) -> Result<Box<dyn ImageReader>, String> {
+        let rows = ImageRows::open(&self.store, self.applied).map_err(|e| e.to_string())?;
+        Ok(Box::new(rows))
+    }
+
+    fn stage_image(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RestoreError> {
+        self.staging.stage(&self.store, offset, bytes)
+    }
+
+    fn install_staged_image(&mut self) -> Result<(), RestoreError> {
+        let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
+        self.applied = self.staging.install(&self.store)?;
+        self.phase = moving::phase(&self.store).map_err(storage)?;
+        Ok(())
     }
 
     fn transfer_image(&self) -> Vec<u8> {

@@ -27,6 +27,9 @@
 mod checkpoint;
 #[cfg(test)]
 mod group_tests;
+mod image_stream;
+#[cfg(test)]
+mod image_stream_tests;
 mod machine;
 mod moving;
 #[cfg(test)]

@@ -8,7 +8,7 @@ use super::op::{PartitionOp, PartitionResult};
 use std::collections::VecDeque;
 use tessera_consensus::config::Timeouts;
 use tessera_consensus::group::GroupMachine;
-use tessera_consensus::state_machine::{RestoreError, StateMachine};
+use tessera_consensus::state_machine::{ImageReader, RestoreError, StateMachine};
 use tessera_contract::EntityAddress;
 
 /// A partition group's tick, in ticks of the cluster's (a node's `cluster.tick_ms`, 10 ms by
@@ -165,6 +165,24 @@ impl StateMachine for PartitionReplica {
 
     fn transfer_image(&self) -> Vec<u8> {
         self.machine.transfer_image()
+    }
+
+    fn transfers_in_parts(&self) -> bool {
+        self.machine.transfers_in_parts()
+    }
+
+    fn image_reader(&self) -> Result<Box<dyn ImageReader>, String> {
+        self.machine.image_reader()
+    }
+
+    fn stage_image(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RestoreError> {
+        self.machine.stage_image(offset, bytes)
+    }
+
+    fn install_staged_image(&mut self) -> Result<(), RestoreError> {
+        self.machine.install_staged_image()?;
+        self.note(PartitionApplied::Restored);
+        Ok(())
     }
 }
 

@@ -75,6 +75,21 @@ pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf 
     Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
 }
 
+/// Whether the catalog read through `plane` gives every allocated shard of a partition (of
+/// `count`) to a node.
+fn shards_followed(plane: Weak<dyn MetadataPlane>, count: u32) -> moves::ShardsFollowed {
+    Arc::new(move |partition, node| {
+        let plane = plane.upgrade()?;
+        let table = plane.store().shard_table().ok()?;
+        Some(
+            table
+                .iter()
+                .filter(|(key, _)| count > 0 && key.shard % count == partition)
+                .all(|(_, allocation)| allocation.node.as_str() == node),
+        )
+    })
+}
+
 /// How long a group runs here before this node, its preferred primary, asks for the primary's
 /// role back: time to catch up after a restart.
 const PRIMARY_RECLAIM_AFTER: Duration = Duration::from_secs(10);
@@ -126,6 +141,8 @@ pub(in crate::node) struct PartitionGroups {
     /// that is not filling (`route`), and released when its last stops.
     routed: Arc<RoutedState>,
     running: Mutex<BTreeMap<GroupKey, Running>>,
+    /// Whether the catalog gives a partition's shards to a node (a move waits for it).
+    shards_followed: moves::ShardsFollowed,
 }
 
 /// Tells the coordinator, every [`PRIMARY_REPORT_INTERVAL`], which partitions' groups this
@@ -186,6 +203,7 @@ impl PartitionGroups {
             mesh,
             routed,
             running: Mutex::default(),
+            shards_followed: shards_followed(plane.clone(), config.sharding.partitions.count()),
         });
         tokio::spawn(follow_placement(Arc::downgrade(&groups), plane, status));
         if config.sharding.partitions.count() > 0 {
@@ -354,6 +372,7 @@ impl PartitionGroups {
             node: self.node.clone(),
             leader: leader.clone(),
             routed: self.routed.clone(),
+            shards_followed: self.shards_followed.clone(),
         };
         if let Some(old) = running.get(&old_key) {
             if old.leaving.is_none() {

@@ -27,9 +27,16 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// seals anyway (the seal is safe whoever leads; only where the shards are served differs).
 const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 
-/// How long the node that took the old group's primary role waits before it seals: a few of
-/// the reports by which the coordinator moves the partition's shards to their primary.
-const HANDOVER_SETTLE: Duration = PRIMARY_REPORT_INTERVAL.saturating_mul(3);
+/// How long the node that took the old group's primary role waits, at most, for the catalog to
+/// give it the partition's shards before it seals anyway (the coordinator may be moving).
+const HANDOVER_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// How often it reads the shard table again while it waits.
+const HANDOVER_POLL: Duration = PRIMARY_REPORT_INTERVAL;
+
+/// Whether the committed shard table gives every allocated shard of a partition to one node:
+/// `(partition, node)` → answer, `None` when the catalog cannot be read (the node is going).
+pub(super) type ShardsFollowed = Arc<dyn Fn(u32, &str) -> Option<bool> + Send + Sync>;
 
 /// How long the replicas of both epochs that do not lead a move wait for the one that does
 /// to open the new group before they seal and fill it themselves (it may be down).
@@ -52,6 +59,8 @@ pub(super) struct Move {
     pub(super) leader: String,
     /// Where the entity layer reads and commits: pointed at the new group once it is open.
     pub(super) routed: Arc<RoutedState>,
+    /// Whether the catalog gives the partition's shards to a node.
+    pub(super) shards_followed: ShardsFollowed,
 }
 
 impl Move {
@@ -74,9 +83,10 @@ impl Move {
                 self.lead_new_group(new, new_group).await;
                 if self.take_primary(group).await {
                     // The partition's shards follow the role once this node reports it: until
-                    // then the node leaving still serves them, and what it commits after the
-                    // seal would be refused.
-                    tokio::time::sleep(HANDOVER_SETTLE).await;
+                    // the catalog moved them here (handed off: the node leaving stopped their
+                    // entities first), that node still serves them, and what it commits after
+                    // the seal would be refused.
+                    self.await_shards().await;
                 }
                 retry(partition, "sealing the epoch it leaves", || old.seal()).await;
                 tracing::info!(partition, "the partition's epoch being left is sealed");
@@ -167,6 +177,27 @@ impl Move {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         false
+    }
+
+    /// Waits until the committed shard table gives every allocated shard of the partition to
+    /// this node, for up to [`HANDOVER_SETTLE_MAX`]. (A fixed wait of three primary reports
+    /// here once let the node leaving commit after the seal on a loaded machine, and an ask
+    /// failed with "the partition moved to another replica set".)
+    async fn await_shards(&self) {
+        let deadline = tokio::time::Instant::now() + HANDOVER_SETTLE_MAX;
+        loop {
+            match (self.shards_followed)(self.partition, &self.node) {
+                Some(true) | None => return,
+                Some(false) if tokio::time::Instant::now() >= deadline => {
+                    tracing::warn!(
+                        partition = self.partition,
+                        "the partition's shards did not follow its primary in time: sealing anyway"
+                    );
+                    return;
+                }
+                Some(false) => tokio::time::sleep(HANDOVER_POLL).await,
+            }
+        }
     }
 
     /// Takes the old group's primary role if a node that is no replica of the new epoch has
