@@ -210,3 +210,27 @@ fn a_replica_on_disk_recovers_its_committed_state_after_a_crash() {
     assert_eq!(recovered.state_machine().get(2), Some(20));
     assert_eq!(recovered.state_machine().get(0), Some(18));
 }
+
+#[test]
+fn a_journal_created_but_never_written_is_blank_and_a_written_one_is_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("replica.journal");
+    assert!(FileJournal::is_blank(&path).expect("readable"), "no file");
+    // The file open() makes, as a crash before the first superblock leaves it.
+    drop(FileJournal::open(&path).expect("opens"));
+    assert!(FileJournal::is_blank(&path).expect("readable"));
+    assert!(
+        FileJournal::open(&path).expect("opens").recover().is_err(),
+        "it holds no superblock to recover from"
+    );
+    let journal = FileJournal::open(&path).expect("opens");
+    let mut replica =
+        Replica::start_empty(Config::new(1, 0), journal, KeyValue::default(), 7).expect("formats");
+    put(&mut replica, 1);
+    drop(replica);
+    assert!(!FileJournal::is_blank(&path).expect("readable"));
+    // Its superblocks zeroed by corruption: not blank (records follow), so refused, not
+    // started empty.
+    overwrite(&path, 0, &[0; 2 * SUPERBLOCK_SLOT_BYTES as usize]);
+    assert!(!FileJournal::is_blank(&path).expect("readable"));
+}

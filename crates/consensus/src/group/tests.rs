@@ -426,6 +426,18 @@ async fn the_voters_go_on_without_the_primary_and_a_restarted_voter_catches_up()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_whose_journal_was_created_but_never_written_starts_and_catches_up() {
+    let mut cluster = Cluster::new(false);
+    // n1's journal as a crash right after the file was made leaves it: it starts as a new
+    // replica (it promised nothing), instead of refusing to start, and the group forms.
+    let journal = cluster.dir.path().join(format!("n1-{}.journal", ONE.0));
+    drop(crate::durable::FileJournal::open(&journal).expect("the file is made"));
+    cluster.start_group(ONE);
+    cluster.submit(ONE, "n1", 1, 1).await;
+    cluster.wait_everywhere(ONE, (1, 1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_rebuilds_the_state_from_the_voters_and_submits_through_them() {
     let mut cluster = Cluster::new(false);
     cluster.start_group(ONE);

@@ -31,7 +31,9 @@ pub(super) fn open_replica<M: GroupMachine>(
     journal: &Path,
     machine: M,
 ) -> Result<Replica<FileJournal, M>, GroupError> {
-    let fresh = !journal.exists();
+    // A journal created but never written (a crash right after its file was made) is fresh too.
+    let fresh =
+        FileJournal::is_blank(journal).map_err(|error| GroupError::Journal(error.to_string()))?;
     let file =
         FileJournal::open(journal).map_err(|error| GroupError::Journal(error.to_string()))?;
     let mut machine = machine;

@@ -24,7 +24,28 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
 pub(super) struct Network {
-    inboxes: Mutex<BTreeMap<String, mpsc::Sender<(String, GroupFrame)>>>,
+    pub(super) inboxes: Mutex<BTreeMap<String, mpsc::Sender<(String, GroupFrame)>>>,
+    /// State-transfer frames sent: `(whole-checkpoint chunks, stream parts, largest part)`.
+    pub(super) transfers: Mutex<(u64, u64, usize)>,
+    /// The members' checkpoint interval (`None`: the default).
+    pub(super) checkpoint_interval_ops: Option<u64>,
+}
+
+impl Network {
+    /// Counts `frame` if it carries state.
+    fn count(&self, frame: &GroupFrame) {
+        use tessera_consensus::group::GroupMessage;
+        use tessera_consensus::message::Message;
+        let mut transfers = self.transfers.lock().expect("network");
+        match &frame.message {
+            GroupMessage::Replica(Message::StateChunk { .. }) => transfers.0 += 1,
+            GroupMessage::Replica(Message::ImagePart { bytes, .. }) => {
+                transfers.1 += 1;
+                transfers.2 = transfers.2.max(bytes.len());
+            }
+            _ => {}
+        }
+    }
 }
 
 struct Outbox {
@@ -34,6 +55,7 @@ struct Outbox {
 
 impl GroupOutbox for Outbox {
     fn send(&self, to: &str, frame: GroupFrame) {
+        self.network.count(&frame);
         let inboxes = self.network.inboxes.lock().expect("network");
         if let Some(inbox) = inboxes.get(to) {
             let _ = inbox.try_send((self.node.clone(), frame));
@@ -110,6 +132,7 @@ pub(super) fn start_member(
     let voters = voters.iter().map(|voter| voter.to_string()).collect();
     let config = GroupConfig {
         sessions: 4,
+        checkpoint_interval_ops: network.checkpoint_interval_ops,
         ..GroupConfig::new(group, voters, node.to_string())
     };
     let outbox = Arc::new(Outbox {

@@ -47,6 +47,8 @@ mod served;
 mod stamps;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transfer_tests;
 
 pub use machine::PartitionMachine;
 pub use moving::{FILL_BYTES_MAX, Phase, phase};
