@@ -21,12 +21,17 @@ use crate::shard_transfer::{SHARD_TRANSFER_CHUNKS, ShardPart, ShardScope, instal
 use crate::tables::{StateStore, apply_remember_ops, apply_write_sets};
 use crate::write_set::WriteSet;
 use redb::backends::InMemoryBackend;
-use redb::{Database, Durability, ReadableTable};
+use redb::{Durability, ReadableTable};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
 use tessera_consensus::state_machine::{ImageReader, RestoreError, StateMachine};
 use tessera_contract::{EntityAddress, TypeKey};
+
+/// The page cache of one partition's database. Redb's default (1 GiB) is per database, and a
+/// node runs a database per partition replica it holds (dozens), each caching what it reads
+/// and writes: a node's memory would grow with its partitions' state.
+pub const PARTITION_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// A partition's entities as the group's committed ops left them, in a redb database of its
 /// own.
@@ -94,11 +99,14 @@ impl PartitionMachine {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Open(e.to_string()))?;
         }
-        let database = Database::create(path).map_err(|e| StoreError::Open(e.to_string()))?;
+        let database = redb::Builder::new()
+            .set_cache_size(PARTITION_CACHE_BYTES)
+            .create(path)
+            .map_err(|e| StoreError::Open(e.to_string()))?;
         Self::from_database(database)
     }
 
-    fn from_database(database: Database) -> Result<Self, StoreError> {
+    fn from_database(database: redb::Database) -> Result<Self, StoreError> {
         let store = StateStore::from_database(Arc::new(database))?;
         let transaction = store.database().begin_write().map_err(StoreError::io)?;
         transaction.open_table(STAMPS).map_err(StoreError::io)?;

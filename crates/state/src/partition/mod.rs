@@ -50,7 +50,7 @@ mod tests;
 #[cfg(test)]
 mod transfer_tests;
 
-pub use machine::PartitionMachine;
+pub use machine::{PARTITION_CACHE_BYTES, PartitionMachine};
 pub use moving::{FILL_BYTES_MAX, Phase, phase};
 pub use op::{PartitionOp, PartitionResult, WriteNotReplicable};
 pub use remembered::RoutedRemember;
