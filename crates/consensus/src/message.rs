@@ -188,6 +188,20 @@ pub fn checksum_bytes(bytes: &[u8]) -> u64 {
     checksum_words_and_bytes(&[], bytes)
 }
 
+/// [`checksum_bytes`] carried on over `bytes` from `previous`, the checksum of the bytes before
+/// them (`None` at the start), so bytes that come in pieces are checked without being joined.
+///
+/// ```
+/// use tessera_consensus::message::{checksum_bytes, checksum_bytes_from};
+/// let first = checksum_bytes_from(None, b"who");
+/// assert_eq!(checksum_bytes_from(Some(first), b"le"), checksum_bytes(b"whole"));
+/// ```
+pub fn checksum_bytes_from(previous: Option<u64>, bytes: &[u8]) -> u64 {
+    let mut hash = previous.map_or_else(Fnv64::new, Fnv64);
+    hash.write(bytes);
+    hash.finish()
+}
+
 /// FNV-1a (64 bit) over a sequence of words followed by bytes (a checkpoint's op, entry
 /// checksum and state).
 pub(crate) fn checksum_words_and_bytes(words: &[u64], bytes: &[u8]) -> u64 {
@@ -408,8 +422,8 @@ pub enum Message {
         /// At most `state_chunk_bytes` of it; empty only in a last part.
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
-        /// The stream's checksum through the end of `bytes` ([`stream_checksum`], started
-        /// from `op` and `entry_checksum`).
+        /// The stream's checksum through the end of `bytes`: FNV-1a over `op`,
+        /// `entry_checksum` and every byte of the stream so far.
         checksum: u64,
         /// Whether the stream ends with this part.
         last: bool,

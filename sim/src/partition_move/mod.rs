@@ -23,7 +23,7 @@ use clients::{Ask, Client};
 use std::collections::BTreeMap;
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
-use tessera_state::partition::{PartitionMachine, PartitionResult, Phase};
+use tessera_state::partition::{FillSource, PartitionMachine, PartitionResult, Phase};
 
 /// Nodes in the simulated cluster.
 const NODES: usize = 6;
@@ -67,6 +67,16 @@ struct Group {
 struct Replica {
     machine: PartitionMachine,
     applied: usize,
+}
+
+impl Replica {
+    /// The stream of rows a move's leader fills the next epoch with from this replica (as a
+    /// node's `FillSource::sealed` does), whole; empty if it cannot be read.
+    fn fill_stream(&self) -> Vec<u8> {
+        FillSource::of_machine(&self.machine)
+            .whole_stream()
+            .unwrap_or_default()
+    }
 }
 
 /// One simulated run.

@@ -96,24 +96,15 @@ impl Run {
             Stage::Done => Stage::Done,
             Stage::Waiting(turns) if turns > 0 => Stage::Waiting(turns - 1),
             Stage::Waiting(_) => {
-                let early = (self.canary == MoveCanary::ImageBeforeSeal).then(|| {
-                    self.groups[old].replicas[&node]
-                        .machine
-                        .image()
-                        .unwrap_or_default()
-                });
+                let early = (self.canary == MoveCanary::ImageBeforeSeal)
+                    .then(|| self.groups[old].replicas[&node].fill_stream());
                 let index = self.submit(old, PartitionOp::Seal.encode());
                 Stage::Sealing { index, early }
             }
             Stage::Sealing { index, early } => match self.answer(node, (old, index)) {
                 None => Stage::Sealing { index, early },
                 Some(PartitionResult::Applied { .. }) => Stage::Filling {
-                    image: early.unwrap_or_else(|| {
-                        self.groups[old].replicas[&node]
-                            .machine
-                            .image()
-                            .unwrap_or_default()
-                    }),
+                    image: early.unwrap_or_else(|| self.groups[old].replicas[&node].fill_stream()),
                     next: 0,
                     at: None,
                 },
@@ -125,10 +116,7 @@ impl Run {
                 Some(PartitionResult::Applied { .. }) => Stage::Done,
                 // Its pieces were not all there: fill again.
                 Some(PartitionResult::Filling) => {
-                    let image = self.groups[old].replicas[&node]
-                        .machine
-                        .image()
-                        .unwrap_or_default();
+                    let image = self.groups[old].replicas[&node].fill_stream();
                     Stage::Filling {
                         image,
                         next: 0,

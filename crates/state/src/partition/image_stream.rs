@@ -90,6 +90,14 @@ fn rows_of<K: Key + Send + 'static, V: Value + Send + 'static>(
     })))
 }
 
+/// Whether `bytes` start a stream of rows (its apply count first), not a whole image of
+/// `checkpoint`'s (a MessagePack array of tables), as a move's fill of an earlier build is.
+pub(super) fn is_stream(bytes: &[u8]) -> bool {
+    let mut cursor = std::io::Cursor::new(bytes);
+    let first = Row::deserialize(&mut rmp_serde::Deserializer::new(&mut cursor));
+    matches!(first, Ok(Row::Applied(_)))
+}
+
 /// Reads a partition's image as a stream, from the state a read transaction pins.
 pub struct ImageRows {
     rows: Rows,

@@ -10,7 +10,7 @@
 //! unsynced transactions left in the file after a crash is never read.
 
 use super::checkpoint;
-use super::image_stream::{ImageRows, Staging};
+use super::image_stream::{self, ImageRows, Staging};
 use super::moving::{self, Phase};
 use super::op::{PartitionOp, PartitionResult};
 use super::savepoint::{self, Snapshot};
@@ -25,6 +25,7 @@ use redb::{Durability, ReadableTable};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
+use tessera_consensus::message::checksum_bytes_from;
 use tessera_consensus::state_machine::{ImageReader, RestoreError, StateMachine};
 use tessera_contract::{EntityAddress, TypeKey};
 
@@ -305,8 +306,58 @@ impl PartitionMachine {
     }
 
     /// Installs the staged image and serves; a piece missing, a whole that does not match
-    /// or does not decode leaves the group filling (the transaction is dropped).
+    /// or does not decode leaves the group filling and its rows as they were.
     fn apply_open(&mut self, checksum: u64, pieces: u32) -> Result<PartitionResult, StoreError> {
+        match moving::piece(&self.store, checksum, 0)? {
+            None => Ok(PartitionResult::Filling),
+            Some(first) if image_stream::is_stream(&first) => self.open_stream(checksum, pieces),
+            Some(_) => self.open_whole(checksum, pieces),
+        }
+    }
+
+    /// Opens with a stream of rows (`image_stream`), staged piece by piece apart from the live
+    /// rows and swapped in once every piece is in and the whole matches `checksum`; the
+    /// stream's apply count is the sealed group's, not this one's, and is not taken. A state
+    /// transfer staging meanwhile starts again (its staged rows are dropped).
+    fn open_stream(&mut self, checksum: u64, pieces: u32) -> Result<PartitionResult, StoreError> {
+        self.staging = Staging::default();
+        let mut sum = None;
+        let mut offset = 0;
+        for index in 0..pieces {
+            let Some(piece) = moving::piece(&self.store, checksum, index)? else {
+                return self.keep_filling(None);
+            };
+            sum = Some(checksum_bytes_from(sum, &piece));
+            if let Err(error) = self.staging.stage(&self.store, offset, &piece) {
+                return self.keep_filling(Some(error.to_string()));
+            }
+            offset += piece.len() as u64;
+        }
+        if sum != Some(checksum) {
+            return self.keep_filling(None);
+        }
+        if let Err(error) = self.staging.install(&self.store) {
+            return self.keep_filling(Some(error.to_string()));
+        }
+        // The image is a sealed replica's: this group serves.
+        let transaction = self.unsynced()?;
+        moving::reset(&transaction, Phase::Serving)?;
+        transaction.commit().map_err(StoreError::io)?;
+        self.phase = Phase::Serving;
+        Ok(PartitionResult::Applied { reply: Vec::new() })
+    }
+
+    /// An open that cannot install: the staged rows are dropped and the group keeps filling.
+    fn keep_filling(&mut self, error: Option<String>) -> Result<PartitionResult, StoreError> {
+        if let Some(error) = error {
+            tracing::warn!(%error, "a move's image does not install: the group keeps filling");
+        }
+        self.staging.clear(&self.store)?;
+        Ok(PartitionResult::Filling)
+    }
+
+    /// Opens with a whole image (`checkpoint`), as an earlier build's leader fills.
+    fn open_whole(&mut self, checksum: u64, pieces: u32) -> Result<PartitionResult, StoreError> {
         let transaction = self.unsynced()?;
         let Some(image) = moving::assemble(&transaction, checksum, pieces)? else {
             return Ok(PartitionResult::Filling);

@@ -59,4 +59,4 @@ pub use replica::{
     UNOBSERVED_WRITES_MAX,
 };
 pub use routed::{PartitionOf, RoutedState};
-pub use served::{MOVE_WAIT_MAX, PartitionState};
+pub use served::{FillSource, MOVE_WAIT_MAX, PartitionState};

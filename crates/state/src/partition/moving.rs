@@ -122,6 +122,18 @@ pub(super) fn stage(
     Ok(())
 }
 
+/// Piece `index` of the image `checksum`, if staged.
+pub(super) fn piece(
+    store: &StateStore,
+    checksum: u64,
+    index: u32,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let transaction = store.database().begin_read().map_err(io)?;
+    let table = transaction.open_table(MOVE_PIECES).map_err(io)?;
+    let piece = table.get((checksum, index)).map_err(io)?;
+    Ok(piece.map(|piece| piece.value().to_vec()))
+}
+
 /// The image `checksum` put together from its `pieces` staged pieces, inside `transaction`;
 /// `None` when one is missing or the whole does not match the checksum.
 pub(super) fn assemble(

@@ -11,7 +11,7 @@ use crate::{CommitError, EntityState, WriteSet, WriteStamps};
 use std::sync::Arc;
 use tessera_consensus::group::GroupId;
 use tessera_consensus::message::checksum_bytes;
-use tessera_consensus::state_machine::StateMachine;
+use tessera_consensus::state_machine::{ImageReader, StateMachine};
 use tessera_contract::EntityAddress;
 
 fn counter(id: u32) -> EntityAddress {
@@ -30,6 +30,19 @@ fn write(id: u32, expect: u64, stamp: u64, value: u8) -> PartitionOp {
 
 fn applied() -> PartitionResult {
     PartitionResult::Applied { reply: Vec::new() }
+}
+
+/// The stream of `machine`'s rows a move's leader fills with (`FillSource`), whole.
+fn stream(machine: &PartitionMachine) -> Vec<u8> {
+    let mut reader = image_stream::ImageRows::open(machine.store(), 0).expect("a reader");
+    let mut stream = Vec::new();
+    loop {
+        let part = reader.read(4_096).expect("a part");
+        stream.extend_from_slice(&part);
+        if part.len() < 4_096 {
+            return stream;
+        }
+    }
 }
 
 /// The fills of `image` in pieces of `size` bytes, and the open after them.
@@ -71,7 +84,7 @@ fn a_sealed_machine_refuses_entity_ops_and_a_filling_one_serves_once_its_image_i
         "sealing twice"
     );
     assert_eq!(old.get(&counter(1), "value").expect("get"), Some(vec![1]));
-    let image = old.image().expect("an image");
+    let image = stream(&old);
     assert!(!image.is_empty());
 
     let mut new = PartitionMachine::in_memory()
@@ -142,6 +155,67 @@ fn a_sealed_machine_refuses_entity_ops_and_a_filling_one_serves_once_its_image_i
     assert_eq!(new.get(&counter(1), "value").expect("get"), Some(vec![4]));
     let mut serving = PartitionMachine::in_memory().expect("machine");
     assert_eq!(apply(&mut serving, last.clone()), PartitionResult::Opened);
+}
+
+#[test]
+fn a_whole_image_an_earlier_build_filled_with_still_opens() {
+    let mut old = PartitionMachine::in_memory().expect("machine");
+    for id in 0..20 {
+        apply(&mut old, write(id, 0, 100 + u64::from(id), id as u8));
+    }
+    apply(&mut old, PartitionOp::Seal);
+    let whole = old.image().expect("an image");
+    assert!(!image_stream::is_stream(&whole) && image_stream::is_stream(&stream(&old)));
+    let mut new = PartitionMachine::in_memory()
+        .and_then(PartitionMachine::filling)
+        .expect("machine");
+    let (pieces, open) = fills(&whole, 64);
+    for fill in pieces {
+        assert_eq!(apply(&mut new, fill), applied());
+    }
+    assert_eq!(apply(&mut new, open), applied());
+    assert_eq!(new.phase(), Phase::Serving);
+    for id in 0..20 {
+        assert_eq!(new.stamp(&counter(id)).expect("stamp"), 100 + u64::from(id));
+    }
+}
+
+#[test]
+fn a_move_fills_the_same_rows_whichever_sealed_replica_streams_them() {
+    // Two replicas of the sealed epoch (one restored from the other's image) stream the same
+    // bytes, so fills from both stage under one checksum; the new group holds exactly the
+    // sealed rows, and keeps its own apply count.
+    let mut first = PartitionMachine::in_memory().expect("machine");
+    for id in 0..40 {
+        apply(&mut first, write(id, 0, 100 + u64::from(id), id as u8));
+    }
+    apply(&mut first, PartitionOp::Seal);
+    let mut second = PartitionMachine::in_memory().expect("machine");
+    second
+        .restore(&first.image().expect("an image"))
+        .expect("restores");
+    assert_eq!(stream(&second), stream(&first));
+    let mut new = PartitionMachine::in_memory()
+        .and_then(PartitionMachine::filling)
+        .expect("machine");
+    let (pieces, open) = fills(&stream(&first), 100);
+    let ops = pieces.len() as u64 + 2;
+    for fill in pieces {
+        assert_eq!(apply(&mut new, fill), applied());
+    }
+    assert_eq!(apply(&mut new, open), applied());
+    assert_eq!(new.phase(), Phase::Serving);
+    assert_eq!(apply(&mut new, PartitionOp::Seal), applied());
+    assert_eq!(
+        new.image().expect("an image"),
+        first.image().expect("an image"),
+        "sealed, the new group's rows are the old group's"
+    );
+    assert_eq!(
+        savepoint::Snapshot::parse(&new.snapshot()),
+        Ok(savepoint::Snapshot::Reference { applied: ops }),
+        "its apply count counts its own ops: the fills, the open and the seal"
+    );
 }
 
 #[test]
@@ -285,14 +359,11 @@ async fn a_partition_moves_to_a_new_replica_set_with_every_committed_write() {
         async move { old.commit(moved_write).await }
     });
     // The two voters that stay fill it at once from their sealed copies.
-    let images = [
-        old["n1"].image().expect("image"),
-        old["n2"].image().expect("image"),
+    let sources = [
+        FillSource::sealed(&old["n1"]),
+        FillSource::sealed(&old["n2"]),
     ];
-    let (first, second) = tokio::join!(
-        new["n1"].fill(images[0].clone().into()),
-        new["n2"].fill(images[1].clone().into())
-    );
+    let (first, second) = tokio::join!(new["n1"].fill(&sources[0]), new["n2"].fill(&sources[1]));
     first.expect("filled");
     second.expect("filled");
     for node in new_voters {
@@ -332,7 +403,7 @@ async fn a_replica_restarted_mid_move_rebuilds_its_phase_and_pieces_from_its_jou
         apply(&mut sealed, write(id, 0, 50 + u64::from(id), id as u8));
     }
     apply(&mut sealed, PartitionOp::Seal);
-    let (pieces, open) = fills(&sealed.image().expect("an image"), 64);
+    let (pieces, open) = fills(&stream(&sealed), 64);
     let half = pieces.len() / 2;
     let start = || {
         let machine = PartitionMachine::open(&dir.path().join("n1.redb"))

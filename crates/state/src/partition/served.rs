@@ -8,6 +8,7 @@
 //! its [`EntityState::barrier`] is the commit barrier a message that wrote nothing waits for
 //! before it answers.
 
+use super::image_stream::ImageRows;
 use super::moving::{self, FILL_BYTES_MAX, Phase};
 use super::op::{PartitionOp, PartitionResult};
 use super::stamps::read_stamp;
@@ -21,7 +22,8 @@ use crate::write_set::{WriteSet, WriteStamps};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tessera_consensus::group::{Group, SubmitError};
-use tessera_consensus::message::checksum_bytes;
+use tessera_consensus::message::checksum_bytes_from;
+use tessera_consensus::state_machine::ImageReader;
 use tessera_contract::{EntityAddress, TypeKey};
 
 /// The most bytes of rows one install of a restored part carries (see
@@ -156,27 +158,22 @@ impl PartitionState {
         Box::pin(async move { submitted.await.map(|_| ()).map_err(submit_failure) })
     }
 
-    /// This replica's whole state as a checkpoint image, for a move's new group: final once
-    /// the group is sealed.
-    pub fn image(&self) -> Result<Vec<u8>, StoreError> {
-        super::checkpoint::encode(&self.store)
-    }
-
-    /// Fills this replica's group — a move's new one — with `image` (a sealed replica's
-    /// [`PartitionState::image`]) in pieces of at most [`FILL_BYTES_MAX`] and opens it.
-    /// Resolves `Ok` once the group is open, by this fill or another.
-    pub fn fill(&self, image: Arc<[u8]>) -> CommitFuture {
+    /// Fills this replica's group — a move's new one — with the rows of `source` (a sealed
+    /// replica's, which no longer change), streamed in pieces of at most [`FILL_BYTES_MAX`],
+    /// and opens it. The rows are read twice, a piece at a time — once for the whole's
+    /// checksum, which every fill names, then to send them — so no image of the partition is
+    /// held in memory. Resolves `Ok` once the group is open, by this fill or another.
+    pub fn fill(&self, source: &FillSource) -> CommitFuture {
         let group = Arc::clone(&self.group);
+        let store = source.0.clone();
         Box::pin(async move {
-            let checksum = checksum_bytes(&image);
-            let mut pieces = 0u32;
-            for (index, bytes) in image.chunks(FILL_BYTES_MAX).enumerate() {
-                let index = u32::try_from(index)
-                    .map_err(|_| CommitError::Storage("an image of too many pieces".into()))?;
+            let (checksum, pieces) = fill_checksum(&store)?;
+            let mut rows = ImageRows::open(&store, 0).map_err(storage)?;
+            for index in 0..pieces {
                 let op = PartitionOp::Fill {
                     checksum,
                     index,
-                    bytes: bytes.to_vec(),
+                    bytes: rows.read(FILL_BYTES_MAX).map_err(CommitError::Storage)?,
                 };
                 match group.submit(op.encode()).await {
                     Ok(bytes) if PartitionResult::decode(&bytes) == PartitionResult::Opened => {
@@ -184,7 +181,6 @@ impl PartitionState {
                     }
                     submitted => answer(submitted)?,
                 }
-                pieces = index + 1;
             }
             let open = PartitionOp::Open { checksum, pieces };
             answer(group.submit(open.encode()).await)
@@ -243,6 +239,64 @@ async fn submit_following(
             return settled(result);
         }
         tokio::time::sleep(MOVE_POLL).await;
+    }
+}
+
+/// Where a move's new group is filled from ([`PartitionState::fill`]).
+#[derive(Clone)]
+pub struct FillSource(StateStore);
+
+impl FillSource {
+    /// The rows of `replica`, a sealed replica of the epoch being left.
+    pub fn sealed(replica: &PartitionState) -> FillSource {
+        FillSource(replica.store.clone())
+    }
+
+    /// No rows: every replica of the epoch before was removed, and their state with them.
+    pub fn empty() -> Result<FillSource, StoreError> {
+        Ok(FillSource(
+            super::PartitionMachine::in_memory()?.store().clone(),
+        ))
+    }
+
+    /// The rows of `machine`, a sealed replica's machine (the simulator's moves).
+    pub fn of_machine(machine: &super::PartitionMachine) -> FillSource {
+        FillSource(machine.store().clone())
+    }
+
+    /// The whole stream a fill sends, in one buffer: for the simulator and tests, whose
+    /// partitions are small (a node's fill reads it a piece at a time).
+    pub fn whole_stream(&self) -> Result<Vec<u8>, StoreError> {
+        let mut rows = ImageRows::open(&self.0, 0)?;
+        let mut stream = Vec::new();
+        loop {
+            let piece = rows.read(FILL_BYTES_MAX).map_err(StoreError::io)?;
+            stream.extend_from_slice(&piece);
+            if piece.len() < FILL_BYTES_MAX {
+                return Ok(stream);
+            }
+        }
+    }
+}
+
+fn storage(error: StoreError) -> CommitError {
+    CommitError::Storage(error.to_string())
+}
+
+/// The checksum of the stream of `store`'s rows and the pieces of [`FILL_BYTES_MAX`] it
+/// takes (the last may be shorter, or empty).
+fn fill_checksum(store: &StateStore) -> Result<(u64, u32), CommitError> {
+    let mut rows = ImageRows::open(store, 0).map_err(storage)?;
+    let (mut sum, mut pieces) = (None, 0u32);
+    loop {
+        let piece = rows.read(FILL_BYTES_MAX).map_err(CommitError::Storage)?;
+        sum = Some(checksum_bytes_from(sum, &piece));
+        pieces = pieces
+            .checked_add(1)
+            .ok_or_else(|| CommitError::Storage("an image of too many pieces".into()))?;
+        if piece.len() < FILL_BYTES_MAX {
+            return Ok((sum.unwrap_or_default(), pieces));
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_consensus::group::Group;
 use tessera_sharding::PRIMARY_REPORT_INTERVAL;
-use tessera_state::partition::{PartitionMachine, PartitionState, Phase, RoutedState};
+use tessera_state::partition::{FillSource, PartitionState, Phase, RoutedState};
 
 /// The first wait before a step is tried again (a view change, no quorum yet).
 const RETRY_FIRST: Duration = Duration::from_millis(200);
@@ -73,7 +73,7 @@ impl Move {
         let Some((new, new_group)) = &self.new else {
             return;
         };
-        let image = match &self.old {
+        let source = match &self.old {
             Some((old, group)) => {
                 if !self.leads_the_move() && self.opened_by_another(new).await {
                     self.routed.hold(partition, new.clone());
@@ -90,47 +90,29 @@ impl Move {
                 }
                 retry(partition, "sealing the epoch it leaves", || old.seal()).await;
                 tracing::info!(partition, "the partition's epoch being left is sealed");
-                match old.image() {
-                    Ok(image) => image,
-                    Err(error) => {
-                        tracing::error!(partition, %error, "the sealed replica could not be read: another replica fills the new group");
-                        return;
-                    }
-                }
+                FillSource::sealed(old)
             }
-            None => match PartitionMachine::in_memory() {
+            None => match FillSource::empty() {
                 Ok(empty) => {
                     tracing::warn!(
                         partition,
                         "every replica of the partition's epoch before was removed: its new group opens empty"
                     );
-                    match empty.image() {
-                        Ok(image) => image,
-                        Err(error) => {
-                            tracing::error!(partition, %error, "an empty image could not be made");
-                            return;
-                        }
-                    }
+                    empty
                 }
                 Err(error) => {
-                    tracing::error!(partition, %error, "an empty image could not be made");
+                    tracing::error!(partition, %error, "an empty partition could not be made");
                     return;
                 }
             },
         };
-        let bytes = image.len();
-        let image: Arc<[u8]> = image.into();
         retry(partition, "filling the new epoch's group", || {
-            new.fill(image.clone())
+            new.fill(&source)
         })
         .await;
         // Open, and applied here (a fill answers once this replica applied it).
         self.routed.hold(partition, new.clone());
-        tracing::info!(
-            partition,
-            bytes,
-            "the partition's new group is filled and open"
-        );
+        tracing::info!(partition, "the partition's new group is filled and open");
     }
 
     /// Takes the new group's primary role and waits until every one of its replicas has
