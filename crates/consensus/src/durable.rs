@@ -124,22 +124,25 @@ impl FileJournal {
         })
     }
 
-    /// Whether the journal at `path` was never written: no file, or the file [`FileJournal::open`]
-    /// creates — only the superblock slots, zeroed — which a crash can leave behind before the
-    /// replica's first superblock (`Replica::start_empty` formats it). A replica on such a
-    /// journal promised nothing and starts as a new one; any other journal without an intact
-    /// superblock is refused.
+    /// Whether the journal at `path` was never formatted: no file, or the file
+    /// [`FileJournal::open`] creates — only the superblock slots — with no intact superblock in
+    /// them, as a crash before or during the replica's first superblock write
+    /// (`Replica::start_empty` formats it) leaves it. A replica syncs a superblock before it
+    /// appends any record and writes the two slots in turn, so a formatted journal always holds
+    /// an intact copy (or records after the slots). A replica on a blank journal promised
+    /// nothing and starts as a new one; any other journal without an intact superblock is
+    /// refused.
     pub fn is_blank(path: &Path) -> Result<bool, JournalError> {
         let mut file = match std::fs::File::open(path) {
             Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(true),
             Err(error) => return Err(error.into()),
         };
-        if file.metadata()?.len() != RECORDS_START {
+        if file.metadata()?.len() > RECORDS_START {
             return Ok(false);
         }
         let bytes = read_all(&mut file)?;
-        Ok(bytes.iter().all(|byte| *byte == 0))
+        Ok(read_copies(&bytes).iter().all(Option::is_none))
     }
 
     /// Times the directory was synced (at creation and after each compaction).

@@ -223,6 +223,9 @@ fn a_journal_created_but_never_written_is_blank_and_a_written_one_is_not() {
         FileJournal::open(&path).expect("opens").recover().is_err(),
         "it holds no superblock to recover from"
     );
+    // A first superblock write torn part way: still blank.
+    overwrite(&path, 0, &[0x5a; 40]);
+    assert!(FileJournal::is_blank(&path).expect("readable"));
     let journal = FileJournal::open(&path).expect("opens");
     let mut replica =
         Replica::start_empty(Config::new(1, 0), journal, KeyValue::default(), 7).expect("formats");
