@@ -10,6 +10,11 @@
 //! same rows, the two ways alternating; after each, the receiver's rows are checked equal to
 //! the source's.
 //!
+//! Then a move of the same partition, sealed: the new group's machine filled with its rows and
+//! opened — now streamed twice a piece at a time and staged at the open
+//! (`PartitionState::fill`), against the baseline of before: the whole image, filled in
+//! pieces, assembled and installed at the open.
+//!
 //! Besides time, the peak resident memory each way adds to the process (`VmHWM`, reset
 //! through `/proc/self/clear_refs` before each), which is the point: the baseline holds the
 //! image several times over; the stream holds a part and the databases' caches.
@@ -20,10 +25,11 @@
 
 use std::time::{Duration, Instant};
 use tessera_benches::partition_group::filler;
+use tessera_consensus::message::{checksum_bytes, checksum_bytes_from};
 use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
 use tessera_state::WriteSet;
-use tessera_state::partition::{PartitionMachine, PartitionOp, PartitionResult};
+use tessera_state::partition::{FILL_BYTES_MAX, PartitionMachine, PartitionOp, PartitionResult};
 
 /// Bytes of state per entity.
 const VALUE_BYTES: usize = 4096;
@@ -81,6 +87,62 @@ fn whole(source: &PartitionMachine, receiver: &mut PartitionMachine) {
     receiver.restore(&gathered).expect("the image restores");
 }
 
+/// A move of before: the sealed replica's whole image, filled in pieces of 256 KiB into the new
+/// group's machine, which assembles and installs it at the open.
+fn move_whole(source: &PartitionMachine, new: &mut PartitionMachine) {
+    let image = source.image().expect("an image");
+    let checksum = checksum_bytes(&image);
+    let mut pieces = 0;
+    for (index, bytes) in image.chunks(FILL_BYTES_MAX).enumerate() {
+        pieces = index as u32 + 1;
+        let fill = PartitionOp::Fill {
+            checksum,
+            index: index as u32,
+            bytes: bytes.to_vec(),
+        };
+        new.apply(&fill.encode());
+    }
+    drop(image);
+    let opened = new.apply(&PartitionOp::Open { checksum, pieces }.encode());
+    assert_eq!(
+        PartitionResult::decode(&opened),
+        PartitionResult::Applied { reply: Vec::new() }
+    );
+}
+
+/// A move now: the sealed rows streamed twice a piece at a time (the checksum, then the fills,
+/// as `PartitionState::fill` does), the new machine staging them at the open.
+fn move_streamed(source: &PartitionMachine, new: &mut PartitionMachine) {
+    let mut reader = source.image_reader().expect("a reader");
+    let (mut checksum, mut pieces) = (None, 0u32);
+    loop {
+        let piece = reader.read(FILL_BYTES_MAX).expect("a piece");
+        checksum = Some(checksum_bytes_from(checksum, &piece));
+        pieces += 1;
+        if piece.len() < FILL_BYTES_MAX {
+            break;
+        }
+    }
+    let checksum = checksum.unwrap_or_default();
+    let mut reader = source.image_reader().expect("a reader");
+    for index in 0..pieces {
+        let bytes = reader.read(FILL_BYTES_MAX).expect("a piece");
+        new.apply(
+            &PartitionOp::Fill {
+                checksum,
+                index,
+                bytes,
+            }
+            .encode(),
+        );
+    }
+    let opened = new.apply(&PartitionOp::Open { checksum, pieces }.encode());
+    assert_eq!(
+        PartitionResult::decode(&opened),
+        PartitionResult::Applied { reply: Vec::new() }
+    );
+}
+
 /// The stream: read part by part, each staged, then installed.
 fn streamed(source: &PartitionMachine, receiver: &mut PartitionMachine) {
     let mut reader = source.image_reader().expect("a reader");
@@ -116,9 +178,9 @@ fn main() {
     }
     let rounds = if smoke { 1 } else { ROUNDS };
     println!(
-        "| state | streamed | whole image (before) | streamed / whole | peak memory added, streamed | whole |"
+        "| state | what | streamed | whole image (before) | streamed / whole | peak memory added, streamed | whole |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for mib in sizes {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut source =
@@ -131,6 +193,7 @@ fn main() {
         fill(&mut receiver, entities / 2, &mut receiver_writes);
         source.snapshot();
         let expected = source.image().expect("an image");
+        let last = EntityAddress::new("bench", "blob", format!("e{}", entities - 1));
         let (mut now, mut before) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             now.push(measured(|| streamed(&source, &mut receiver)));
@@ -149,7 +212,36 @@ fn main() {
         let (now, now_memory) = median(now);
         let (before, before_memory) = median(before);
         println!(
-            "| {mib} MiB | {now:.0} ms | {before:.0} ms | {:.2} | {now_memory:.0} MiB | {before_memory:.0} MiB |",
+            "| {mib} MiB | state transfer | {now:.0} ms | {before:.0} ms | {:.2} | {now_memory:.0} MiB | {before_memory:.0} MiB |",
+            now / before
+        );
+        // A move: the source sealed, each round filling a fresh new group's machine.
+        source.apply(&PartitionOp::Seal.encode());
+        let (mut now, mut before) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let path = |way: &str| dir.path().join(format!("new-{way}-{round}.redb"));
+            let mut new = PartitionMachine::open(&path("streamed"))
+                .and_then(PartitionMachine::filling)
+                .expect("a new group's machine");
+            now.push(measured(|| move_streamed(&source, &mut new)));
+            assert_eq!(
+                new.get(&last, "value").ok(),
+                source.get(&last, "value").ok()
+            );
+            drop(new);
+            let mut new = PartitionMachine::open(&path("whole"))
+                .and_then(PartitionMachine::filling)
+                .expect("a new group's machine");
+            before.push(measured(|| move_whole(&source, &mut new)));
+            assert_eq!(
+                new.get(&last, "value").ok(),
+                source.get(&last, "value").ok()
+            );
+        }
+        let (now, now_memory) = median(now);
+        let (before, before_memory) = median(before);
+        println!(
+            "| {mib} MiB | move (fill and open) | {now:.0} ms | {before:.0} ms | {:.2} | {now_memory:.0} MiB | {before_memory:.0} MiB |",
             now / before
         );
     }

@@ -20,87 +20,13 @@
 
 use super::client_table::{ClientTable, ClientTableImage};
 use super::config::{CHECKPOINT_BYTES_MAX, STATE_CHUNK_BYTES_MAX};
+use super::image_progress::{
+    CLIENTS_LENGTH_BYTES, ImageSession, ImageTransfer, ReceivedPart, SentPart,
+};
 use super::journal::Journal;
 use super::message::{Message, OpNumber, ReplicaIndex, stream_checksum};
 use super::replica::Replica;
-use super::state_machine::{ImageReader, StateMachine};
-
-/// Bytes of the client table's length at the start of a stream.
-const CLIENTS_LENGTH_BYTES: usize = 8;
-
-/// A part as sent.
-#[derive(Clone)]
-struct SentPart {
-    offset: u64,
-    bytes: Vec<u8>,
-    checksum: u64,
-    last: bool,
-}
-
-/// One replica's fetch of this replica's checkpoint, on the source.
-pub(super) struct ImageSession {
-    to: ReplicaIndex,
-    op: OpNumber,
-    entry_checksum: u64,
-    /// The client table's length and image, sent before the machine's image.
-    clients: Vec<u8>,
-    /// Dropped once the last part is read (it may pin the state it reads); the last part
-    /// can still be sent again.
-    reader: Option<Box<dyn ImageReader>>,
-    /// Where the next part starts.
-    next_offset: u64,
-    sent: SentPart,
-    used_tick: u64,
-}
-
-/// A fetch of a peer's checkpoint stream, on the receiver.
-pub(super) struct ImageTransfer {
-    source: ReplicaIndex,
-    /// The checkpoint streamed (op 0 until the first part).
-    op: OpNumber,
-    entry_checksum: u64,
-    /// Stream bytes received and their checksum.
-    received: u64,
-    checksum: Option<u64>,
-    /// The client table's length and image, as received so far.
-    clients: Vec<u8>,
-    /// Machine image bytes staged.
-    staged: u64,
-    pub(super) progress_tick: u64,
-    requested_tick: u64,
-}
-
-impl ImageTransfer {
-    fn new(source: ReplicaIndex, now_ticks: u64) -> ImageTransfer {
-        ImageTransfer {
-            source,
-            op: 0,
-            entry_checksum: 0,
-            received: 0,
-            checksum: None,
-            clients: Vec::new(),
-            staged: 0,
-            progress_tick: now_ticks,
-            requested_tick: now_ticks,
-        }
-    }
-
-    /// The client table's declared length, once its eight bytes are in.
-    fn clients_length(&self) -> Option<u64> {
-        let length = self.clients.get(..CLIENTS_LENGTH_BYTES)?;
-        Some(u64::from_le_bytes(<[u8; 8]>::try_from(length).ok()?))
-    }
-}
-
-/// A part of the stream, as received.
-pub(super) struct ReceivedPart {
-    pub(super) op: OpNumber,
-    pub(super) entry_checksum: u64,
-    pub(super) offset: u64,
-    pub(super) bytes: Vec<u8>,
-    pub(super) checksum: u64,
-    pub(super) last: bool,
-}
+use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
     /// Starts fetching a checkpoint stream from `source`, unless a transfer is under way.

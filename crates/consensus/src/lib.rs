@@ -17,6 +17,7 @@ pub mod client_table;
 pub mod config;
 pub mod durable;
 pub mod group;
+mod image_progress;
 mod image_transfer;
 mod inspect;
 pub mod journal;

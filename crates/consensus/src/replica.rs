@@ -17,7 +17,7 @@ use thiserror::Error;
 use super::checkpoint::{Checkpoint, CheckpointError};
 use super::client_table::ClientTable;
 use super::config::{Config, ConfigError, REQUEST_QUEUE_MAX};
-use super::image_transfer::{ImageSession, ImageTransfer, ReceivedPart};
+use super::image_progress::{ImageSession, ImageTransfer, ReceivedPart};
 use super::journal::{Journal, JournalError, Superblock};
 use super::log::Log;
 use super::message::{
