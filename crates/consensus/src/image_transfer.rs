@@ -113,7 +113,9 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         };
         let session = &mut self.image_sessions[index];
         session.used_tick = now_ticks;
-        if offset != session.sent.offset || session.sent.bytes.is_empty() && !session.sent.last {
+        // A new session holds no part yet (an empty, unfinished placeholder): read part 0.
+        let unread = session.sent.bytes.is_empty() && !session.sent.last;
+        if offset != session.sent.offset || unread {
             match next_part(session, chunk_bytes) {
                 Ok(part) => session.sent = part,
                 Err(error) => {

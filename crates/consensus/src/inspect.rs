@@ -89,6 +89,12 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         &self.checkpoint
     }
 
+    /// Whether the replica is fetching a checkpoint from a peer (state transfer, whole or in
+    /// parts).
+    pub fn is_fetching_state(&self) -> bool {
+        self.fetching_state()
+    }
+
     /// What the replica has refused so far.
     pub fn counters(&self) -> Counters {
         self.counters

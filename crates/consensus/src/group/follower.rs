@@ -190,6 +190,7 @@ impl<M: GroupMachine> FollowerDriver<M> {
             lag: Vec::new(),
             checkpoints_taken: 0,
             states_installed: self.installed,
+            fetching_state: false,
             contact_age_ms: None,
         };
         self.status.send_if_modified(|current| {

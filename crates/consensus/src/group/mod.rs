@@ -226,6 +226,8 @@ pub struct GroupStatus {
     /// Checkpoints this node installed since it started: from a peer by state transfer, or
     /// (a follower) from a voter because the entries it lacked were trimmed.
     pub states_installed: u64,
+    /// Whether this voter is fetching a checkpoint from a peer now (state transfer).
+    pub fetching_state: bool,
     /// How old what this member knows is: milliseconds since it last knew itself part of a
     /// working group (a primary: acknowledged by a quorum; a backup: heard its primary; a
     /// follower: heard a voter). `None` while it knows of no working group (a view change)

@@ -267,6 +267,7 @@ impl<M: GroupMachine> VoterDriver<M> {
             lag,
             checkpoints_taken: self.replica.counters().checkpoints_taken,
             states_installed: self.replica.counters().states_installed,
+            fetching_state: self.replica.is_fetching_state(),
             contact_age_ms: None,
         };
         self.status.send_if_modified(|current| {

@@ -83,7 +83,7 @@ async fn a_replica_that_lost_its_disk_rebuilds_from_a_stream_of_bounded_parts() 
     write_round(&second, 2).await;
 
     let empty = tempfile::tempdir().expect("temp dir");
-    let (_third, _, store) = member(2, &empty);
+    let (third, _, store) = member(2, &empty);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let rebuilt = (0..ENTITIES)
@@ -94,6 +94,18 @@ async fn a_replica_that_lost_its_disk_rebuilds_from_a_stream_of_bounded_parts() 
         assert!(
             tokio::time::Instant::now() < deadline,
             "n3 never held every row again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its status, published after the handler that installed, counts the install.
+    loop {
+        let status = third.status();
+        if status.states_installed >= 1 && !status.fetching_state {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "its status never counted the install: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -268,6 +268,14 @@ impl Node {
             .iter()
             .filter(|group| group.phase != "serving")
             .count();
+        let fetching = groups
+            .iter()
+            .filter(|group| group.status.fetching_state)
+            .count();
+        let installed: u64 = groups
+            .iter()
+            .map(|group| group.status.states_installed)
+            .sum();
         // The most ops any replica of a group this node leads has not acknowledged (unknown
         // lags, of replicas that acknowledged nothing since a view change, are left out).
         let lag_max = groups
@@ -298,6 +306,19 @@ impl Node {
                 "Partition groups this node runs that are in a move: a new epoch's group still \
                  taking its state, or the sealed group of the epoch a move leaves.",
                 moving as u64,
+            ),
+            (
+                "tessera_partition_groups_fetching_state",
+                "Partition groups whose replica here is fetching a checkpoint from a peer (a \
+                 state transfer in parts: it lost its disk, or fell behind what the peers' logs \
+                 hold).",
+                fetching as u64,
+            ),
+            (
+                "tessera_partition_states_installed",
+                "Checkpoints the partition groups running here installed from peers since they \
+                 started.",
+                installed,
             ),
             (
                 "tessera_partition_replica_lag_max",
