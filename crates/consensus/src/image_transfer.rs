@@ -29,6 +29,38 @@ use super::replica::Replica;
 use super::state_machine::StateMachine;
 
 impl<J: Journal, S: StateMachine> Replica<J, S> {
+    /// Handles `RequestImage` and `ImagePart` (any other message is not this module's).
+    pub(super) fn on_image_message(&mut self, message: Message) {
+        match message {
+            Message::RequestImage {
+                replica,
+                applied,
+                op,
+                offset,
+            } => self.on_request_image(replica, applied, op, offset),
+            Message::ImagePart {
+                replica,
+                op,
+                entry_checksum,
+                offset,
+                bytes,
+                checksum,
+                last,
+            } => {
+                let part = ReceivedPart {
+                    op,
+                    entry_checksum,
+                    offset,
+                    bytes,
+                    checksum,
+                    last,
+                };
+                self.on_image_part(replica, part)
+            }
+            _ => {}
+        }
+    }
+
     /// Starts fetching a checkpoint stream from `source`, unless a transfer is under way.
     pub(super) fn request_image(&mut self, source: ReplicaIndex) {
         if !self.is_peer(source) || self.fetching_state() {
@@ -71,7 +103,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         }
     }
 
-    pub(super) fn on_request_image(
+    fn on_request_image(
         &mut self,
         replica: ReplicaIndex,
         applied: OpNumber,
@@ -175,7 +207,7 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
         })
     }
 
-    pub(super) fn on_image_part(&mut self, replica: ReplicaIndex, part: ReceivedPart) {
+    fn on_image_part(&mut self, replica: ReplicaIndex, part: ReceivedPart) {
         let well_formed = self.is_peer(replica)
             && part.op > 0
             && part.bytes.len() <= STATE_CHUNK_BYTES_MAX

@@ -17,7 +17,7 @@ use thiserror::Error;
 use super::checkpoint::{Checkpoint, CheckpointError};
 use super::client_table::ClientTable;
 use super::config::{Config, ConfigError, REQUEST_QUEUE_MAX};
-use super::image_progress::{ImageSession, ImageTransfer, ReceivedPart};
+use super::image_progress::{ImageSession, ImageTransfer};
 use super::journal::{Journal, JournalError, Superblock};
 use super::log::Log;
 use super::message::{
@@ -424,30 +424,8 @@ impl<J: Journal, S: StateMachine> Replica<J, S> {
                 };
                 self.on_state_chunk(replica, identity, offset, bytes)
             }
-            Message::RequestImage {
-                replica,
-                applied,
-                op,
-                offset,
-            } => self.on_request_image(replica, applied, op, offset),
-            Message::ImagePart {
-                replica,
-                op,
-                entry_checksum,
-                offset,
-                bytes,
-                checksum,
-                last,
-            } => {
-                let part = ReceivedPart {
-                    op,
-                    entry_checksum,
-                    offset,
-                    bytes,
-                    checksum,
-                    last,
-                };
-                self.on_image_part(replica, part)
+            message @ (Message::RequestImage { .. } | Message::ImagePart { .. }) => {
+                self.on_image_message(message)
             }
         }
         self.flush()
