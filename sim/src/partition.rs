@@ -152,12 +152,18 @@ impl Workload for PartitionWorkload {
         PartitionMachine::in_memory().map_err(|error| error.to_string())
     }
 
+    /// As a node's group driver restarts it: forgotten, its rows emptied only if the journal
+    /// restores no checkpoint (`machine_opened`).
     fn machine_after_crash(
         &self,
         mut crashed: PartitionMachine,
     ) -> Result<PartitionMachine, String> {
-        crashed.clear().map_err(|error| error.to_string())?;
+        crashed.forget();
         Ok(crashed)
+    }
+
+    fn machine_opened(&self, machine: &mut PartitionMachine) -> Result<(), String> {
+        machine.settle().map_err(|error| error.to_string())
     }
 
     fn state_of(&self, machine: &PartitionMachine) -> Vec<u8> {

@@ -68,6 +68,13 @@ pub trait Workload: Sync {
         self.machine()
     }
 
+    /// Called once a restarted replica opened on its journal with `machine` (a node's group
+    /// driver does the same: `GroupMachine::restarted`). Nothing by default.
+    fn machine_opened(&self, machine: &mut Self::Machine) -> Result<(), String> {
+        let _ = machine;
+        Ok(())
+    }
+
     /// Everything `machine` holds, for comparing replicas after a run: by default its
     /// snapshot.
     fn state_of(&self, machine: &Self::Machine) -> Vec<u8> {

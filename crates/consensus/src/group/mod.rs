@@ -135,6 +135,21 @@ pub trait GroupMachine: StateMachine + Send + 'static {
     /// follower from the voters.
     fn reset(&mut self) -> Result<(), RestoreError>;
 
+    /// Prepares a voter's restart from its journal, before the replica restores the journal's
+    /// checkpoint (if it holds one); [`GroupMachine::restarted`] follows once the replica is
+    /// open. Empties the state ([`GroupMachine::reset`]) by default; a machine whose restore
+    /// replaces its whole state anyway may leave that to `restarted`, for when no checkpoint
+    /// was restored.
+    fn restarting(&mut self) -> Result<(), RestoreError> {
+        self.reset()
+    }
+
+    /// After a voter's replica opened on its journal (see [`GroupMachine::restarting`]).
+    /// Nothing by default.
+    fn restarted(&mut self) -> Result<(), RestoreError> {
+        Ok(())
+    }
+
     /// Takes what was applied since the last call, in order.
     fn take_applied(&mut self) -> Vec<Self::Applied>;
 

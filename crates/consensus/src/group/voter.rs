@@ -38,7 +38,7 @@ pub(super) fn open_replica<M: GroupMachine>(
         FileJournal::open(journal).map_err(|error| GroupError::Journal(error.to_string()))?;
     let mut machine = machine;
     machine
-        .reset()
+        .restarting()
         .map_err(|error| GroupError::Journal(error.to_string()))?;
     // An empty journal may be a new group's or a lost disk's: the replica finds out from its
     // peers before it votes (see `Replica::start_empty`).
@@ -47,7 +47,12 @@ pub(super) fn open_replica<M: GroupMachine>(
     } else {
         Replica::open(config, file, machine, rand::random::<u64>())
     };
-    replica.map_err(|error| GroupError::Journal(error.to_string()))
+    let mut replica = replica.map_err(|error| GroupError::Journal(error.to_string()))?;
+    replica
+        .state_machine_mut()
+        .restarted()
+        .map_err(|error| GroupError::Journal(error.to_string()))?;
+    Ok(replica)
 }
 
 pub(super) struct VoterDriver<M: GroupMachine> {

@@ -72,6 +72,8 @@ pub struct PartitionMachine {
     last_savepoint: Mutex<Option<u64>>,
     /// A peer's image being staged (state transfer in parts, `image_stream`).
     staging: Staging,
+    /// The rows are still to be emptied ([`PartitionMachine::forget`]).
+    clear_pending: bool,
 }
 
 impl std::fmt::Debug for PartitionMachine {
@@ -124,6 +126,7 @@ impl PartitionMachine {
             applied: 0,
             last_savepoint: Mutex::new(None),
             staging: Staging::default(),
+            clear_pending: false,
         })
     }
 
@@ -170,9 +173,32 @@ impl PartitionMachine {
     pub fn clear(&mut self) -> Result<(), StoreError> {
         checkpoint::clear(&self.store, self.initial)?;
         self.staging.clear(&self.store)?;
+        self.clear_pending = false;
         self.phase = self.initial;
         self.applied = 0;
         *self.last_savepoint() = None;
+        Ok(())
+    }
+
+    /// Forgets the state, as [`PartitionMachine::clear`] does, but leaves the rows to be
+    /// emptied later: a restart's restore of its journal's checkpoint replaces every row anyway
+    /// (emptying a 64 MiB partition first took 75 of a restart's 80 ms). They are emptied by
+    /// [`PartitionMachine::settle`], and before an op applies, if no restore came first; until
+    /// then reads see the old rows (the group driver settles as soon as the replica opened,
+    /// before anything reads).
+    pub fn forget(&mut self) {
+        self.phase = self.initial;
+        self.applied = 0;
+        *self.last_savepoint() = None;
+        self.staging = Staging::default();
+        self.clear_pending = true;
+    }
+
+    /// Empties the rows a [`PartitionMachine::forget`] left, unless a restore replaced them.
+    pub fn settle(&mut self) -> Result<(), StoreError> {
+        if self.clear_pending {
+            self.clear()?;
+        }
         Ok(())
     }
 
@@ -195,6 +221,11 @@ impl PartitionMachine {
 
     /// Applies a decoded op (see [`StateMachine::apply`]).
     pub(super) fn apply_op(&mut self, op: PartitionOp) -> PartitionResult {
+        if let Err(error) = self.settle() {
+            self.set_fault(format!(
+                "the partition's rows could not be emptied: {error}"
+            ));
+        }
         self.applied += 1;
         if let Some(fault) = self.fault.get() {
             return PartitionResult::StorageFailed(fault.clone());
@@ -515,6 +546,8 @@ impl StateMachine for PartitionMachine {
                 self.applied = 0;
             }
         }
+        // Every row was replaced (a savepoint, or an image written over emptied tables).
+        self.clear_pending = false;
         Ok(())
     }
 
@@ -538,6 +571,8 @@ impl StateMachine for PartitionMachine {
     fn install_staged_image(&mut self) -> Result<(), RestoreError> {
         let storage = |error: StoreError| RestoreError::Malformed(format!("storage: {error}"));
         self.applied = self.staging.install(&self.store)?;
+        // Every row a partition op writes was swapped for the staged ones.
+        self.clear_pending = false;
         self.phase = moving::phase(&self.store).map_err(storage)?;
         Ok(())
     }

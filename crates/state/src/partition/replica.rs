@@ -198,6 +198,19 @@ impl GroupMachine for PartitionReplica {
         Ok(())
     }
 
+    fn restarting(&mut self) -> Result<(), RestoreError> {
+        self.machine.forget();
+        self.unobserved.clear();
+        self.dropped = 0;
+        Ok(())
+    }
+
+    fn restarted(&mut self) -> Result<(), RestoreError> {
+        self.machine
+            .settle()
+            .map_err(|error| RestoreError::Malformed(format!("storage: {error}")))
+    }
+
     fn take_applied(&mut self) -> Vec<PartitionApplied> {
         self.unobserved.drain(..).collect()
     }

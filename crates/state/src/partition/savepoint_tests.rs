@@ -169,3 +169,56 @@ fn a_partition_file_stops_growing_while_its_rows_are_overwritten_between_checkpo
         "the partition's file grew from {settled} to {later} bytes for 1 MiB of state"
     );
 }
+
+#[test]
+fn a_restart_empties_the_rows_only_when_no_checkpoint_replaces_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("p0.redb");
+    let mut machine = PartitionMachine::open(&path).expect("opens");
+    for id in 0..16 {
+        put(&mut machine, id, 1);
+    }
+    let reference = machine.snapshot();
+    let at_checkpoint = image(&machine);
+    put(&mut machine, 99, 2);
+    drop(machine);
+
+    // A journal with a checkpoint: forgotten, restored, settled — the checkpoint's rows.
+    let mut restarted = PartitionMachine::open(&path).expect("opens");
+    restarted.forget();
+    restarted.restore(&reference).expect("restores");
+    restarted.settle().expect("settles");
+    assert_eq!(image(&restarted), at_checkpoint);
+    drop(restarted);
+
+    // A journal without one: forgotten and settled, the machine is empty.
+    let empty = image(&PartitionMachine::in_memory().expect("a machine"));
+    let mut restarted = PartitionMachine::open(&path).expect("opens");
+    restarted.forget();
+    restarted.settle().expect("settles");
+    assert_eq!(image(&restarted), empty);
+    drop(restarted);
+
+    // Nor does an op the journal's log replays before any settle (a group of one commits its
+    // log as it opens) apply to the old rows: it applies to the empty state, as it first did.
+    let mut machine = PartitionMachine::open(&path).expect("opens");
+    for id in 0..16 {
+        put(&mut machine, id, 1);
+    }
+    drop(machine);
+    let mut restarted = PartitionMachine::open(&path).expect("opens");
+    restarted.forget();
+    let mut writes = WriteSet::new(counter(0));
+    writes.put("value", vec![3]);
+    let first_write = PartitionOp::write(writes, 0, 1, 1_000, vec![]).expect("replicable");
+    assert_eq!(
+        PartitionResult::decode(&restarted.apply(&first_write.encode())),
+        PartitionResult::Applied { reply: vec![] },
+        "it applies against the empty state's stamp, 0"
+    );
+    assert_eq!(
+        restarted.get(&counter(0), "value").expect("get"),
+        Some(vec![3])
+    );
+    assert_eq!(restarted.get(&counter(1), "value").expect("get"), None);
+}

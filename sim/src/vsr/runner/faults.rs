@@ -127,6 +127,8 @@ impl<W: Workload> Simulation<'_, W> {
             (false, _) => Replica::open(config, journal, machine, nonce),
         }
         .map_err(|error| format!("replica {index} failed to recover: {error}"))?;
+        let mut replica = replica;
+        self.workload.machine_opened(replica.state_machine_mut())?;
         self.checker
             .on_restart(index, replica.view(), replica.commit())?;
         self.replicas[index] = Some(replica);
