@@ -5,11 +5,12 @@
 //! the baseline of what a checkpoint cost before: the database synced, every row encoded into
 //! one image, the image appended to a journal file and synced (the old checkpoint also copied
 //! the image again when the journal compacted, which the baseline leaves out, so it is the old
-//! cost's lower bound). Beside them, what a peer's state transfer costs the source now, once
-//! per transfer: the image read right after the checkpoint
-//! (`StateMachine::transfer_image`); and a restart as a node's group driver does it — the
-//! database opened, emptied and the journal's checkpoint restored: now a savepoint rolled back
-//! to, before every row of the image written again (the journal's read of the image left out).
+//! cost's lower bound). Beside them, what reading the whole image costs right after the
+//! checkpoint (`StateMachine::transfer_image`, which a follower is sent; a state transfer
+//! streams it in parts instead, `partition_transfer`); and a restart as a node's group driver does it — the
+//! database opened and the journal's checkpoint restored: now a savepoint rolled back to
+//! (its rows emptied only when nothing is restored), before every row of the image written
+//! again over emptied tables (the journal's read of the image left out).
 //! Same thread, same file, same rows, rounds alternating.
 //!
 //! Run: `cargo bench -p tessera-benches --bench partition_checkpoint` (or name the sizes in MiB:
@@ -83,16 +84,18 @@ fn whole_image_checkpoint(machine: &PartitionMachine, journal: &mut std::fs::Fil
 }
 
 /// Closes the machine and restarts it on `path` as a node's group driver does: opened,
-/// emptied, `checkpoint` restored. How long the restart took.
+/// forgotten, `checkpoint` restored, settled (a whole image restored writes every row over
+/// emptied tables). How long the restart took.
 fn restart(filled: &mut Filled, path: &Path, checkpoint: &[u8]) -> Duration {
     let placeholder = PartitionMachine::in_memory().expect("an in-memory machine");
     drop(std::mem::replace(&mut filled.machine, placeholder));
     let start = Instant::now();
     let mut machine = PartitionMachine::open(path).expect("the partition database opens");
-    machine.clear().expect("the machine empties");
+    machine.forget();
     machine
         .restore(checkpoint)
         .expect("the checkpoint restores");
+    machine.settle().expect("the machine settles");
     let took = start.elapsed();
     filled.machine = machine;
     took
@@ -112,7 +115,7 @@ fn main() {
     }
     let rounds = if smoke { 1 } else { ROUNDS };
     println!(
-        "| state | checkpoint now | before | now / before | restart now | restart before | now / before | transfer image now |"
+        "| state | checkpoint now | before | now / before | restart now | restart before | now / before | whole image read |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for mib in sizes {
