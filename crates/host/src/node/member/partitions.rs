@@ -76,16 +76,16 @@ pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf 
 }
 
 /// Whether the catalog read through `plane` gives every allocated shard of a partition (of
-/// `count`) to a node.
+/// `count`) to one of some nodes.
 fn shards_followed(plane: Weak<dyn MetadataPlane>, count: u32) -> moves::ShardsFollowed {
-    Arc::new(move |partition, node| {
+    Arc::new(move |partition, nodes| {
         let plane = plane.upgrade()?;
         let table = plane.store().shard_table().ok()?;
         Some(
             table
                 .iter()
                 .filter(|(key, _)| count > 0 && key.shard % count == partition)
-                .all(|(_, allocation)| allocation.node.as_str() == node),
+                .all(|(_, allocation)| nodes.contains(&allocation.node)),
         )
     })
 }

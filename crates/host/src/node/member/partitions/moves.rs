@@ -23,20 +23,18 @@ const RETRY_FIRST: Duration = Duration::from_millis(200);
 /// The longest wait between tries.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// How long the node that takes the old group's primary role waits to have it before it
-/// seals anyway (the seal is safe whoever leads; only where the shards are served differs).
-const HANDOVER_WAIT: Duration = Duration::from_secs(2);
-
-/// How long the node that took the old group's primary role waits, at most, for the catalog to
-/// give it the partition's shards before it seals anyway (the coordinator may be moving).
+/// How long the move's leader waits, at most, for the old group's primary role and the
+/// partition's shards to be on replicas of the new epoch before it seals anyway (the seal is
+/// safe whoever serves; only asks on a node leaving the partition are refused meanwhile).
 const HANDOVER_SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// How often it reads the shard table again while it waits.
 const HANDOVER_POLL: Duration = PRIMARY_REPORT_INTERVAL;
 
-/// Whether the committed shard table gives every allocated shard of a partition to one node:
-/// `(partition, node)` → answer, `None` when the catalog cannot be read (the node is going).
-pub(super) type ShardsFollowed = Arc<dyn Fn(u32, &str) -> Option<bool> + Send + Sync>;
+/// Whether the committed shard table gives every allocated shard of a partition to one of some
+/// nodes: `(partition, nodes)` → answer, `None` when the catalog cannot be read (the node is
+/// going).
+pub(super) type ShardsFollowed = Arc<dyn Fn(u32, &[String]) -> Option<bool> + Send + Sync>;
 
 /// How long the replicas of both epochs that do not lead a move wait for the one that does
 /// to open the new group before they seal and fill it themselves (it may be down).
@@ -81,13 +79,7 @@ impl Move {
                 }
                 // Sealed, the old group serves nothing: not before the new one can take over.
                 self.lead_new_group(new, new_group).await;
-                if self.take_primary(group).await {
-                    // The partition's shards follow the role once this node reports it: until
-                    // the catalog moved them here (handed off: the node leaving stopped their
-                    // entities first), that node still serves them, and what it commits after
-                    // the seal would be refused.
-                    self.await_shards().await;
-                }
+                self.hand_over(group).await;
                 retry(partition, "sealing the epoch it leaves", || old.seal()).await;
                 tracing::info!(partition, "the partition's epoch being left is sealed");
                 FillSource::sealed(old)
@@ -161,53 +153,38 @@ impl Move {
         false
     }
 
-    /// Waits until the committed shard table gives every allocated shard of the partition to
-    /// this node, for up to [`HANDOVER_SETTLE_MAX`]. (A fixed wait of three primary reports
-    /// here once let the node leaving commit after the seal on a loaded machine, and an ask
-    /// failed with "the partition moved to another replica set".)
-    async fn await_shards(&self) {
+    /// Before the seal: has the old group's primary role, and the partition's shards that
+    /// follow it, on replicas of the new epoch — asking for the role if a node with no replica
+    /// of it has it — for up to [`HANDOVER_SETTLE_MAX`], then seals anyway, saying so. A node
+    /// with no replica of the new epoch that still serves the shards after the seal would
+    /// have its commits refused ("the partition moved to another replica set"): a fixed wait
+    /// of three primary reports here, and then a wait only when this node took the role, each
+    /// once let that happen on a loaded machine. The catalog hands a shard off (its old owner
+    /// stops its entities first) before it names the new owner.
+    async fn hand_over(&self, group: &Group) {
         let deadline = tokio::time::Instant::now() + HANDOVER_SETTLE_MAX;
         loop {
-            match (self.shards_followed)(self.partition, &self.node) {
-                Some(true) | None => return,
-                Some(false) if tokio::time::Instant::now() >= deadline => {
+            let leaving = group
+                .status()
+                .primary
+                .is_some_and(|primary| !self.replicas.contains(&primary));
+            if leaving {
+                group.take_primary();
+            }
+            match (self.shards_followed)(self.partition, &self.replicas) {
+                // The catalog is gone: so is the node.
+                None => return,
+                Some(true) if !leaving => return,
+                _ if tokio::time::Instant::now() >= deadline => {
                     tracing::warn!(
                         partition = self.partition,
-                        "the partition's shards did not follow its primary in time: sealing anyway"
+                        leaving,
+                        "the old group's primary role or the partition's shards did not move to the new replicas in time: sealing anyway"
                     );
                     return;
                 }
-                Some(false) => tokio::time::sleep(HANDOVER_POLL).await,
+                _ => tokio::time::sleep(HANDOVER_POLL).await,
             }
-        }
-    }
-
-    /// Takes the old group's primary role if a node that is no replica of the new epoch has
-    /// it, waiting up to [`HANDOVER_WAIT`] for it; whether this node took it.
-    async fn take_primary(&self, group: &Group) -> bool {
-        let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
-        let mut asked = false;
-        loop {
-            let primary = group.status().primary;
-            if asked && primary.as_deref() == Some(self.node.as_str()) {
-                return true;
-            }
-            let leaving = primary
-                .as_ref()
-                .is_some_and(|primary| !self.replicas.contains(primary));
-            if !leaving {
-                return false;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::debug!(
-                    partition = self.partition,
-                    "the old group's primary role was not handed over in time: sealing anyway"
-                );
-                return false;
-            }
-            asked = true;
-            group.take_primary();
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
