@@ -10,9 +10,11 @@
 //! A move's phase and staged pieces (`moving`) follow the image as a second value, only when
 //! there are any.
 //!
-//! A replica's own checkpoints do not carry this image (`savepoint`): it is what a peer that
-//! installs the state is sent, and a move's new group is filled with. One image holds the
-//! partition's whole state in memory while it is made or installed.
+//! A replica's own checkpoints do not carry this image (`savepoint`), and a state transfer or
+//! a move streams the rows instead (`image_stream`). The image is what a follower is sent
+//! (`StateMachine::transfer_image`), what a checkpoint or a move's fill of an earlier build
+//! holds (still restored and opened), and how tests and the simulator compare replicas. One
+//! image holds the partition's whole state in memory while it is made or installed.
 
 use super::moving::{self, MoveImage, Phase};
 use super::stamps::STAMPS;

@@ -378,30 +378,29 @@ fn cut_short(error: &rmp_serde::decode::Error) -> bool {
 
 /// Writes one row into its staged table inside `transaction`.
 fn write_row(transaction: &WriteTransaction, row: Row) -> Result<(), StoreError> {
-    let table = |error: TableError| io(error);
     match row {
         Row::Applied(applied) => {
-            let mut staged = transaction.open_table(STAGED_APPLIED).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_APPLIED).map_err(io)?;
             staged.insert((), applied).map_err(io)?;
         }
         Row::State((t, y, i), key, value) => {
-            let mut staged = transaction.open_table(STAGED_STATE).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_STATE).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str(), key.as_str());
             staged.insert(row, value.as_slice()).map_err(io)?;
         }
         Row::Meta((t, y, i), version, bytes) => {
-            let mut staged = transaction.open_table(STAGED_META).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_META).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str());
             staged.insert(row, (version, bytes)).map_err(io)?;
         }
         Row::Outbox((t, y, i), seq, to_type, to_id, payload) => {
-            let mut staged = transaction.open_table(STAGED_OUTBOX).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_OUTBOX).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str(), seq);
             let value = (to_type.as_str(), to_id.as_str(), payload.as_slice());
             staged.insert(row, value).map_err(io)?;
         }
         Row::Receipt((t, y, i), sender_type, sender_id, seq, at_ms) => {
-            let mut staged = transaction.open_table(STAGED_RECEIPTS).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_RECEIPTS).map_err(io)?;
             let row = (
                 t.as_str(),
                 y.as_str(),
@@ -412,49 +411,45 @@ fn write_row(transaction: &WriteTransaction, row: Row) -> Result<(), StoreError>
             staged.insert(row, (seq, at_ms)).map_err(io)?;
         }
         Row::ClientKey((t, y, i), key, at_ms) => {
-            let mut staged = transaction.open_table(STAGED_CLIENT_KEYS).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_CLIENT_KEYS).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str(), key.as_str());
             staged.insert(row, at_ms).map_err(io)?;
         }
         Row::Reminder((t, y, i), timer, due_ms, payload) => {
             let (t, y, i) = (t.as_str(), y.as_str(), i.as_str());
-            let mut staged = transaction.open_table(STAGED_REMINDERS).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_REMINDERS).map_err(io)?;
             staged
                 .insert((t, y, i, timer), (due_ms, payload.as_slice()))
                 .map_err(io)?;
-            let mut due = transaction
-                .open_table(STAGED_REMINDERS_DUE)
-                .map_err(table)?;
+            let mut due = transaction.open_table(STAGED_REMINDERS_DUE).map_err(io)?;
             due.insert((due_ms, t, y, i, timer), ()).map_err(io)?;
         }
         Row::Sequences((t, y, i), counters) => {
-            let mut staged = transaction.open_table(STAGED_SEQUENCES).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_SEQUENCES).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str());
             staged.insert(row, counters).map_err(io)?;
         }
         Row::Stamp((t, y, i), stamp) => {
-            let mut staged = transaction.open_table(STAGED_STAMPS).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_STAMPS).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str());
             staged.insert(row, stamp).map_err(io)?;
         }
         Row::Remembered(t, y, shard, i) => {
-            let mut staged = transaction.open_table(STAGED_REMEMBERED).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_REMEMBERED).map_err(io)?;
             let row = (t.as_str(), y.as_str(), shard, i.as_str());
             staged.insert(row, ()).map_err(io)?;
         }
         Row::RestoredPiece((t, y, i), key, offset, bytes) => {
-            let mut staged = transaction
-                .open_table(STAGED_RESTORED_PIECES)
-                .map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_RESTORED_PIECES).map_err(io)?;
             let row = (t.as_str(), y.as_str(), i.as_str(), key.as_str(), offset);
             staged.insert(row, bytes.as_slice()).map_err(io)?;
         }
         Row::Phase(key, code) => {
-            let mut staged = transaction.open_table(STAGED_PHASE).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_PHASE).map_err(io)?;
             staged.insert(key.as_str(), code).map_err(io)?;
         }
         Row::FillPiece(checksum, index, bytes) => {
-            let mut staged = transaction.open_table(STAGED_FILL_PIECES).map_err(table)?;
+            let mut staged = transaction.open_table(STAGED_FILL_PIECES).map_err(io)?;
             staged
                 .insert((checksum, index), bytes.as_slice())
                 .map_err(io)?;

@@ -11,7 +11,7 @@ use crate::{CommitError, EntityState, WriteSet, WriteStamps};
 use std::sync::Arc;
 use tessera_consensus::group::GroupId;
 use tessera_consensus::message::checksum_bytes;
-use tessera_consensus::state_machine::{ImageReader, StateMachine};
+use tessera_consensus::state_machine::StateMachine;
 use tessera_contract::EntityAddress;
 
 fn counter(id: u32) -> EntityAddress {
@@ -34,15 +34,9 @@ fn applied() -> PartitionResult {
 
 /// The stream of `machine`'s rows a move's leader fills with (`FillSource`), whole.
 fn stream(machine: &PartitionMachine) -> Vec<u8> {
-    let mut reader = image_stream::ImageRows::open(machine.store(), 0).expect("a reader");
-    let mut stream = Vec::new();
-    loop {
-        let part = reader.read(4_096).expect("a part");
-        stream.extend_from_slice(&part);
-        if part.len() < 4_096 {
-            return stream;
-        }
-    }
+    FillSource::of_machine(machine)
+        .whole_stream()
+        .expect("the rows stream")
 }
 
 /// The fills of `image` in pieces of `size` bytes, and the open after them.

@@ -16,12 +16,13 @@
 //! savepoint still references are not reused, so a partition's file holds at most about two
 //! checkpoint intervals of overwritten rows besides its state.
 //!
-//! A peer that needs the state (state transfer) is sent an image of every row
-//! ([`Snapshot::Image`], the apply count first), read when the replica asks for it — right
-//! after a checkpoint, which it takes first if it applied anything since. (Holding a read
-//! transaction open from one checkpoint to the next, to read the image later, made every
-//! apply three times as slow: redb keeps what it pins.) A snapshot that is neither (an image
-//! journaled before this existed) is a whole image whose apply count is 0.
+//! A peer that needs the state (state transfer) is streamed its rows in parts
+//! (`image_stream`), read from the checkpoint's state — which the replica takes first if it
+//! applied anything since — through a read transaction that lives only while the peer
+//! fetches. (Holding one open from each checkpoint to the next made every apply three times
+//! as slow: redb keeps what it pins.) A follower is sent a whole image ([`Snapshot::Image`],
+//! the apply count first). A snapshot that is neither (an image journaled before this
+//! existed) is a whole image whose apply count is 0.
 
 use crate::error::StoreError;
 use crate::tables::StateStore;
