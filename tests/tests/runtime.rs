@@ -332,10 +332,12 @@ mod plugin {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pub(super) async fn noisy() {
         let (_dir, node) = node();
-        // The host's work on 200,000 writes counts against the deadline; give it room so the
-        // test is about the flood, not the clock.
+        // The host's work on 200,000 writes counts against the deadline and the wall-clock
+        // bound; give both room so the test is about the flood, not the clock (with the
+        // default 5 s wall bound it failed on a loaded machine).
         let limits = InstanceLimits {
             message_deadline_ms: 60_000,
+            message_wall_ms_max: tessera_runtime::wall_bound_ms(60_000),
             ..InstanceLimits::default()
         };
         node.deploy("noisy", tessera_tests::NOISY, 1, limits);
