@@ -196,8 +196,8 @@ async fn messages_run_through_a_handle_keep_their_entity_from_idle_passivation()
     let node = counter_node(dir.path(), None).await;
     let bytes = std::fs::read(tessera_tests::COUNTER).unwrap();
     let options = TypeOptions {
-        remember: false,
         passivate_idle_ms: Some(100),
+        ..TypeOptions::default()
     };
     node.deploy("acme", "idler", bytes, options).await.unwrap();
     let address = EntityAddress::new("acme", "idler", "busy");

@@ -137,6 +137,7 @@ async fn an_idle_remembered_entity_is_passivated_and_forgotten() {
     let options = TypeOptions {
         remember: true,
         passivate_idle_ms: Some(50),
+        ..TypeOptions::default()
     };
     deploy(&node, "counter", tessera_tests::COUNTER, options).await;
     ask(&node, "counter", "idle", json!({"Add": 2})).await;
@@ -170,7 +171,7 @@ async fn remembered_entities_come_back_after_a_restart() {
             tessera_tests::COUNTER,
             TypeOptions {
                 remember: true,
-                passivate_idle_ms: None,
+                ..TypeOptions::default()
             },
         )
         .await;

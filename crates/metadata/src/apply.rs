@@ -178,7 +178,15 @@ fn deploy_version(
 ) -> Result<Applied, MetadataError> {
     validate_name(&entity_type)?;
     let quotas = read_tenant(transaction, &tenant)?.quotas;
-    let mut record = read_type(transaction, &tenant, &entity_type)?.unwrap_or(TypeRecord {
+    let existing = read_type(transaction, &tenant, &entity_type)?;
+    super::replication::settle(
+        transaction,
+        (&tenant, &entity_type),
+        version.options.replication_factor,
+        quotas.replication_factor,
+        existing.is_some(),
+    )?;
+    let mut record = existing.unwrap_or(TypeRecord {
         tenant: tenant.clone(),
         name: entity_type.clone(),
         active_version: 0,

@@ -51,6 +51,9 @@ struct CatalogSnapshot {
     /// Moved partitions' epochs (absent from checkpoints of earlier releases).
     #[serde(default)]
     partition_epochs: Vec<super::partitions::PartitionEpochRow>,
+    /// Each deployed type's replication (absent from checkpoints of earlier releases).
+    #[serde(default)]
+    type_replication: Vec<super::replication::ReplicationRow>,
 }
 
 /// The catalog as a replicated state machine.
@@ -245,6 +248,11 @@ impl CatalogMachine {
         (snapshot.partitions, snapshot.partition_epochs) = super::partitions::snapshot_rows(
             &transaction.open_table(PARTITIONS).map_err(storage)?,
         )?;
+        snapshot.type_replication = super::replication::snapshot_rows(
+            &transaction
+                .open_table(super::replication::TYPE_REPLICATION)
+                .map_err(storage)?,
+        )?;
         Ok(snapshot)
     }
 }
@@ -318,7 +326,8 @@ fn write_snapshot(
         transaction,
         &snapshot.partitions,
         &snapshot.partition_epochs,
-    )
+    )?;
+    super::replication::write_rows(transaction, &snapshot.type_replication)
 }
 
 impl GroupMachine for CatalogMachine {

@@ -32,6 +32,10 @@ pub enum MetadataError {
     /// Quotas are unusable.
     #[error("invalid quotas: {0}")]
     InvalidQuotas(String),
+    /// A type's options are unusable (a replication factor out of bounds, or not the one the
+    /// type keeps); nothing was deployed.
+    #[error("invalid type options: {0}")]
+    InvalidOptions(String),
     /// No such member.
     #[error("no member {0} in the cluster")]
     NoMember(String),

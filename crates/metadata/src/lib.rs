@@ -31,6 +31,7 @@ mod partitions;
 mod plane;
 mod records;
 pub mod replicated;
+mod replication;
 mod shards;
 mod store;
 
@@ -52,4 +53,5 @@ pub use records::{
     PartitionReplicas, Quotas, Tenant, TypeOptions, TypeRecord, VersionRecord, validate_name,
 };
 pub use replicated::{METADATA_GROUP, ReplicatedPlane};
+pub use replication::{PARTITION_COUNT_MAX, Replication, deployed_replication};
 pub use store::MetadataStore;

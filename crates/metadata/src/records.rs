@@ -61,6 +61,10 @@ pub struct Quotas {
     /// Guest CPU time (milliseconds per second) the tenant may use on a node; past it its
     /// next calls wait for the next second. 0 means no budget beyond the concurrency cap.
     pub cpu_ms_per_second: u64,
+    /// Replicas of the partitions that keep the entities of the tenant's types that ask for
+    /// no factor of their own when first deployed (`None`: the cluster's). A type keeps the
+    /// factor of its first deploy: changing this later changes no deployed type.
+    pub replication_factor: Option<u8>,
 }
 
 impl Default for Quotas {
@@ -79,6 +83,7 @@ impl Default for Quotas {
             reminders_max: 1_024,
             concurrent_guests_max: 0,
             cpu_ms_per_second: 0,
+            replication_factor: None,
         }
     }
 }
@@ -177,7 +182,7 @@ impl Quotas {
                 return Err(format!("{name} must be at most {most}"));
             }
         }
-        Ok(())
+        super::replication::check_factor(self.replication_factor, "the tenant's")
     }
 }
 
@@ -202,6 +207,11 @@ pub struct TypeOptions {
     pub remember: bool,
     /// Passivate an entity after this long without a message.
     pub passivate_idle_ms: Option<u64>,
+    /// Replicas of the partitions that keep the type's entities (the partition plane), 1 to
+    /// [`PARTITION_REPLICAS_MAX`](crate::PARTITION_REPLICAS_MAX); `None` takes its tenant's
+    /// default, or the cluster's factor. Fixed by the type's first deploy: a later version may
+    /// leave it out, but may not ask for another.
+    pub replication_factor: Option<u8>,
 }
 
 /// One deployed version of a type.

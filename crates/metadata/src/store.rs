@@ -80,6 +80,9 @@ impl MetadataStore {
         transaction.open_table(PARTITIONS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
         transaction.open_table(MEMBERS).map_err(storage)?;
+        transaction
+            .open_table(super::replication::TYPE_REPLICATION)
+            .map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;
         move_legacy_plugins(&transaction)?;
         transaction.commit().map_err(storage)?;

@@ -122,10 +122,11 @@ impl PartitionConfig {
         }
     }
 
-    /// Eligible members a first placement waits for (see [`PartitionConfig::voters`]).
-    pub fn first_placement_members(&self) -> usize {
-        let voters = self.voters.unwrap_or(self.replication_factor);
-        self.replication_factor.min(voters).max(1)
+    /// Eligible members the first placement of partitions of `replicas` replicas each waits
+    /// for (see [`PartitionConfig::voters`]).
+    pub fn first_placement_members(&self, replicas: usize) -> usize {
+        let voters = self.voters.unwrap_or(replicas);
+        replicas.min(voters).max(1)
     }
 }
 
@@ -281,7 +282,7 @@ impl ShardingConfig {
             (
                 "partitions.count",
                 self.partitions.count() as usize,
-                tessera_metadata::PARTITIONS_MAX as usize,
+                tessera_metadata::PARTITION_COUNT_MAX as usize,
             ),
             (
                 "partitions.replication_factor",

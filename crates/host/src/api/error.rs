@@ -94,6 +94,7 @@ impl From<MetadataError> for ApiError {
         let (status, code) = match error {
             MetadataError::InvalidName(_)
             | MetadataError::InvalidQuotas(_)
+            | MetadataError::InvalidOptions(_)
             | MetadataError::InvalidMember(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             MetadataError::TenantExists(_) | MetadataError::MemberTransition { .. } => {
                 (StatusCode::CONFLICT, "conflict")

@@ -26,6 +26,10 @@ pub(crate) struct DeployArgs {
     /// Passivate entities idle for this long.
     #[arg(long, value_name = "MS")]
     passivate_idle_ms: Option<u64>,
+    /// Replicas of the partitions that keep the type's entities, in a cluster (default: the
+    /// tenant's, else the cluster's). Fixed by the type's first deploy.
+    #[arg(long, value_name = "R")]
+    replication_factor: Option<u8>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -159,6 +163,9 @@ pub(crate) fn deploy(args: DeployArgs) -> ExitCode {
         let mut query = format!("remember={}", args.remember);
         if let Some(idle) = args.passivate_idle_ms {
             query.push_str(&format!("&passivate_idle_ms={idle}"));
+        }
+        if let Some(factor) = args.replication_factor {
+            query.push_str(&format!("&replication_factor={factor}"));
         }
         let path = format!("/v1/types/{}/versions?{query}", segment(&args.entity_type));
         let mut reader = ProgressReader::new(file, length);

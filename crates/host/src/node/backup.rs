@@ -48,8 +48,9 @@ impl Node {
     /// The partition `key`'s entity state lives in, while the partition plane serves: its
     /// shards are backed up from, and restored into, this node's replica of it.
     fn partition_of(&self, key: &ShardKey) -> Option<u32> {
-        let count = self.config.sharding.partitions.count();
-        (self.config.cluster.is_some() && count > 0).then(|| key.shard % count)
+        self.partition_map
+            .of_shard(key)
+            .filter(|_| self.config.cluster.is_some())
     }
 
     /// `key`'s parts, from one snapshot of where its entities live: this node's tables, or,

@@ -10,7 +10,8 @@ use super::member::blob_transfer::BlobTransfer;
 use super::member::joining;
 use super::member::layout;
 use super::member::mesh::Mesh;
-use super::member::partitions::{PartitionGroups, partition_of};
+use super::member::partition_map::PartitionMap;
+use super::member::partitions::PartitionGroups;
 use super::member::queries;
 use super::member::seat::{CoordinatorSeat, SeatParts};
 use super::{EdgeCounters, Node, NodeConfig, NodeError, RateLimiter, token_hash};
@@ -54,9 +55,15 @@ impl Node {
         // With the partition plane on, an entity of a partitioned shard is read and committed
         // through its partition's group (the groups are held in `routed` as they start).
         let partitions_count = config.sharding.partitions.count();
+        let metadata = MetadataStore::open(database.clone())?;
+        let partition_map = PartitionMap::new(
+            config.sharding.num_shards,
+            partitions_count,
+            metadata.clone(),
+        );
         let routed = Arc::new(RoutedState::new(
             state.clone(),
-            partition_of(config.sharding.num_shards, partitions_count),
+            partition_map.partition_of(),
         ));
         let plane_serves = config.cluster.is_some() && partitions_count > 0;
         let entity_state: Arc<dyn EntityState> = if plane_serves {
@@ -71,7 +78,6 @@ impl Node {
         } else {
             state.clone()
         };
-        let metadata = MetadataStore::open(database.clone())?;
         let listing = EntityListing::new(
             store,
             routed.clone(),
@@ -190,7 +196,7 @@ impl Node {
                     &config,
                     cluster,
                     mesh.clone(),
-                    routed,
+                    (routed, partition_map.clone()),
                     Arc::downgrade(&plane),
                     status.clone(),
                     switchboard.clone(),
@@ -237,6 +243,7 @@ impl Node {
             _seat: seat,
             mesh,
             partitions,
+            partition_map,
             membership,
             remember,
             listing,

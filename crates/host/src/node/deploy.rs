@@ -10,7 +10,7 @@ use super::{Node, NodeError};
 use sha2::{Digest, Sha256};
 use tessera_metadata::{
     Applied, Command, MetadataError, TypeOptions, TypeRecord, VERSIONS_PER_TYPE_MAX, VersionRecord,
-    validate_name,
+    deployed_replication, validate_name,
 };
 
 impl Node {
@@ -34,6 +34,14 @@ impl Node {
             )));
         }
         self.check_catalog_quotas(tenant, entity_type, &quotas, bytes.len() as u64)?;
+        // Refused here too, before the plugin is compiled and sent to the voters.
+        let kept = self.plane.store().kept_replication(tenant, entity_type)?;
+        deployed_replication(
+            entity_type,
+            kept,
+            options.replication_factor,
+            quotas.replication_factor,
+        )?;
         let _deploying = self.deploy_lock.lock().await;
         let runtime = self.runtime.clone();
         let (bytes, sha256, checked) = tokio::task::spawn_blocking(move || {

@@ -76,6 +76,8 @@ pub struct Node {
     mesh: Option<Arc<member::mesh::Mesh>>,
     /// The partition plane's groups this node runs, if it is in a cluster.
     partitions: Option<Arc<member::partitions::PartitionGroups>>,
+    /// Which partition each entity and shard lives in (the plane on).
+    partition_map: Arc<member::partition_map::PartitionMap>,
     /// The membership view the coordinator follows; the catalog updates it through a weak
     /// handle, so dropping the node ends the coordinator.
     membership: Arc<Membership>,

@@ -96,6 +96,9 @@ pub struct Coordinator {
     guard: Option<ReassignGuard>,
     /// The partitions' primaries as nodes report them (the partition plane serving).
     primaries: primaries::Primaries,
+    /// The types that keep a replication factor of their own, from the catalog (the
+    /// partition plane serving): their shards live in their factor's partitions.
+    own_replication: BTreeMap<tessera_contract::TypeKey, u8>,
     started: Instant,
 }
 
@@ -179,6 +182,7 @@ impl Coordinator {
             plane,
             guard,
             primaries: primaries::Primaries::new(Instant::now()),
+            own_replication: BTreeMap::new(),
             started: Instant::now(),
         };
         tokio::spawn(async move {
@@ -324,8 +328,19 @@ impl Coordinator {
 
     /// Answers allocation requests: known homes at once, new ones after one catalog commit.
     async fn allocate(&mut self, requests: Vec<(ShardKey, NodeId)>) {
+        self.read_replication();
         let eligible = self.eligible();
-        let replicas = self.partition_replicas();
+        let mut replicas = self.partition_replicas();
+        // A type of a replication factor no partition is placed at yet (its first deploy):
+        // its family is placed now rather than at the next round.
+        let unplaced = requests.iter().any(|(key, _)| {
+            self.partition_of(key)
+                .is_some_and(|partition| !replicas.contains_key(&partition))
+        });
+        if unplaced {
+            self.place_partitions(&eligible).await;
+            replicas = self.partition_replicas();
+        }
         let mut new: BTreeMap<ShardKey, (NodeId, Vec<NodeId>)> = BTreeMap::new();
         for (key, requester) in requests {
             if let Some(handoff) = self.handoffs.get_mut(&key) {
@@ -364,7 +379,7 @@ impl Coordinator {
                         );
                         new.insert(key, (node, vec![requester]));
                     }
-                    None => self.refuse(key, &requester),
+                    None => self.refuse(key, &requester, &replicas),
                 },
             }
         }
@@ -443,10 +458,17 @@ impl Coordinator {
             .map(|(node, _)| node)
     }
 
-    fn refuse(&self, key: ShardKey, requester: &str) {
-        let reason = match &self.config.role_constraint {
-            Some(role) => format!("no reachable member with role `{role}`"),
-            None => "no reachable member".to_string(),
+    fn refuse(&self, key: ShardKey, requester: &str, replicas: &BTreeMap<u32, Vec<NodeId>>) {
+        let unplaced = self
+            .partition_of(&key)
+            .filter(|partition| !replicas.contains_key(partition));
+        let reason = match (unplaced, &self.config.role_constraint) {
+            (Some(partition), _) => format!(
+                "its partition {partition} is not placed yet (a first placement waits for \
+                 as many members as its replication factor asks)"
+            ),
+            (None, Some(role)) => format!("no reachable member with role `{role}`"),
+            (None, None) => "no reachable member".to_string(),
         };
         let message = LinkMessage::AllocationFailed {
             key,
@@ -486,6 +508,7 @@ impl Coordinator {
     /// One rebalance round of each kind; rounds without movements are not recorded.
     async fn rebalance(&mut self) {
         self.observe_members();
+        self.read_replication();
         let eligible = self.eligible();
         if eligible.is_empty() {
             return;

@@ -11,7 +11,8 @@
 use super::{Coordinator, Owner};
 use crate::rebalance::{self, ShardMovement};
 use std::collections::{BTreeMap, BTreeSet};
-use tessera_contract::{AllocationTable, NodeId, ShardKey};
+use tessera_contract::{AllocationTable, NodeId, ShardKey, TypeKey};
+use tessera_metadata::Replication;
 use tokio::time::Instant;
 
 /// A partitioned rebalance round's moves, by why they are made.
@@ -31,10 +32,33 @@ impl Coordinator {
         self.guard.is_some() && self.config.partitions.count() > 0
     }
 
-    /// The partition `key`'s entities live in, while the plane serves.
+    /// The partition `key`'s entities live in, while the plane serves: the shard's in its
+    /// type's family ([`Replication`]).
     pub(super) fn partition_of(&self, key: &ShardKey) -> Option<u32> {
-        self.partitions_serve()
-            .then(|| key.shard % self.config.partitions.count())
+        self.partitions_serve().then(|| {
+            self.replication_of(&key.type_key)
+                .partition(key.shard, self.config.partitions.count())
+        })
+    }
+
+    /// How many replicas keep `type_key`'s entities, as the catalog last read said
+    /// ([`Coordinator::read_replication`]).
+    pub(super) fn replication_of(&self, type_key: &TypeKey) -> Replication {
+        self.own_replication
+            .get(type_key)
+            .map_or(Replication::Cluster, |factor| Replication::Own(*factor))
+    }
+
+    /// Reads again which types keep a replication factor of their own. A type's factor never
+    /// changes once deployed, so what was read stays true; a read that fails keeps it.
+    pub(super) fn read_replication(&mut self) {
+        if !self.partitions_serve() {
+            return;
+        }
+        match self.plane.store().own_replications() {
+            Ok(own) => self.own_replication = own,
+            Err(error) => tracing::warn!(%error, "the types' replication could not be read"),
+        }
     }
 
     /// What `node` is to shard `key`: as [`Coordinator::owner`] says, except that a

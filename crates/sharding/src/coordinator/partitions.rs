@@ -1,16 +1,19 @@
 //! The coordinator's placement round for the partition plane: each rebalance round reads the
 //! committed partition table, computes the next placement over the eligible members
 //! ([`crate::placement`]) and commits the partitions that change, fenced like shard decisions
-//! (its epoch, the generation it read for each partition). The first placement waits until as
-//! many members are eligible as the replication factor asks (or as there are voters, if
-//! fewer).
+//! (its epoch, the generation it read for each partition). Each replication factor in use has
+//! its family of partitions ([`Replication`]), placed at that factor; a family's first
+//! placement waits until as many members are eligible as its factor asks (or as there are
+//! voters, if fewer).
 
 use super::Coordinator;
 use crate::membership::MemberStatus;
 use crate::placement::{self, Placement, PlacementInput};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tessera_contract::NodeId;
-use tessera_metadata::{Command, MetadataError, PartitionPlacement, same_replica_set};
+use tessera_metadata::{
+    Command, MetadataError, PartitionPlacement, PartitionReplicas, Replication, same_replica_set,
+};
 
 /// Partitions placed by one catalog command, at most (a round with more commits several).
 pub const PLACEMENTS_PER_COMMIT_MAX: usize = 256;
@@ -29,10 +32,6 @@ impl Coordinator {
                 return;
             }
         };
-        let current: Placement = committed
-            .iter()
-            .map(|(partition, placed)| (*partition, placed.replicas.clone()))
-            .collect();
         let eligible: BTreeSet<NodeId> = eligible.iter().cloned().collect();
         // Down or cut off, not removed nor leaving: they keep their replicas.
         let holding: BTreeSet<NodeId> = self
@@ -43,26 +42,42 @@ impl Coordinator {
             .map(|member| member.node.clone())
             .filter(|node| !eligible.contains(node))
             .collect();
-        // A first placement is whole: it waits for as many eligible members as its groups
-        // start with (the replication factor, or every voter of a smaller cluster), rather
-        // than start small and move every partition as the other members come up.
-        let first_members = config.first_placement_members();
-        if current.is_empty() && eligible.len() < first_members {
-            tracing::debug!(
-                eligible = eligible.len(),
-                waits_for = first_members,
-                "the first placement waits for its members"
+        let count = config.count();
+        let mut next = Placement::new();
+        for family in self.families(&committed) {
+            let first = family.first_partition(count);
+            let current: Placement = committed
+                .range(first..first + count)
+                .map(|(partition, placed)| (partition - first, placed.replicas.clone()))
+                .collect();
+            let replicas = family.replicas(config.replication_factor);
+            // A first placement is whole: it waits for as many eligible members as its
+            // groups start with (the factor, or every voter of a smaller cluster), rather
+            // than start small and move every partition as the other members come up.
+            let first_members = config.first_placement_members(replicas);
+            if current.is_empty() && eligible.len() < first_members {
+                tracing::debug!(
+                    ?family,
+                    eligible = eligible.len(),
+                    waits_for = first_members,
+                    "the first placement waits for its members"
+                );
+                continue;
+            }
+            let placed = placement::place(&PlacementInput {
+                partition_count: count,
+                replication_factor: replicas,
+                eligible: &eligible,
+                holding: &holding,
+                current: &current,
+                spread_moves_max: self.config.rebalance_per_round,
+            });
+            next.extend(
+                placed
+                    .into_iter()
+                    .map(|(partition, replicas)| (partition + first, replicas)),
             );
-            return;
         }
-        let next = placement::place(&PlacementInput {
-            partition_count: config.count(),
-            replication_factor: config.replication_factor,
-            eligible: &eligible,
-            holding: &holding,
-            current: &current,
-            spread_moves_max: self.config.rebalance_per_round,
-        });
         let changed: Vec<PartitionPlacement> = next
             .into_iter()
             .filter_map(|(partition, replicas)| {
@@ -116,6 +131,26 @@ impl Coordinator {
                 }
             }
         }
+    }
+}
+
+impl Coordinator {
+    /// The replication factors whose partitions are placed: the cluster's, every factor a
+    /// type keeps (deleted types' too: their state stays), and any already placed.
+    fn families(&self, committed: &BTreeMap<u32, PartitionReplicas>) -> BTreeSet<Replication> {
+        let count = self.config.partitions.count();
+        let mut families = BTreeSet::from([Replication::Cluster]);
+        families.extend(
+            self.own_replication
+                .values()
+                .map(|factor| Replication::Own(*factor)),
+        );
+        families.extend(
+            committed
+                .keys()
+                .filter_map(|partition| Replication::of_partition(*partition, count)),
+        );
+        families
     }
 }
 

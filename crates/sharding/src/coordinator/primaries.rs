@@ -17,6 +17,7 @@
 use crate::link::PRIMARY_REPORT_SILENCE;
 use std::collections::BTreeMap;
 use tessera_contract::NodeId;
+use tessera_metadata::Replication;
 use tokio::time::Instant;
 
 /// The primaries the coordinator has heard of, and when it last heard from each node.
@@ -40,8 +41,9 @@ impl Primaries {
         }
     }
 
-    /// Takes `node`'s report of the partitions it leads (those at or above `count` are
-    /// ignored); whether some partition's primary changed.
+    /// Takes `node`'s report of the partitions it leads (those that are no partition of a
+    /// cluster of `count`, [`Replication::of_partition`], are ignored); whether some
+    /// partition's primary changed.
     pub(super) fn report(
         &mut self,
         node: &NodeId,
@@ -51,7 +53,10 @@ impl Primaries {
     ) -> bool {
         self.heard.insert(node.clone(), now);
         let mut changed = false;
-        for (partition, epoch, view) in led.iter().filter(|(partition, ..)| *partition < count) {
+        let partitions = led
+            .iter()
+            .filter(|(partition, ..)| Replication::of_partition(*partition, count).is_some());
+        for (partition, epoch, view) in partitions {
             let term = (*epoch, *view);
             let known = self.led.get(partition);
             if known.is_none_or(|(_, known_term)| term > *known_term) {

@@ -8,6 +8,7 @@ mod handoff;
 mod lost_owner;
 mod partitions;
 mod remember;
+mod replication;
 mod routing;
 mod state_reads;
 mod transfer;

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use tessera_metadata::{Command, PartitionReplicas};
 use tokio::time::Instant;
 
-async fn join_catalog(plane: &Arc<dyn MetadataPlane>, node: &str) {
+pub(super) async fn join_catalog(plane: &Arc<dyn MetadataPlane>, node: &str) {
     plane
         .submit(Command::JoinMember {
             node: node.into(),
@@ -23,7 +23,7 @@ async fn join_catalog(plane: &Arc<dyn MetadataPlane>, node: &str) {
         .expect("a member joins the catalog");
 }
 
-async fn placed_until(
+pub(super) async fn placed_until(
     plane: &Arc<dyn MetadataPlane>,
     what: &str,
     done: impl Fn(&BTreeMap<u32, PartitionReplicas>) -> bool,
@@ -223,7 +223,7 @@ fn keep_reporting(switchboard: &Arc<Switchboard>, leads: Leads) -> tokio::task::
     })
 }
 
-async fn table_until(
+pub(super) async fn table_until(
     coordinator: &CoordinatorHandle,
     what: &str,
     done: impl Fn(&AllocationTable) -> bool,
@@ -447,7 +447,7 @@ async fn a_partition_moves_again_only_once_its_last_move_settled() {
 
 /// A coordinator's configuration with the partition plane serving `count` partitions of three
 /// replicas (owners hold state under leases, as nodes run it).
-fn serving_config(count: u32) -> ShardingConfig {
+pub(super) fn serving_config(count: u32) -> ShardingConfig {
     let lease = crate::lease::LeaseConfig {
         duration_ms: 60_000,
         renew_every_ms: 1_000,

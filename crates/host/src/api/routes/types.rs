@@ -22,6 +22,8 @@ pub struct DeployQuery {
     pub remember: bool,
     /// Passivate entities idle this long.
     pub passivate_idle_ms: Option<u64>,
+    /// Replicas of the partitions that keep the type's entities (fixed by its first deploy).
+    pub replication_factor: Option<u8>,
 }
 
 /// The answer to a deploy.
@@ -68,6 +70,7 @@ pub async fn deploy(
     let options = TypeOptions {
         remember: options.remember,
         passivate_idle_ms: options.passivate_idle_ms,
+        replication_factor: options.replication_factor,
     };
     let version = node
         .deploy(&tenant, &entity_type, Vec::from(bytes), options)

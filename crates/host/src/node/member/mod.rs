@@ -5,7 +5,8 @@
 //! plane (`blob_transfer`), how it joins and leaves (`joining`), the partition count its data was
 //! written with (`layout`), the lease that lets it serve its
 //! shards (`lease`), whether it is ready for traffic (`readiness`), where the shard coordinator
-//! runs (`seat`: on the metadata primary), the partition plane's groups it runs (`partitions`), the operators' view of the cluster from here (`view`),
+//! runs (`seat`: on the metadata primary), the partition plane's groups it runs (`partitions`) and which partition an entity lives in
+//! (`partition_map`), the operators' view of the cluster from here (`view`),
 //! and what nodes ask each other about their own part of it (`queries`: pages of entity ids,
 //! overviews).
 
@@ -17,6 +18,7 @@ pub(super) mod joining;
 pub(super) mod layout;
 pub(super) mod lease;
 pub(super) mod mesh;
+pub(super) mod partition_map;
 pub(super) mod partitions;
 pub(super) mod peer_message;
 pub(super) mod queries;

@@ -16,6 +16,7 @@
 mod moves;
 
 use super::mesh::Mesh;
+use super::partition_map::PartitionMap;
 use crate::node::{ClusterConfig, NodeConfig, NodeError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,15 +25,12 @@ use std::time::{Duration, Instant};
 use tessera_consensus::group::{
     GROUP_INBOUND_MAX, Group, GroupConfig, GroupObserver, GroupStatus, ObserverFuture,
 };
-use tessera_contract::EntityAddress;
 use tessera_metadata::{
     MetadataPlane, PartitionReplicas, PlaneStatus, group_voters, partition_group,
 };
-use tessera_sharding::{
-    CoordinatorCommand, FnvExtractor, PRIMARY_REPORT_INTERVAL, ShardExtractor, Switchboard,
-};
+use tessera_sharding::{CoordinatorCommand, PRIMARY_REPORT_INTERVAL, Switchboard};
 use tessera_state::partition::{
-    PARTITION_TICK_FACTOR, PARTITION_TIMEOUTS, PartitionApplied, PartitionMachine, PartitionOf,
+    PARTITION_TICK_FACTOR, PARTITION_TIMEOUTS, PartitionApplied, PartitionMachine,
     PartitionReplica, PartitionState, Phase, RoutedState,
 };
 use tokio::sync::{mpsc, watch};
@@ -67,24 +65,19 @@ pub struct PartitionHere {
     pub status: GroupStatus,
 }
 
-/// Which partition an entity lives in, with the partition plane on (`count` partitions):
-/// its shard's (the node's shard function over `num_shards`) modulo `count`; `None` with the
-/// plane off. Every node must agree on both numbers, as they must on `num_shards` alone.
-pub(in crate::node) fn partition_of(num_shards: u32, count: u32) -> PartitionOf {
-    let shards = FnvExtractor::new(num_shards);
-    Arc::new(move |entity: &EntityAddress| (count > 0).then(|| shards.shard_of(&entity.id) % count))
-}
-
-/// Whether the catalog read through `plane` gives every allocated shard of a partition (of
-/// `count`) to one of some nodes.
-fn shards_followed(plane: Weak<dyn MetadataPlane>, count: u32) -> moves::ShardsFollowed {
+/// Whether the catalog read through `plane` gives every allocated shard of a partition
+/// (as `map` places shards) to one of some nodes.
+fn shards_followed(
+    plane: Weak<dyn MetadataPlane>,
+    map: Arc<PartitionMap>,
+) -> moves::ShardsFollowed {
     Arc::new(move |partition, nodes| {
         let plane = plane.upgrade()?;
         let table = plane.store().shard_table().ok()?;
         Some(
             table
                 .iter()
-                .filter(|(key, _)| count > 0 && key.shard % count == partition)
+                .filter(|(key, _)| map.of_shard(key) == Some(partition))
                 .all(|(_, allocation)| nodes.contains(&allocation.node)),
         )
     })
@@ -180,12 +173,13 @@ impl PartitionGroups {
     /// Starts following the placement through `plane` (re-read at every catalog commit
     /// `status` shows, and every [`PLACEMENT_RECHECK`]) and, when the plane serves
     /// (`partitions.count` above 0), reporting the groups this node leads to the coordinator
-    /// through `switchboard`.
+    /// through `switchboard`. Entities are read and committed through `routed`, whose
+    /// partitions `map` says.
     pub(in crate::node) fn start(
         config: &NodeConfig,
         cluster: &ClusterConfig,
         mesh: Arc<Mesh>,
-        routed: Arc<RoutedState>,
+        (routed, map): (Arc<RoutedState>, Arc<PartitionMap>),
         plane: Weak<dyn MetadataPlane>,
         status: watch::Receiver<PlaneStatus>,
         switchboard: Arc<Switchboard>,
@@ -203,7 +197,7 @@ impl PartitionGroups {
             mesh,
             routed,
             running: Mutex::default(),
-            shards_followed: shards_followed(plane.clone(), config.sharding.partitions.count()),
+            shards_followed: shards_followed(plane.clone(), map),
         });
         tokio::spawn(follow_placement(Arc::downgrade(&groups), plane, status));
         if config.sharding.partitions.count() > 0 {

@@ -78,10 +78,12 @@ impl Node {
             return Ok(None);
         };
         let placed = self.plane.store().partitions()?;
-        if placed.len() < count as usize {
+        // The cluster's family; a type's own factor's are placed on its first message.
+        let first_placed = placed.range(..count).count();
+        if first_placed < count as usize {
             return Ok(Some(format!(
-                "{} of {count} partitions placed (the first placement waits for its members)",
-                placed.len()
+                "{first_placed} of {count} partitions placed (the first placement waits for \
+                 its members)"
             )));
         }
         let running: BTreeSet<u32> = groups.here().iter().map(|here| here.partition).collect();
