@@ -250,7 +250,7 @@ impl CatalogMachine {
         )?;
         snapshot.type_replication = super::replication::snapshot_rows(
             &transaction
-                .open_table(super::replication::TYPE_REPLICATION)
+                .open_table(super::store::TYPE_REPLICATION)
                 .map_err(storage)?,
         )?;
         Ok(snapshot)

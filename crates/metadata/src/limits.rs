@@ -6,6 +6,25 @@ pub const VERSIONS_PER_TYPE_MAX: usize = 1_000;
 /// The longest tenant or type name, so names cannot bloat keys, logs and metric labels.
 pub const NAME_BYTES_MAX: usize = 64;
 
+/// The most partition ids a cluster may have: bounds the table, a placement command and the
+/// groups a node may be asked to run.
+pub const PARTITIONS_MAX: u32 = 4096;
+
+/// The most replicas one partition may have (a VSR group of more gains nothing and costs a
+/// prepare to each).
+pub const PARTITION_REPLICAS_MAX: usize = 7;
+
+/// Refuses a replication factor outside 1 to [`PARTITION_REPLICAS_MAX`] (`what` names whose
+/// it is).
+pub(crate) fn check_factor(factor: Option<u8>, what: &str) -> Result<(), String> {
+    match factor {
+        Some(factor) if factor == 0 || usize::from(factor) > PARTITION_REPLICAS_MAX => Err(
+            format!("{what} replication_factor {factor}: 1 to {PARTITION_REPLICAS_MAX} allowed"),
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Upper bounds of the tenant quotas, so no quota value can make a node allocate or wait
 /// without bound (a mailbox of `usize::MAX` slots, a message deadline of a year).
 pub mod quota_ceilings {

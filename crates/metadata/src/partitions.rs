@@ -16,13 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tessera_consensus::group::GroupId;
 use tessera_contract::NodeId;
 
-/// The most partitions a cluster may have: bounds the table, a placement command and the
-/// groups a node may be asked to run.
-pub const PARTITIONS_MAX: u32 = 4096;
-
-/// The most replicas one partition may have (a VSR group of more gains nothing and costs a
-/// prepare to each).
-pub const PARTITION_REPLICAS_MAX: usize = 7;
+pub use super::limits::{PARTITION_REPLICAS_MAX, PARTITIONS_MAX};
 
 /// The VSR group that replicates `partition` at `epoch` (its replica set's number, see
 /// [`PartitionReplicas::epoch`]): the epoch in the high 32 bits, the partition plus one in

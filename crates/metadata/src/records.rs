@@ -182,7 +182,7 @@ impl Quotas {
                 return Err(format!("{name} must be at most {most}"));
             }
         }
-        super::replication::check_factor(self.replication_factor, "the tenant's")
+        super::limits::check_factor(self.replication_factor, "the tenant's")
     }
 }
 

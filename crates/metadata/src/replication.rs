@@ -11,17 +11,12 @@
 //! coordinator places every family in use at its factor (`docs/partitions.md`).
 
 use super::error::{MetadataError, storage};
-use super::partitions::{PARTITION_REPLICAS_MAX, PARTITIONS_MAX};
-use super::store::MetadataStore;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use super::limits::{PARTITION_REPLICAS_MAX, PARTITIONS_MAX, check_factor};
+use super::store::{MetadataStore, TYPE_REPLICATION};
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tessera_contract::TypeKey;
-
-/// Each type's replication, once deployed: `0` for the cluster's factor, else its own.
-/// Never emptied by a type's delete.
-pub(crate) const TYPE_REPLICATION: TableDefinition<(&str, &str), u8> =
-    TableDefinition::new("type_replication");
 
 /// A type's recorded replication in a catalog checkpoint: `((tenant, type), factor row)`.
 pub(crate) type ReplicationRow = ((String, String), u8);
@@ -104,16 +99,6 @@ impl Replication {
             0 => Replication::Cluster,
             factor => Replication::Own(factor),
         }
-    }
-}
-
-/// Refuses a factor outside 1 to [`PARTITION_REPLICAS_MAX`] (`what` names where it was asked).
-pub(crate) fn check_factor(factor: Option<u8>, what: &str) -> Result<(), String> {
-    match factor {
-        Some(factor) if factor == 0 || usize::from(factor) > PARTITION_REPLICAS_MAX => Err(
-            format!("{what} replication_factor {factor}: 1 to {PARTITION_REPLICAS_MAX} allowed"),
-        ),
-        _ => Ok(()),
     }
 }
 

@@ -40,6 +40,10 @@ pub(crate) const PARTITIONS: TableDefinition<u32, (&[u8], u64)> =
 pub(crate) const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
 /// Catalog counters by name (`next_generation`, `applied_commands`, `coordinator_epoch`).
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("catalog_counters");
+/// Each deployed type's replication (`replication.rs`): `0` for the cluster's factor, else its
+/// own. Never emptied by a type's delete.
+pub(crate) const TYPE_REPLICATION: TableDefinition<(&str, &str), u8> =
+    TableDefinition::new("type_replication");
 
 /// The counter allocation generations are taken from.
 pub(crate) const NEXT_GENERATION: &str = "next_generation";
@@ -80,9 +84,7 @@ impl MetadataStore {
         transaction.open_table(PARTITIONS).map_err(storage)?;
         transaction.open_table(COUNTERS).map_err(storage)?;
         transaction.open_table(MEMBERS).map_err(storage)?;
-        transaction
-            .open_table(super::replication::TYPE_REPLICATION)
-            .map_err(storage)?;
+        transaction.open_table(TYPE_REPLICATION).map_err(storage)?;
         count_legacy_plugin_refs(&transaction)?;
         move_legacy_plugins(&transaction)?;
         transaction.commit().map_err(storage)?;

@@ -90,7 +90,15 @@ impl Coordinator {
             return false;
         }
         let count = self.config.partitions.count();
-        self.primaries.report(node, led, count, Instant::now())
+        let own = &self.own_replication;
+        // A partition of the cluster's family, or of a factor some type keeps.
+        let is_partition = |partition| match Replication::of_partition(partition, count) {
+            Some(Replication::Cluster) => true,
+            Some(Replication::Own(factor)) => own.values().any(|kept| *kept == factor),
+            None => false,
+        };
+        self.primaries
+            .report(node, led, is_partition, Instant::now())
     }
 
     /// The primary of `key`'s partition, if one is reported and it is among `candidates`.

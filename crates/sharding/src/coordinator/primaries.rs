@@ -17,7 +17,6 @@
 use crate::link::PRIMARY_REPORT_SILENCE;
 use std::collections::BTreeMap;
 use tessera_contract::NodeId;
-use tessera_metadata::Replication;
 use tokio::time::Instant;
 
 /// The primaries the coordinator has heard of, and when it last heard from each node.
@@ -41,21 +40,20 @@ impl Primaries {
         }
     }
 
-    /// Takes `node`'s report of the partitions it leads (those that are no partition of a
-    /// cluster of `count`, [`Replication::of_partition`], are ignored); whether some
-    /// partition's primary changed.
+    /// Takes `node`'s report of the partitions it leads (those `is_partition` denies are
+    /// ignored); whether some partition's primary changed.
     pub(super) fn report(
         &mut self,
         node: &NodeId,
         led: &[(u32, u64, u64)],
-        count: u32,
+        is_partition: impl Fn(u32) -> bool,
         now: Instant,
     ) -> bool {
         self.heard.insert(node.clone(), now);
         let mut changed = false;
         let partitions = led
             .iter()
-            .filter(|(partition, ..)| Replication::of_partition(*partition, count).is_some());
+            .filter(|(partition, ..)| is_partition(*partition));
         for (partition, epoch, view) in partitions {
             let term = (*epoch, *view);
             let known = self.led.get(partition);
@@ -94,26 +92,27 @@ mod tests {
     fn the_highest_view_reported_names_the_primary() {
         let now = Instant::now();
         let mut primaries = Primaries::new(now);
-        assert!(primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], 4, now));
+        let in_four = |partition: u32| partition < 4;
+        assert!(primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], in_four, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n1"));
         // A later view elsewhere takes the partition over.
-        assert!(primaries.report(&"n2".into(), &[(0, 0, 4)], 4, now));
+        assert!(primaries.report(&"n2".into(), &[(0, 0, 4)], in_four, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n2"));
         // A deposed primary that still reports its old view changes nothing.
-        assert!(!primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], 4, now));
+        assert!(!primaries.report(&"n1".into(), &[(0, 0, 3), (1, 0, 1)], in_four, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n2"));
         // The same primary in a later view is no change of primary.
-        assert!(!primaries.report(&"n2".into(), &[(0, 0, 6)], 4, now));
-        assert!(!primaries.report(&"n1".into(), &[(0, 0, 5)], 4, now));
+        assert!(!primaries.report(&"n2".into(), &[(0, 0, 6)], in_four, now));
+        assert!(!primaries.report(&"n1".into(), &[(0, 0, 5)], in_four, now));
         assert_eq!(primaries.serving_epoch(0), Some(0));
         // A moved partition's new group, back at view 0 of a later epoch, takes it over; the
         // old epoch's primary, at any view, no longer does.
-        assert!(primaries.report(&"n3".into(), &[(0, 1, 0)], 4, now));
+        assert!(primaries.report(&"n3".into(), &[(0, 1, 0)], in_four, now));
         assert_eq!(primaries.of(0).map(String::as_str), Some("n3"));
-        assert!(!primaries.report(&"n2".into(), &[(0, 0, 9)], 4, now));
+        assert!(!primaries.report(&"n2".into(), &[(0, 0, 9)], in_four, now));
         assert_eq!(primaries.serving_epoch(0), Some(1));
-        // Partitions beyond the count are not believed.
-        assert!(!primaries.report(&"n3".into(), &[(9, 0, 1)], 4, now));
+        // Partitions that are none of the coordinator's are not believed.
+        assert!(!primaries.report(&"n3".into(), &[(9, 0, 1)], in_four, now));
         assert_eq!(primaries.of(9), None);
     }
 
@@ -130,7 +129,7 @@ mod tests {
             primaries.is_silent("n1", later),
             "never heard, past the silence"
         );
-        primaries.report(&"n1".into(), &[], 4, later);
+        primaries.report(&"n1".into(), &[], |_| true, later);
         assert!(!primaries.is_silent("n1", later + Duration::from_millis(1)));
         assert!(primaries.is_silent("n1", later + PRIMARY_REPORT_SILENCE));
     }
