@@ -134,6 +134,20 @@ fn a_type_keeps_its_own_replication_factor_and_its_replicas_fail_alone() {
         .filter_map(|record| record["name"].as_str())
         .collect();
     assert_eq!(names, ["counter", "single"], "nothing more was deployed");
+    let replication: Vec<&Json> = types["types"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|record| &record["replication"])
+        .collect();
+    assert_eq!(
+        replication,
+        [
+            &json!({"factor": 3, "own": false}),
+            &json!({"factor": 1, "own": true})
+        ],
+        "each type shows the replicas that keep its entities"
+    );
 
     // The single-replica family: six more partitions, one replica each, two on each node; the
     // cluster's six keep three replicas.

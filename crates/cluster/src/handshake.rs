@@ -23,8 +23,10 @@ pub const HELLO_MAGIC: u32 = u32::from_be_bytes(*b"TSRA");
 /// Version 4: a VSR request's operation is MessagePack `bin`, not an array of integers.
 /// Version 5: a partition group is named by its partition and epoch, and a report of the
 /// partitions a node leads carries each one's epoch (partition moves). Version 6: a hello names
-/// its sender's [`ShardLayout`].
-pub const PROTOCOL_VERSION: u16 = 6;
+/// its sender's [`ShardLayout`]. Version 7: a catalog command may carry a type's or a tenant's
+/// replication factor, which a replica of an earlier build could not read (its catalog would
+/// part from the others').
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// The largest hello or hello reply. Hellos are tiny; the cap keeps a peer from making the
 /// handshake buffer a full `max_frame_bytes`.

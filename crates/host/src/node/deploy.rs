@@ -9,9 +9,19 @@ use super::tenants::now_ms;
 use super::{Node, NodeError};
 use sha2::{Digest, Sha256};
 use tessera_metadata::{
-    Applied, Command, MetadataError, TypeOptions, TypeRecord, VERSIONS_PER_TYPE_MAX, VersionRecord,
-    deployed_replication, validate_name,
+    Applied, Command, MetadataError, Replication, TypeOptions, TypeRecord, VERSIONS_PER_TYPE_MAX,
+    VersionRecord, deployed_replication, validate_name,
 };
+
+/// How many replicas keep a type's entities ([`Node::type_replicas`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TypeReplicas {
+    /// Replicas of each of its partitions (fewer while fewer members are eligible).
+    pub factor: usize,
+    /// Whether the factor is the type's own (its first deploy's, or its tenant's default
+    /// then) rather than the cluster's.
+    pub own: bool,
+}
 
 impl Node {
     /// Validates, stores and activates a new version of `entity_type`. A bad upload changes
@@ -167,6 +177,24 @@ impl Node {
     /// The types of a tenant.
     pub fn types(&self, tenant: &str) -> Result<Vec<TypeRecord>, NodeError> {
         Ok(self.plane.store().entity_types(Some(tenant))?)
+    }
+
+    /// How many replicas keep the entities of `tenant`'s type `entity_type`, while the
+    /// partition plane serves (`None` otherwise, or for a type never deployed).
+    pub fn type_replicas(
+        &self,
+        tenant: &str,
+        entity_type: &str,
+    ) -> Result<Option<TypeReplicas>, NodeError> {
+        let partitions = &self.config.sharding.partitions;
+        if self.config.cluster.is_none() || partitions.count() == 0 {
+            return Ok(None);
+        }
+        let kept = self.plane.store().kept_replication(tenant, entity_type)?;
+        Ok(kept.map(|replication| TypeReplicas {
+            factor: replication.replicas(partitions.replication_factor),
+            own: replication != Replication::Cluster,
+        }))
     }
 
     /// One type of a tenant.

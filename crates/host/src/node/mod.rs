@@ -30,6 +30,7 @@ pub use backup::{BACKUP_FRAMES_QUEUED_MAX, BackupFrame, RESTORE_SEQUENCE_LEAP};
 pub use config::{
     API_CONNECTIONS_MAX_LIMIT, API_TIMEOUT_MS_LIMIT, ApiLimits, ClusterConfig, NodeConfig,
 };
+pub use deploy::TypeReplicas;
 pub use edge::{EdgeCounters, EdgeSnapshot};
 pub use error::NodeError;
 pub use listing::{

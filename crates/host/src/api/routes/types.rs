@@ -91,8 +91,29 @@ pub async fn list(
     consistency: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     read_consistency(&node, consistency).await?;
-    let types = node.types(&tenant)?;
+    let types = node
+        .types(&tenant)?
+        .into_iter()
+        .map(|record| with_replicas(&node, record))
+        .collect::<Result<Vec<_>, ApiError>>()?;
     Ok(Json(serde_json::json!({ "types": types })))
+}
+
+/// A type's record as the API shows it: with `replication`, how many replicas keep its
+/// entities (`{"factor", "own"}`; `null` where the partition plane does not serve).
+fn with_replicas(node: &Node, record: TypeRecord) -> Result<serde_json::Value, ApiError> {
+    let replicas = node.type_replicas(&record.tenant, &record.name)?;
+    let mut shown = serde_json::to_value(record).map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("a type record did not serialize: {error}"),
+        )
+    })?;
+    if let Some(fields) = shown.as_object_mut() {
+        fields.insert("replication".into(), serde_json::json!(replicas));
+    }
+    Ok(shown)
 }
 
 /// `GET /v1/types/{type}`.
@@ -101,11 +122,12 @@ pub async fn show(
     TenantAuth(tenant): TenantAuth,
     entity_type: Result<Path<String>, PathRejection>,
     consistency: Result<Query<ReadQuery>, QueryRejection>,
-) -> Result<Json<TypeRecord>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let entity_type = path(entity_type)?;
     tracing::Span::current().record("entity_type", entity_type.as_str());
     read_consistency(&node, consistency).await?;
-    Ok(Json(node.entity_type(&tenant, &entity_type)?))
+    let record = node.entity_type(&tenant, &entity_type)?;
+    Ok(Json(with_replicas(&node, record)?))
 }
 
 /// `PUT /v1/types/{type}/active` with `{"version": n}`.
