@@ -127,7 +127,8 @@ pub fn deployed_replication(
         (Some(kept), Some(factor)) if kept != Replication::Own(factor) => {
             Err(MetadataError::InvalidOptions(format!(
                 "entity type {entity_type} keeps its entities at {}; a type's \
-                 replication_factor is fixed for its life (deploy it under another name)",
+                 replication_factor is fixed for its life (leave it out of later deploys, or \
+                 deploy under another name)",
                 describe(kept)
             )))
         }

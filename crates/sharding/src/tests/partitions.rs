@@ -205,11 +205,14 @@ async fn a_first_placement_waits_for_its_replicas_or_every_voter() {
 }
 
 /// What each node says it leads: `(partition, epoch, view)`s per node.
-type Leads = Arc<std::sync::Mutex<BTreeMap<String, Vec<(u32, u64, u64)>>>>;
+pub(super) type Leads = Arc<std::sync::Mutex<BTreeMap<String, Vec<(u32, u64, u64)>>>>;
 
 /// Reports, every [`PRIMARY_REPORT_INTERVAL`](crate::PRIMARY_REPORT_INTERVAL) until aborted, what each of `leads` says it
 /// leads: live nodes, as far as the coordinator can tell.
-fn keep_reporting(switchboard: &Arc<Switchboard>, leads: Leads) -> tokio::task::JoinHandle<()> {
+pub(super) fn keep_reporting(
+    switchboard: &Arc<Switchboard>,
+    leads: Leads,
+) -> tokio::task::JoinHandle<()> {
     let switchboard = switchboard.clone();
     tokio::spawn(async move {
         loop {

@@ -105,3 +105,76 @@ async fn each_family_is_placed_at_its_own_factor() {
         );
     }
 }
+
+/// A primary reported for a partition of a factor some type keeps is believed: that type's
+/// shards follow it, as the cluster's family's follow theirs.
+#[tokio::test(start_paused = true)]
+async fn shards_of_a_family_follow_its_reported_primary() {
+    let count = 2;
+    let directory = tempfile::tempdir().unwrap();
+    let plane = test_plane(&directory);
+    let membership = Membership::new();
+    for node in ["n1", "n2", "n3"] {
+        join_catalog(&plane, node).await;
+        membership.join(node, Vec::<String>::new());
+    }
+    plane
+        .submit(Command::CreateTenant {
+            name: "acme".into(),
+            token_sha256: "aa".into(),
+            quotas: Quotas::default(),
+            created_ms: 0,
+        })
+        .await
+        .expect("a tenant");
+    deploy(&plane, "pair", Some(2)).await;
+    let switchboard = Arc::new(Switchboard::new());
+    let coordinator = Coordinator::start(
+        serving_config(count),
+        membership.subscribe(),
+        switchboard.clone(),
+        plane.clone(),
+    )
+    .unwrap();
+    let keys: Vec<ShardKey> = (0..4)
+        .map(|shard| ShardKey::new(TypeKey::new("acme", "pair"), shard))
+        .collect();
+    for key in &keys {
+        let allocate = CoordinatorCommand::Allocate {
+            key: key.clone(),
+            requester: "n1".into(),
+        };
+        coordinator.command(allocate).await.unwrap();
+    }
+    let placed = placed_until(&plane, "factor 2's family", |placed| {
+        (4..6).all(|partition| {
+            placed
+                .get(&partition)
+                .is_some_and(|p| p.replicas.len() == 2)
+        })
+    })
+    .await;
+    // Each of the family's partitions led by its replica that is not the preferred primary.
+    let leader = |partition: u32| placed[&partition].replicas[1].clone();
+    let mut led: BTreeMap<String, Vec<(u32, u64, u64)>> = ["n1", "n2", "n3"]
+        .map(|node| (node.to_string(), vec![]))
+        .into();
+    for partition in 4..6 {
+        led.entry(leader(partition))
+            .or_default()
+            .push((partition, 0, 1));
+    }
+    let leads: super::partitions::Leads = Arc::new(std::sync::Mutex::new(led));
+    let reporting = super::partitions::keep_reporting(&switchboard, leads);
+    table_until(
+        &coordinator,
+        "every shard on its partition's reported primary",
+        |table| {
+            keys.iter().all(|key| {
+                table.get(key).map(|a| a.node.clone()) == Some(leader(4 + key.shard % count))
+            })
+        },
+    )
+    .await;
+    reporting.abort();
+}
