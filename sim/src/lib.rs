@@ -20,6 +20,7 @@
 
 pub mod catalog;
 pub mod lease;
+mod panics;
 pub mod partition;
 pub mod partition_move;
 pub mod rng;

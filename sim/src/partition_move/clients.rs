@@ -4,6 +4,7 @@
 //! asking a filling one again later — as `tessera_state::partition::PartitionState` does.
 
 use super::{COUNTERS, MoveSummary, NODES, Run, VALUE_KEY, address, value_of};
+use tessera_consensus::message::ClientId;
 use tessera_state::WriteSet;
 use tessera_state::partition::{PartitionOp, PartitionResult};
 
@@ -12,11 +13,11 @@ use tessera_state::partition::{PartitionOp, PartitionResult};
 pub(super) enum Ask {
     /// Not started: the next step activates the counter on the client's node.
     Idle,
-    /// The activation's barrier was submitted at `(epoch, index)`; the copy read `stamp`.
+    /// The activation's barrier was submitted at `(epoch, ticket)`; the copy read `stamp`.
     Barrier { at: (usize, usize), stamp: u64 },
     /// Activated from a copy at `stamp`: the next step runs the add.
     Ready { stamp: u64 },
-    /// The add was submitted at `(epoch, index)`, answering `value`.
+    /// The add was submitted at `(epoch, ticket)`, answering `value`.
     Commit {
         at: (usize, usize),
         stamp: u64,
@@ -50,6 +51,8 @@ impl Run {
             let client = &self.clients[index];
             (client.node, client.counter, client.amount)
         };
+        // Its session in every group.
+        let session = index as ClientId + 1;
         let next = match self.clients[index].ask {
             Ask::Idle if !asking => Ask::Idle,
             Ask::Idle => {
@@ -57,8 +60,8 @@ impl Run {
                     self.finish(index);
                     return Ok(());
                 };
-                let stamp = self.groups[epoch].replicas[&node]
-                    .machine
+                let stamp = self
+                    .machine(epoch, node)?
                     .stamp(&address(counter))
                     .map_err(|error| error.to_string())?;
                 let check = PartitionOp::Check {
@@ -66,24 +69,24 @@ impl Run {
                     expect: stamp,
                     reply: Vec::new(),
                 };
-                let at = (epoch, self.submit(epoch, check.encode()));
+                let at = (epoch, self.submit(epoch, session, check.encode()));
                 Ask::Barrier { at, stamp }
             }
             Ask::Barrier { at, stamp } => match self.answer(node, at) {
                 None => return Ok(()),
-                Some(PartitionResult::Checked { .. }) => Ask::Ready { stamp },
+                Some((_, PartitionResult::Checked { .. })) => Ask::Ready { stamp },
                 // Not open yet: asked again (as a commit is).
-                Some(PartitionResult::Filling) => {
-                    let check = self.groups[at.0].log[at.1].clone();
-                    let at = (at.0, self.submit(at.0, check));
+                Some((_, PartitionResult::Filling)) => {
+                    let check = self.groups[at.0].operation(at.1);
+                    let at = (at.0, self.submit(at.0, session, check));
                     Ask::Barrier { at, stamp }
                 }
                 // Behind, or moved on: read again from the replica routed now (the barrier
                 // made the one it went through current).
                 Some(_) => match self.route(node) {
                     Some(epoch) => Ask::Ready {
-                        stamp: self.groups[epoch].replicas[&node]
-                            .machine
+                        stamp: self
+                            .machine(epoch, node)?
                             .stamp(&address(counter))
                             .map_err(|error| error.to_string())?,
                     },
@@ -99,7 +102,7 @@ impl Run {
                     return Ok(());
                 };
                 // The guest reads its state while it runs: from the copy routed now.
-                let value = value_of(&self.groups[epoch].replicas[&node].machine, counter) + amount;
+                let value = value_of(self.machine(epoch, node)?, counter) + amount;
                 let mut writes = WriteSet::new(address(counter));
                 writes.put(VALUE_KEY, value.to_le_bytes().to_vec());
                 let written = self.next_stamp;
@@ -109,7 +112,7 @@ impl Run {
                         .map_err(|error| error.to_string())?
                         .encode();
                 self.ops.push(op.clone());
-                let at = (epoch, self.submit(epoch, op));
+                let at = (epoch, self.submit(epoch, session, op));
                 Ask::Commit {
                     at,
                     stamp,
@@ -124,20 +127,16 @@ impl Run {
                 op,
             } => match self.answer(node, at) {
                 None => return Ok(()),
-                Some(PartitionResult::Applied { .. }) => {
-                    self.adds.push((counter, at, amount, value));
+                Some((committed, PartitionResult::Applied { .. })) => {
+                    self.adds.push((counter, (at.0, committed), amount, value));
                     self.finish(index);
                     return Ok(());
                 }
-                Some(PartitionResult::Sealed) => {
+                Some((_, PartitionResult::Sealed)) => {
                     let next = at.0 + 1;
-                    if self
-                        .groups
-                        .get(next)
-                        .is_some_and(|group| group.replicas.contains_key(&node))
-                    {
+                    if self.groups.get(next).is_some_and(|group| group.has(node)) {
                         summary.followed += 1;
-                        let at = (next, self.submit(next, self.ops[op].clone()));
+                        let at = (next, self.submit(next, session, self.ops[op].clone()));
                         Ask::Commit {
                             at,
                             stamp,
@@ -150,7 +149,7 @@ impl Run {
                         return Ok(());
                     }
                 }
-                Some(PartitionResult::Filling) => Ask::Retry {
+                Some((_, PartitionResult::Filling)) => Ask::Retry {
                     epoch: at.0,
                     stamp,
                     value,
@@ -168,7 +167,7 @@ impl Run {
                 value,
                 op,
             } => {
-                let at = (epoch, self.submit(epoch, self.ops[op].clone()));
+                let at = (epoch, self.submit(epoch, session, self.ops[op].clone()));
                 Ask::Commit {
                     at,
                     stamp,

@@ -4,10 +4,9 @@
 //! through its own replica, taking its image once that replica applied the seal, and filling
 //! and opening the new group piece by piece, as `tessera-host`'s partition moves do.
 
-use super::{Group, MoveCanary, MoveSummary, NODES, Replica, Run};
-use std::collections::BTreeMap;
-use tessera_consensus::message::checksum_bytes;
-use tessera_state::partition::{FILL_BYTES_MAX, PartitionMachine, PartitionOp, PartitionResult};
+use super::{FILLER_CLIENTS, Group, MoveCanary, MoveSummary, NODES, Run};
+use tessera_consensus::message::{ClientId, checksum_bytes};
+use tessera_state::partition::{FILL_BYTES_MAX, PartitionOp, PartitionResult};
 
 /// The standby's turns before it seals and fills itself when the leader is down.
 const STANDBY_TURNS: u64 = 40;
@@ -90,40 +89,45 @@ impl Run {
             return Ok(());
         };
         let node = moving.fillers[which].node;
+        let session = FILLER_CLIENTS + node as ClientId;
         let stage = std::mem::replace(&mut moving.fillers[which].stage, Stage::Done);
         let next = match stage {
             Stage::Down => Stage::Down,
             Stage::Done => Stage::Done,
             Stage::Waiting(turns) if turns > 0 => Stage::Waiting(turns - 1),
             Stage::Waiting(_) => {
-                let early = (self.canary == MoveCanary::ImageBeforeSeal)
-                    .then(|| self.groups[old].replicas[&node].fill_stream());
-                let index = self.submit(old, PartitionOp::Seal.encode());
+                let early = match self.canary {
+                    MoveCanary::ImageBeforeSeal => Some(self.fill_stream(old, node)?),
+                    _ => None,
+                };
+                let index = self.submit(old, session, PartitionOp::Seal.encode());
                 Stage::Sealing { index, early }
             }
             Stage::Sealing { index, early } => match self.answer(node, (old, index)) {
                 None => Stage::Sealing { index, early },
-                Some(PartitionResult::Applied { .. }) => Stage::Filling {
-                    image: early.unwrap_or_else(|| self.groups[old].replicas[&node].fill_stream()),
+                Some((_, PartitionResult::Applied { .. })) => Stage::Filling {
+                    image: match early {
+                        Some(image) => image,
+                        None => self.fill_stream(old, node)?,
+                    },
                     next: 0,
                     at: None,
                 },
-                Some(other) => return Err(format!("epoch {old}'s seal answered {other:?}")),
+                Some((_, other)) => return Err(format!("epoch {old}'s seal answered {other:?}")),
             },
-            Stage::Filling { image, next, at } => self.fill_step(node, new, image, next, at)?,
+            Stage::Filling { image, next, at } => {
+                self.fill_step(node, session, new, image, next, at)?
+            }
             Stage::Opening { index } => match self.answer(node, (new, index)) {
                 None => Stage::Opening { index },
-                Some(PartitionResult::Applied { .. }) => Stage::Done,
+                Some((_, PartitionResult::Applied { .. })) => Stage::Done,
                 // Its pieces were not all there: fill again.
-                Some(PartitionResult::Filling) => {
-                    let image = self.groups[old].replicas[&node].fill_stream();
-                    Stage::Filling {
-                        image,
-                        next: 0,
-                        at: None,
-                    }
-                }
-                Some(other) => return Err(format!("epoch {new}'s open answered {other:?}")),
+                Some((_, PartitionResult::Filling)) => Stage::Filling {
+                    image: self.fill_stream(old, node)?,
+                    next: 0,
+                    at: None,
+                },
+                Some((_, other)) => return Err(format!("epoch {new}'s open answered {other:?}")),
             },
         };
         if let Some(moving) = self.moving.as_mut() {
@@ -137,6 +141,7 @@ impl Run {
     fn fill_step(
         &mut self,
         node: usize,
+        session: ClientId,
         new: usize,
         image: Vec<u8>,
         next: usize,
@@ -145,9 +150,11 @@ impl Run {
         if let Some(index) = at {
             match self.answer(node, (new, index)) {
                 None => return Ok(Stage::Filling { image, next, at }),
-                Some(PartitionResult::Applied { .. }) => {}
-                Some(PartitionResult::Opened) => return Ok(Stage::Done),
-                Some(other) => return Err(format!("a fill of epoch {new} answered {other:?}")),
+                Some((_, PartitionResult::Applied { .. })) => {}
+                Some((_, PartitionResult::Opened)) => return Ok(Stage::Done),
+                Some((_, other)) => {
+                    return Err(format!("a fill of epoch {new} answered {other:?}"));
+                }
             }
         }
         let checksum = checksum_bytes(&image);
@@ -157,7 +164,7 @@ impl Run {
                 checksum,
                 pieces: pieces.len() as u32,
             };
-            let index = self.submit(new, open.encode());
+            let index = self.submit(new, session, open.encode());
             return Ok(Stage::Opening { index });
         };
         let fill = PartitionOp::Fill {
@@ -165,7 +172,7 @@ impl Run {
             index: next as u32,
             bytes: piece.to_vec(),
         };
-        let index = self.submit(new, fill.encode());
+        let index = self.submit(new, session, fill.encode());
         Ok(Stage::Filling {
             image,
             next: next + 1,
@@ -178,33 +185,19 @@ impl Run {
     /// now and then beside it).
     fn start_move(&mut self) -> Result<(), String> {
         let old = self.groups.len() - 1;
-        let members: Vec<usize> = self.groups[old].replicas.keys().copied().collect();
+        let members = self.groups[old].nodes().to_vec();
         let outside: Vec<usize> = (0..NODES).filter(|node| !members.contains(node)).collect();
         let leaving = members[self.rng.index(members.len())];
         let joining = outside[self.rng.index(outside.len())];
-        let mut replicas = BTreeMap::new();
-        for node in members
+        let mut nodes: Vec<usize> = members
             .iter()
             .copied()
             .filter(|node| *node != leaving)
             .chain([joining])
-        {
-            let machine = PartitionMachine::in_memory()
-                .and_then(PartitionMachine::filling)
-                .map_err(|error| error.to_string())?;
-            replicas.insert(
-                node,
-                Replica {
-                    machine,
-                    applied: 0,
-                },
-            );
-        }
-        self.groups.push(Group {
-            log: Vec::new(),
-            results: Vec::new(),
-            replicas,
-        });
+            .collect();
+        nodes.sort_unstable();
+        let next = Group::start(nodes, true, self.canary.consensus(), &mut self.rng)?;
+        self.groups.push(next);
         let staying: Vec<usize> = members
             .iter()
             .copied()

@@ -1,6 +1,7 @@
-//! Partition moves in the simulator: seeds pass with moves again and again — standbys filling
-//! for a leader that is down or beside it, replicas restarting — and commits following them,
-//! and each canary that breaks the move protocol is caught.
+//! Partition moves in the simulator, on real replicas: seeds pass with moves again and again —
+//! standbys filling for a leader that is down or beside it, replicas restarting on their
+//! journals, messages lost, duplicated and reordered, primaries replaced — and commits
+//! following them, and each canary that breaks the move protocol is caught.
 
 use super::*;
 
@@ -20,6 +21,10 @@ fn partitions_move_again_and_again_and_lose_no_add() {
     assert!(total.followed > 0, "commits followed a move: {total:?}");
     assert!(total.adds > 10 * SEEDS, "adds: {total:?}");
     assert!(total.restarts > SEEDS, "replicas restarted: {total:?}");
+    assert!(total.view_changes > SEEDS, "primaries replaced: {total:?}");
+    assert!(total.checkpoints > SEEDS, "checkpoints taken: {total:?}");
+    assert!(total.disks_lost > 0, "disks lost: {total:?}");
+    assert!(total.cuts > 0, "replicas cut off: {total:?}");
 }
 
 /// Many seeds: `MOVE_SEEDS=10000 cargo test --release -p tessera-sim --lib
@@ -46,7 +51,11 @@ fn many_move_seeds_pass() {
 
 #[test]
 fn each_move_canary_is_caught() {
-    for canary in [MoveCanary::ServeBeforeFilled, MoveCanary::ImageBeforeSeal] {
+    for canary in [
+        MoveCanary::ServeBeforeFilled,
+        MoveCanary::ImageBeforeSeal,
+        MoveCanary::CommitWithoutQuorum,
+    ] {
         let caught = (0..SEEDS)
             .filter(|seed| run_seed(*seed, canary).is_err())
             .count();
@@ -62,4 +71,9 @@ fn add(total: &mut MoveSummary, summary: MoveSummary) {
     total.refused += summary.refused;
     total.followed += summary.followed;
     total.restarts += summary.restarts;
+    total.view_changes += summary.view_changes;
+    total.checkpoints += summary.checkpoints;
+    total.states_installed += summary.states_installed;
+    total.disks_lost += summary.disks_lost;
+    total.cuts += summary.cuts;
 }

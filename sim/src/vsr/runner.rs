@@ -52,14 +52,7 @@ pub fn run_workload_seed<W: Workload>(
     let result = catch_unwind(AssertUnwindSafe(|| {
         Simulation::new(workload, seed, options).run()
     }))
-    .unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|text| text.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(format!("panic: {message}"))
-    });
+    .unwrap_or_else(|payload| Err(format!("panic: {}", crate::panics::message(payload))));
     Outcome { seed, result }
 }
 
