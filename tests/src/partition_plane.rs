@@ -34,6 +34,25 @@ pub fn serving_cluster(cluster: Cluster) -> (Cluster, String) {
     (cluster, token)
 }
 
+/// Every placed partition and its replicas, preferred primary first, as node `index` shows
+/// them in `GET /v1/cluster`, once it answers.
+pub fn placed_partitions(cluster: &Cluster, index: usize) -> Option<BTreeMap<u64, Vec<String>>> {
+    let status = crate::cluster::cluster_status(cluster, index)?;
+    let placed = status["partitions"]
+        .as_array()?
+        .iter()
+        .filter_map(|partition| {
+            let replicas = partition["replicas"]
+                .as_array()?
+                .iter()
+                .filter_map(|node| Some(node.as_str()?.to_string()))
+                .collect();
+            Some((partition["partition"].as_u64()?, replicas))
+        })
+        .collect();
+    Some(placed)
+}
+
 /// The groups node `index` runs (`GET /v1/cluster/partitions`), once it answers.
 pub fn groups_here(cluster: &Cluster, index: usize) -> Option<Vec<Json>> {
     let url = format!("{}/v1/cluster/partitions", cluster.url(index));

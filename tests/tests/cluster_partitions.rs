@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use tessera_tests::cluster::*;
+use tessera_tests::partition_plane::placed_partitions;
 use tessera_tests::processes::run_child_if_asked;
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -25,19 +26,7 @@ fn partitions_child_node() {
 
 /// `(partition, replicas)` as node `index` shows them, once every partition is placed.
 fn placement(cluster: &Cluster, index: usize) -> Option<BTreeMap<u64, Vec<String>>> {
-    let status = cluster_status(cluster, index)?;
-    let partitions = status["partitions"].as_array()?;
-    let placed: BTreeMap<u64, Vec<String>> = partitions
-        .iter()
-        .filter_map(|partition| {
-            let replicas = partition["replicas"]
-                .as_array()?
-                .iter()
-                .filter_map(|node| Some(node.as_str()?.to_string()))
-                .collect();
-            Some((partition["partition"].as_u64()?, replicas))
-        })
-        .collect();
+    let placed = placed_partitions(cluster, index)?;
     let complete = placed.len() == PARTITIONS
         && placed
             .values()

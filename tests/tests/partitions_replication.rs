@@ -12,7 +12,7 @@ use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use tessera_sharding::{FnvExtractor, ShardExtractor, ShardingConfig};
 use tessera_tests::cluster::*;
-use tessera_tests::partition_plane::{PARTITIONS, serving_cluster};
+use tessera_tests::partition_plane::{PARTITIONS, placed_partitions, serving_cluster};
 use tessera_tests::processes::run_child_if_asked;
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -33,20 +33,7 @@ fn placement(
     index: usize,
     expected: usize,
 ) -> Option<BTreeMap<u64, Vec<String>>> {
-    let status = cluster_status(cluster, index)?;
-    let placed: BTreeMap<u64, Vec<String>> = status["partitions"]
-        .as_array()?
-        .iter()
-        .filter_map(|partition| {
-            let replicas = partition["replicas"]
-                .as_array()?
-                .iter()
-                .filter_map(|node| Some(node.as_str()?.to_string()))
-                .collect();
-            Some((partition["partition"].as_u64()?, replicas))
-        })
-        .collect();
-    (placed.len() == expected).then_some(placed)
+    placed_partitions(cluster, index).filter(|placed| placed.len() == expected)
 }
 
 fn ask(

@@ -24,9 +24,8 @@ async fn deploy(plane: &Arc<dyn MetadataPlane>, entity_type: &str, factor: Optio
         .expect("deployed");
 }
 
-#[tokio::test(start_paused = true)]
-async fn each_family_is_placed_at_its_own_factor() {
-    let count = 4;
+/// A catalog with three members up and tenant `acme` (keep the directory while it is used).
+async fn three_members_and_a_tenant() -> (tempfile::TempDir, Arc<dyn MetadataPlane>, Membership) {
     let directory = tempfile::tempdir().unwrap();
     let plane = test_plane(&directory);
     let membership = Membership::new();
@@ -43,6 +42,13 @@ async fn each_family_is_placed_at_its_own_factor() {
         })
         .await
         .expect("a tenant");
+    (directory, plane, membership)
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_family_is_placed_at_its_own_factor() {
+    let count = 4;
+    let (_directory, plane, membership) = three_members_and_a_tenant().await;
     deploy(&plane, "counter", None).await;
     let coordinator = Coordinator::start(
         serving_config(count),
@@ -111,22 +117,7 @@ async fn each_family_is_placed_at_its_own_factor() {
 #[tokio::test(start_paused = true)]
 async fn shards_of_a_family_follow_its_reported_primary() {
     let count = 2;
-    let directory = tempfile::tempdir().unwrap();
-    let plane = test_plane(&directory);
-    let membership = Membership::new();
-    for node in ["n1", "n2", "n3"] {
-        join_catalog(&plane, node).await;
-        membership.join(node, Vec::<String>::new());
-    }
-    plane
-        .submit(Command::CreateTenant {
-            name: "acme".into(),
-            token_sha256: "aa".into(),
-            quotas: Quotas::default(),
-            created_ms: 0,
-        })
-        .await
-        .expect("a tenant");
+    let (_directory, plane, membership) = three_members_and_a_tenant().await;
     deploy(&plane, "pair", Some(2)).await;
     let switchboard = Arc::new(Switchboard::new());
     let coordinator = Coordinator::start(
