@@ -1,7 +1,7 @@
 //! A calm tenant beside a noisy one, in one run (issue: "one tenant's flood starves another").
 //!
-//! Tenant `calm` asks its 100 `counter`s over HTTP (keep-alive, one client, sequential, the
-//! counters in turn): `"Get"` (a read) and `{"Add":1}` (a state write, group-committed before
+//! Tenant `calm` asks its 100 `counter`s over HTTP from a process of its own (this executable,
+//! started with `--calm-client`; keep-alive, one client, sequential, the counters in turn): `"Get"` (a read) and `{"Add":1}` (a state write, group-committed before
 //! the reply). Tenant `noisy` floods tells from 8 client tasks on two threads of their own, as
 //! fast as its rate quota and the mailboxes let it, to one of three targets (a *flood*): 1,000
 //! `spin-forever` entities (`"Spin"`: each burns its whole CPU deadline, 500 ms by default),
@@ -32,6 +32,8 @@ const CALM_COUNTERS: usize = 100;
 /// tenant would otherwise keep the bench running for minutes).
 const CALM_ROUND_TIME_MAX: Duration = Duration::from_secs(30);
 const FLOODERS: usize = 8;
+/// The argument that makes this executable the calm client process.
+const CALM_CLIENT_ARG: &str = "--calm-client";
 /// Entities of each noisy type the flood goes to.
 const NOISY_ENTITIES: usize = 1_000;
 
@@ -83,6 +85,14 @@ enum CalmAsk {
 }
 
 impl CalmAsk {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "Get" => Some(CalmAsk::Get),
+            "Add" => Some(CalmAsk::Add),
+            _ => None,
+        }
+    }
+
     fn body(self) -> &'static str {
         match self {
             CalmAsk::Get => "\"Get\"",
@@ -113,6 +123,71 @@ impl Round {
         let sorted = &self.latencies;
         sorted[((sorted.len() as f64 * fraction) as usize).min(sorted.len() - 1)]
     }
+}
+
+/// A round of calm's asks in a process of its own, as a real client is: an HTTP client in
+/// the node's process shares its address space, and with it the kernel's lock on that
+/// address space, which the node takes whenever an instance's memory is mapped, grown or
+/// reset (a memory flood does that hundreds of times a second): the client's own allocations
+/// then waited on the node's memory work, and the bench measured that, not the node.
+fn calm_round_apart(url: &str, token: &str, kind: CalmAsk) -> Round {
+    let program = std::env::current_exe().expect("the bench's own executable");
+    let output = std::process::Command::new(program)
+        .args([CALM_CLIENT_ARG, url, token, kind.name()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("the calm client process runs");
+    assert!(
+        output.status.success(),
+        "the calm client failed: {}",
+        output.status
+    );
+    let mut round = Round {
+        latencies: Vec::with_capacity(CALM_ASKS),
+        errors: 0,
+        statuses: std::collections::BTreeMap::new(),
+        no_answer: None,
+    };
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        match line.split_once(' ') {
+            Some(("latency_ns", nanos)) => round
+                .latencies
+                .push(Duration::from_nanos(nanos.parse().expect("a latency"))),
+            Some(("failed", status)) => {
+                round.errors += 1;
+                *round
+                    .statuses
+                    .entry(status.parse().expect("a status"))
+                    .or_insert(0) += 1;
+            }
+            Some(("no_answer", why)) => round.no_answer = Some(why.to_string()),
+            _ => {}
+        }
+    }
+    round.latencies.sort();
+    round
+}
+
+/// The calm client process: one round of asks, each latency and failure on its own line.
+fn calm_client(args: &[String]) {
+    let [url, token, kind] = args else {
+        panic!("usage: {CALM_CLIENT_ARG} URL TOKEN Get|Add");
+    };
+    let kind = CalmAsk::parse(kind).expect("Get or Add");
+    let round = calm_round(url, token, kind);
+    let mut out = String::new();
+    for latency in &round.latencies {
+        out.push_str(&format!("latency_ns {}\n", latency.as_nanos()));
+    }
+    for (status, count) in &round.statuses {
+        for _ in 0..*count {
+            out.push_str(&format!("failed {status}\n"));
+        }
+    }
+    if let Some(why) = &round.no_answer {
+        out.push_str(&format!("no_answer {why}\n"));
+    }
+    print!("{out}");
 }
 
 /// Up to `CALM_ASKS` sequential HTTP asks of `kind`, the counters in turn.
@@ -170,6 +245,10 @@ fn main() {
     if args.iter().any(|arg| arg == "--test" || arg == "--list") {
         return;
     }
+    if let Some(at) = args.iter().position(|arg| arg == CALM_CLIENT_ARG) {
+        calm_client(&args[at + 1..]);
+        return;
+    }
     let named: Vec<Flood> = Flood::ALL
         .into_iter()
         .filter(|flood| args.iter().any(|arg| arg == flood.name()))
@@ -199,11 +278,11 @@ fn run_flood(flood: Flood) {
     let config = tessera_tests::node_config(dir.path(), ADMIN, instances_max());
     let (node, url, calm_token) = runtime.block_on(open_node(config));
     // Warm up: activate the counters and the HTTP path.
-    let _ = calm_round(&url, &calm_token, CalmAsk::Get);
+    let _ = calm_round_apart(&url, &calm_token, CalmAsk::Get);
     let kinds = [CalmAsk::Get, CalmAsk::Add];
     let alone: Vec<Round> = kinds
         .iter()
-        .map(|kind| calm_round(&url, &calm_token, *kind))
+        .map(|kind| calm_round_apart(&url, &calm_token, *kind))
         .collect();
 
     // The flooders are clients: they run on threads of their own, not on the node's workers.
@@ -223,7 +302,7 @@ fn run_flood(flood: Flood) {
     std::thread::sleep(Duration::from_millis(1_000));
     let during: Vec<Round> = kinds
         .iter()
-        .map(|kind| calm_round(&url, &calm_token, *kind))
+        .map(|kind| calm_round_apart(&url, &calm_token, *kind))
         .collect();
     stop.store(true, Ordering::Relaxed);
     for flooder in flooders {
