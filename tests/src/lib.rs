@@ -204,6 +204,43 @@ pub fn bind_type(
     );
 }
 
+/// A standalone entity layer over a new store in `dir`, on `runtime` (a test's own) with
+/// `types` and the default configuration.
+pub fn standalone_entities(dir: &Path, runtime: &Arc<Runtime>, types: Arc<TypeTable>) -> Entities {
+    let store = StateStore::open(&dir.join("tessera.redb")).expect("the store opens");
+    Entities::standalone(EntityParts {
+        runtime: runtime.clone(),
+        state: Arc::new(LocalState::new(store, GroupCommitConfig::default())),
+        types,
+        remember: None,
+        config: EntityConfig::default(),
+    })
+}
+
+/// Binds the plugin at `plugin_path`, loaded by `runtime` (a runtime of the test's own), as
+/// `entity_type` of `tenant` (version 1, mailboxes of 64, no idle passivation) with `limits`.
+pub fn bind_on_runtime(
+    types: &TypeTable,
+    runtime: &Runtime,
+    (tenant, entity_type): (&str, &str),
+    plugin_path: &str,
+    limits: InstanceLimits,
+) {
+    let bytes = std::fs::read(plugin_path).expect("the plugin was built by build.rs");
+    types.bind(
+        TypeKey::new(tenant, entity_type),
+        TypeBinding {
+            plugin: runtime.load(&bytes).expect("the plugin loads"),
+            version: 1,
+            limits,
+            passivate_idle: None,
+            mailbox_capacity: 64,
+            tenant_live_entities_max: None,
+            remember: false,
+        },
+    );
+}
+
 /// A JSON value as MessagePack, through the host's codec.
 pub fn to_msgpack(json: &Json) -> Vec<u8> {
     let text = serde_json::to_vec(json).expect("a JSON value serializes");

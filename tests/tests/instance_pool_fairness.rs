@@ -7,10 +7,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tessera_contract::{EntityAddress, Envelope, TypeKey};
-use tessera_entity::{Entities, EntityConfig, EntityParts, TypeBinding, TypeTable};
+use tessera_contract::{EntityAddress, Envelope};
+use tessera_entity::{Entities, TypeTable};
 use tessera_runtime::{InstanceLimits, Runtime, RuntimeConfig};
-use tessera_state::{GroupCommitConfig, LocalState, StateStore};
 use tessera_tests::{from_msgpack, to_msgpack};
 
 /// Long enough (and the wall-clock bound 10x that, as a node sets it) that no spinner ends
@@ -39,36 +38,18 @@ fn node(instances_max: u32) -> Node {
     );
     let types = Arc::new(TypeTable::default());
     let bind = |tenant: &str, entity_type: &str, path: &str, cap: usize| {
-        let bytes = std::fs::read(path).expect("the plugin was built by build.rs");
-        types.bind(
-            TypeKey::new(tenant, entity_type),
-            TypeBinding {
-                plugin: runtime.load(&bytes).expect("the plugin loads"),
-                version: 1,
-                limits: InstanceLimits {
-                    message_deadline_ms: SPIN_DEADLINE_MS,
-                    message_wall_ms_max: SPIN_DEADLINE_MS * 10,
-                    concurrent_guests_max: cap,
-                    ..InstanceLimits::default()
-                },
-                passivate_idle: None,
-                mailbox_capacity: 64,
-                tenant_live_entities_max: None,
-                remember: false,
-            },
-        );
+        let limits = InstanceLimits {
+            message_deadline_ms: SPIN_DEADLINE_MS,
+            message_wall_ms_max: SPIN_DEADLINE_MS * 10,
+            concurrent_guests_max: cap,
+            ..InstanceLimits::default()
+        };
+        tessera_tests::bind_on_runtime(&types, &runtime, (tenant, entity_type), path, limits);
     };
     bind("calm", "busy", tessera_tests::SPIN_FOREVER, 2);
     bind("calm", "counter", tessera_tests::COUNTER, 2);
     bind("noisy", "spin", tessera_tests::SPIN_FOREVER, 1);
-    let store = StateStore::open(&dir.path().join("tessera.redb")).expect("the store opens");
-    let entities = Entities::standalone(EntityParts {
-        runtime: runtime.clone(),
-        state: Arc::new(LocalState::new(store, GroupCommitConfig::default())),
-        types,
-        remember: None,
-        config: EntityConfig::default(),
-    });
+    let entities = tessera_tests::standalone_entities(dir.path(), &runtime, types);
     entities.start_messaging();
     Node {
         _dir: dir,

@@ -21,6 +21,7 @@ impl HostState {
             limiter: MemoryLimiter {
                 memory_bytes_max: usize::MAX,
                 memory_limit_hit: false,
+                memory_bytes_peak: 0,
             },
             address,
             state,

@@ -12,6 +12,7 @@ use super::instance::{Bindings, EntityInstance};
 use super::limits::{InstanceLimits, MemoryLimiter};
 use super::message_scope::MessageScope;
 use super::plugin::{LoadError, PLUGIN_BYTES_MAX, Plugin, Pre};
+use super::retire::Retirement;
 use super::slots::InstanceSlots;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -69,6 +70,8 @@ pub struct Runtime {
     instances: Arc<InstanceSlots>,
     /// Where CPU-heavy guest calls are finished, off the I/O workers.
     guest_pool: GuestPool,
+    /// Where instances whose memory grew large are dropped, off the I/O workers.
+    retirement: Retirement,
 }
 
 impl Runtime {
@@ -105,6 +108,7 @@ impl Runtime {
             compilations: AtomicU64::new(0),
             instances: Arc::default(),
             guest_pool,
+            retirement: Retirement::start()?,
         })
     }
 
@@ -146,6 +150,12 @@ impl Runtime {
     /// Entity instances alive now (each holds one slot of the pool).
     pub fn live_instances(&self) -> u64 {
         self.instances.live()
+    }
+
+    /// Instances dropped off the I/O workers so far, on the retiring thread (their memory had
+    /// grown large: see `retire.rs`).
+    pub fn retired_instances(&self) -> u64 {
+        self.retirement.retired()
     }
 
     /// Whether every slot of the instance pool is taken.
@@ -296,6 +306,7 @@ impl Runtime {
             limiter: MemoryLimiter {
                 memory_bytes_max,
                 memory_limit_hit: false,
+                memory_bytes_peak: 0,
             },
             address,
             state,
@@ -372,6 +383,7 @@ impl Runtime {
             plugin.clone(),
             self.config.guest_log_lines_per_message,
             self.instances.take(),
+            self.retirement.clone(),
         ))
     }
 }

@@ -5,8 +5,10 @@ use super::bindings::{Activation, Entity, GuestError, v1};
 use super::host::{AskClock, HostState, HostTrap};
 use super::host_v1::error_from_v1;
 use super::plugin::Plugin;
+use super::retire::{RETIRE_OFF_WORKER_GROWTH_BYTES, Retirement};
 use super::sender::Sender;
 use super::slots::SlotGuard;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_contract::{EntityAddress, ErrorKind, MessageError, TraceContext};
@@ -38,7 +40,9 @@ pub(crate) enum Bindings {
 /// A live instance of a plugin for one entity. After any error other than the guest's own
 /// `err` result the instance is poisoned and must be dropped.
 pub struct EntityInstance {
-    store: Store<HostState>,
+    /// Taken only by `drop`, which drops it with `slot` (on the retiring thread when its
+    /// memory grew large).
+    store: ManuallyDrop<Store<HostState>>,
     bindings: Bindings,
     plugin: Arc<Plugin>,
     log_lines_per_message: u32,
@@ -46,9 +50,11 @@ pub struct EntityInstance {
     /// The clock of the guest's asks (the store's own, held here too so that a call's
     /// watchdog reads it beside the call without a clone per call).
     ask_clock: Arc<AskClock>,
-    /// Counts this instance's pool slot; declared after `store`, so it is dropped after the
-    /// store has given the slot back and a waiter woken by it finds the slot free.
-    _slot: SlotGuard,
+    /// Counts this instance's pool slot; dropped after `store` has given the slot back, so a
+    /// waiter woken by it finds the slot free. Taken only by `drop`.
+    slot: ManuallyDrop<SlotGuard>,
+    /// Where the instance is dropped if its memory grew large.
+    retirement: Retirement,
 }
 
 impl EntityInstance {
@@ -58,16 +64,18 @@ impl EntityInstance {
         plugin: Arc<Plugin>,
         log_lines_per_message: u32,
         slot: SlotGuard,
+        retirement: Retirement,
     ) -> Self {
         let ask_clock = store.data().ask_clock.clone();
         EntityInstance {
-            store,
+            store: ManuallyDrop::new(store),
             bindings,
             plugin,
             log_lines_per_message,
             poisoned: false,
             ask_clock,
-            _slot: slot,
+            slot: ManuallyDrop::new(slot),
+            retirement,
         }
     }
 
@@ -130,7 +138,7 @@ impl EntityInstance {
                 let call = std::pin::pin!(
                     bindings
                         .tessera_entity_handler()
-                        .call_activate(&mut self.store, reason)
+                        .call_activate(&mut *self.store, reason)
                 );
                 bounded(wall, &self.ask_clock, call).await
             }
@@ -138,7 +146,7 @@ impl EntityInstance {
                 let call = std::pin::pin!(
                     bindings
                         .tessera_entity_handler()
-                        .call_activate(&mut self.store, activation_to_v1(reason))
+                        .call_activate(&mut *self.store, activation_to_v1(reason))
                 );
                 bounded(wall, &self.ask_clock, call)
                     .await
@@ -219,7 +227,7 @@ impl EntityInstance {
             Bindings::V2(bindings) => {
                 let sender = self.store.data().message.sender.to_wit();
                 let call = std::pin::pin!(bindings.tessera_entity_handler().call_handle(
-                    &mut self.store,
+                    &mut *self.store,
                     payload,
                     &sender
                 ));
@@ -229,7 +237,7 @@ impl EntityInstance {
                 let call = std::pin::pin!(
                     bindings
                         .tessera_entity_handler()
-                        .call_handle(&mut self.store, payload)
+                        .call_handle(&mut *self.store, payload)
                 );
                 bounded(wall, &self.ask_clock, call)
                     .await
@@ -289,7 +297,7 @@ impl EntityInstance {
                 let call = std::pin::pin!(
                     bindings
                         .tessera_entity_handler()
-                        .call_deactivate(&mut self.store)
+                        .call_deactivate(&mut *self.store)
                 );
                 bounded(wall, &self.ask_clock, call).await
             }
@@ -297,7 +305,7 @@ impl EntityInstance {
                 let call = std::pin::pin!(
                     bindings
                         .tessera_entity_handler()
-                        .call_deactivate(&mut self.store)
+                        .call_deactivate(&mut *self.store)
                 );
                 bounded(wall, &self.ask_clock, call).await
             }
@@ -400,5 +408,28 @@ fn from_guest_error(error: GuestError) -> MessageError {
         GuestError::BadMessage(message) => MessageError::new(ErrorKind::BadMessage, message),
         GuestError::Rejected(message) => MessageError::new(ErrorKind::Rejected, message),
         GuestError::Failed(message) => MessageError::new(ErrorKind::Failed, message),
+    }
+}
+
+impl Drop for EntityInstance {
+    /// Drops the store, then the pool slot: on the retiring thread if the instance's memory
+    /// grew past [`RETIRE_OFF_WORKER_GROWTH_BYTES`] (resetting it would hold this thread in
+    /// the kernel for milliseconds), else here.
+    fn drop(&mut self) {
+        // SAFETY: `store` and `slot` are taken here only, once, and neither is used after.
+        let (store, slot) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.store),
+                ManuallyDrop::take(&mut self.slot),
+            )
+        };
+        let large = store.data().limiter.memory_bytes_peak >= RETIRE_OFF_WORKER_GROWTH_BYTES;
+        // A tuple drops its fields in order: the store, then the slot.
+        let retired = Box::new((store, slot));
+        if large {
+            self.retirement.retire(retired);
+        } else {
+            drop(retired);
+        }
     }
 }

@@ -99,6 +99,8 @@ pub fn wall_bound_ms(deadline_ms: u64) -> u64 {
 pub(crate) struct MemoryLimiter {
     pub(crate) memory_bytes_max: usize,
     pub(crate) memory_limit_hit: bool,
+    /// The largest size a memory of the instance was allowed to reach, in bytes.
+    pub(crate) memory_bytes_peak: usize,
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
@@ -112,6 +114,7 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
             self.memory_limit_hit = true;
             return Ok(false);
         }
+        self.memory_bytes_peak = self.memory_bytes_peak.max(desired);
         Ok(true)
     }
 
