@@ -351,6 +351,7 @@ async fn metrics_parse_as_prometheus_and_carry_no_client_chosen_labels() {
         "tessera_commit_transactions_total",
         "tessera_remember_dropped_total",
         "tessera_plugin_compilations_total",
+        "tessera_instances_retired_total",
     ] {
         assert!(
             scrape.samples.iter().any(|sample| sample.metric == family),

@@ -371,6 +371,12 @@ impl Node {
                 "Components compiled (disk-cache hits do not count).",
                 self.runtime.compilations(),
             ),
+            (
+                "tessera_instances_retired",
+                "Instances whose memory grew large, dropped on the retiring thread instead of an \
+                 I/O worker.",
+                self.runtime.retired_instances(),
+            ),
         ];
         for (name, help, value) in region_counters {
             snapshot
