@@ -423,13 +423,12 @@ impl Drop for EntityInstance {
                 ManuallyDrop::take(&mut self.slot),
             )
         };
-        let large = store.data().limiter.memory_bytes_peak >= RETIRE_OFF_WORKER_GROWTH_BYTES;
-        // A tuple drops its fields in order: the store, then the slot.
-        let retired = Box::new((store, slot));
-        if large {
-            self.retirement.retire(retired);
+        if store.data().limiter.memory_bytes_peak >= RETIRE_OFF_WORKER_GROWTH_BYTES {
+            // A tuple drops its fields in order: the store, then the slot.
+            self.retirement.retire(Box::new((store, slot)));
         } else {
-            drop(retired);
+            drop(store);
+            drop(slot);
         }
     }
 }
