@@ -175,7 +175,7 @@ impl Drop for GuestPool {
 /// ordinary thread of the host wants the core, and a woken I/O worker preempts it at once
 /// rather than after its time slice. Falls back to the lowest `nice` if that is refused.
 /// Best effort: neither needs privilege on Linux; elsewhere threads keep the default.
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: `sched_setscheduler` reads the `sched_param` we pass by pointer and keeps no
     // reference to it; `setpriority` takes plain integers. With pid 0 / thread id both act on

@@ -48,5 +48,5 @@ pub use host::HostState;
 pub use instance::{Effects, EntityInstance, HandleOutcome, ScheduledMessage};
 pub use limits::{InstanceLimits, wall_bound_ms};
 pub use plugin::{LoadError, PLUGIN_BYTES_MAX, PLUGIN_CACHE_ENTRIES_DEFAULT, Plugin, PluginCache};
-pub use retire::{RETIRE_OFF_WORKER_GROWTH_BYTES, RETIRING_MAX, RETIRING_NICE};
+pub use retire::{RETIRE_OFF_WORKER_GROWTH_BYTES, RETIRING_MAX};
 pub use sender::Sender;

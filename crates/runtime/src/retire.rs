@@ -9,12 +9,17 @@
 //! that worker would have served next: a tenant flooding entities that grow their memory to
 //! the cap and trap (issue 33, finding 11) put 2–4 ms of unmapping in front of other tenants'
 //! requests about twenty times a second. An instance whose memory grew past
-//! [`RETIRE_OFF_WORKER_GROWTH_BYTES`] is therefore dropped here, on a thread of its own at a
-//! lower priority ([`RETIRING_NICE`]), so the requests queued on a worker no longer wait for
-//! it. Not in the idle scheduling class the guest pool uses: the unmapping holds the process's
-//! address-space lock, and a thread that the scheduler starves while holding it stalls every
-//! thread that maps memory (measured: an I/O worker waited 328 ms to instantiate). Its pool
-//! slot stays taken until then: it is given back only once wasmtime may reuse it.
+//! [`RETIRE_OFF_WORKER_GROWTH_BYTES`] is therefore dropped here, on a thread of its own in the
+//! OS's idle scheduling class (Linux `SCHED_IDLE`, as the guest pool's threads), so the
+//! requests queued on a worker no longer wait for it, and a woken I/O worker takes the core
+//! from it at once. The price, as for the guest pool: while it unmaps it holds the
+//! address-space lock, and if ordinary threads keep every core busy meanwhile, a thread that
+//! maps or protects memory (an instantiation, a large allocation) waits for it — in a memory
+//! flood traced on 2 cores, one instantiation waited 328 ms. An ordinary low priority (nice 10)
+//! bounded that better (46 ms) but left the other tenants' requests waiting behind the
+//! unmapping often enough to miss the fairness target (`docs/performance.md`, fairness). Its
+//! pool slot stays taken until it is dropped: it is given back only once wasmtime may reuse
+//! it.
 //!
 //! The queue is bounded ([`RETIRING_MAX`]): while the host's own threads keep every core busy
 //! this thread may not run, and instances waiting here hold memory and slots; past the bound,
@@ -31,12 +36,6 @@ pub const RETIRE_OFF_WORKER_GROWTH_BYTES: usize = 4 << 20;
 /// Instances waiting to be dropped on the retiring thread; past it, an instance is dropped in
 /// place.
 pub const RETIRING_MAX: usize = 32;
-
-/// The retiring thread's nice value: below the I/O workers (0), so a woken worker mostly wins
-/// the core, but in the ordinary scheduling class, so the thread is never starved for long —
-/// while it unmaps a memory it holds the process's address-space lock, which every thread that
-/// maps or protects memory (an instantiation, a growing guest, a large allocation) waits on.
-pub const RETIRING_NICE: i32 = 10;
 
 /// Something to drop off the I/O workers (an instance's store with its pool slot).
 pub(crate) type Retired = Box<dyn Send>;
@@ -87,23 +86,12 @@ impl Retirement {
     }
 }
 
-/// The retiring thread: drops what it receives, at a lower priority than the I/O workers.
+/// The retiring thread: drops what it receives, in the idle scheduling class.
 fn retire_all(receiver: &Receiver<Retired>, retired: &AtomicU64) {
-    lower_priority();
+    crate::guest_pool::lower_priority();
     for dropped in receiver {
         drop(dropped);
         retired.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Gives the calling thread the nice value [`RETIRING_NICE`].
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `gettid` and `setpriority` take and return plain integers; with the calling
-    // thread's id, `setpriority` acts on that thread only.
-    unsafe {
-        let thread = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, RETIRING_NICE);
     }
 }
 
