@@ -226,6 +226,17 @@ pub(super) fn keep_reporting(
     })
 }
 
+/// Asks `coordinator` to allocate each of `keys`, as node `n1` would.
+pub(super) async fn allocate_all(coordinator: &CoordinatorHandle, keys: &[ShardKey]) {
+    for key in keys {
+        let allocate = CoordinatorCommand::Allocate {
+            key: key.clone(),
+            requester: "n1".into(),
+        };
+        coordinator.command(allocate).await.unwrap();
+    }
+}
+
 pub(super) async fn table_until(
     coordinator: &CoordinatorHandle,
     what: &str,
@@ -285,13 +296,7 @@ async fn partitioned_shards_follow_their_primary_and_leave_a_silent_one_without_
     let keys: Vec<ShardKey> = (0..8)
         .map(|shard| ShardKey::new(TypeKey::new("acme", "counter"), shard))
         .collect();
-    for key in &keys {
-        let allocate = CoordinatorCommand::Allocate {
-            key: key.clone(),
-            requester: "n1".into(),
-        };
-        coordinator.command(allocate).await.unwrap();
-    }
+    allocate_all(&coordinator, &keys).await;
     let leader = |partition: u32, leads: &BTreeMap<String, Vec<(u32, u64, u64)>>| {
         leads
             .iter()

@@ -2,9 +2,8 @@
 //! of partitions at that factor — on the first allocation of such a type, without waiting for
 //! a round — and a shard of each type goes to a replica of its partition in its type's family.
 
-use super::partitions::{join_catalog, placed_until, serving_config, table_until};
+use super::partitions::{allocate_all, join_catalog, placed_until, serving_config, table_until};
 use super::*;
-use crate::CoordinatorCommand;
 use tessera_metadata::{Command, Quotas, TypeOptions};
 
 async fn deploy(plane: &Arc<dyn MetadataPlane>, entity_type: &str, factor: Option<u8>) {
@@ -70,13 +69,7 @@ async fn each_family_is_placed_at_its_own_factor() {
                 .map(|entity_type| ShardKey::new(TypeKey::new("acme", entity_type), shard))
         })
         .collect();
-    for key in &keys {
-        let allocate = CoordinatorCommand::Allocate {
-            key: key.clone(),
-            requester: "n1".into(),
-        };
-        coordinator.command(allocate).await.unwrap();
-    }
+    allocate_all(&coordinator, &keys).await;
     let table = table_until(&coordinator, "every shard allocated", |table| {
         keys.iter().all(|key| table.contains_key(key))
     })
@@ -130,13 +123,7 @@ async fn shards_of_a_family_follow_its_reported_primary() {
     let keys: Vec<ShardKey> = (0..4)
         .map(|shard| ShardKey::new(TypeKey::new("acme", "pair"), shard))
         .collect();
-    for key in &keys {
-        let allocate = CoordinatorCommand::Allocate {
-            key: key.clone(),
-            requester: "n1".into(),
-        };
-        coordinator.command(allocate).await.unwrap();
-    }
+    allocate_all(&coordinator, &keys).await;
     let placed = placed_until(&plane, "factor 2's family", |placed| {
         (4..6).all(|partition| {
             placed
